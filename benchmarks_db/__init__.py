@@ -1,0 +1,1 @@
+"""dlbricks.benchmarks_db"""
