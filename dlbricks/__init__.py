@@ -1,5 +1,19 @@
-"""dlbricks: cut deep-learning models into bricks, benchmark each unique brick once, estimate."""
+"""dlbricks: cut deep-learning models into bricks, benchmark each unique brick once, estimate.
 
+The processor stage: load a model (:func:`load_model`), cut it into bricks (:func:`decompose`),
+collect the unique bricks of many models (:class:`BrickSet`).
+"""
+
+from dlbricks._bricks import Brick, ConstantSpec
+from dlbricks._canonical import SIGNATURE_VERSION
+from dlbricks._decompose import (
+    GRANULARITIES,
+    BrickSet,
+    BrickSetSummary,
+    Decomposition,
+    Occurrence,
+    decompose,
+)
 from dlbricks._errors import (
     BackendError,
     BackendUnavailableError,
@@ -10,10 +24,31 @@ from dlbricks._errors import (
     ShapeInferenceError,
     UnrunnableBrickError,
 )
+from dlbricks._graph import LayerNode, ModelGraph, ModelSource
+from dlbricks._inputs import random_inputs
+from dlbricks._onnx_frontend import load_model
+from dlbricks._types import TensorSpec
 
 __version__ = "0.1.0"
 
 __all__ = [
+    # loading
+    "load_model",
+    "ModelGraph",
+    "ModelSource",
+    "LayerNode",
+    "TensorSpec",
+    # decomposition
+    "decompose",
+    "Decomposition",
+    "Occurrence",
+    "Brick",
+    "ConstantSpec",
+    "BrickSet",
+    "BrickSetSummary",
+    "GRANULARITIES",
+    "SIGNATURE_VERSION",
+    "random_inputs",
     # errors
     "DlbricksError",
     "InvalidArgumentError",

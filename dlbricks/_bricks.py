@@ -1,0 +1,288 @@
+"""A :class:`Brick`: a runnable unit cut from a model, and how it becomes a standalone ONNX model.
+
+Constants of a brick are either *exact* (values copied from the model: every integer or bool
+tensor, every tensor of at most :data:`EXACT_MAX_ELEMENTS` elements, every input at a semantic
+position such as Reshape's shape or Resize's scales) or *synthetic* (large float weights, generated
+from a seed derived from the signature, because latency does not depend on their values). With
+``weights="real"`` the model's own weights are kept too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from dlbricks._errors import InvalidArgumentError, UnrunnableBrickError
+from dlbricks._graph import VALUE_RANGES_KEY
+from dlbricks._types import TensorSpec
+
+__all__ = ["Brick", "ConstantSpec", "EXACT_MAX_ELEMENTS", "SEMANTIC_INPUTS", "BRICK_META_KEY"]
+
+#: Constants of at most this many elements are always kept exactly.
+EXACT_MAX_ELEMENTS = 64
+#: Inputs (op type -> positions) whose values change what the op computes or how much work it does.
+SEMANTIC_INPUTS: Mapping[str, frozenset[int]] = {
+    "Reshape": frozenset({1}), "Expand": frozenset({1}), "Tile": frozenset({1}),
+    "Slice": frozenset({1, 2, 3, 4}), "Pad": frozenset({1, 2, 3}), "Resize": frozenset({1, 2, 3}),
+    "Upsample": frozenset({1}), "TopK": frozenset({1}), "Split": frozenset({1}),
+    "Squeeze": frozenset({1}), "Unsqueeze": frozenset({1}), "Gather": frozenset({1}),
+    "GatherElements": frozenset({1}), "GatherND": frozenset({1}), "ConstantOfShape": frozenset({0}),
+    "Range": frozenset({0, 1, 2}), "OneHot": frozenset({1}), "Clip": frozenset({1, 2}),
+    "ReduceSum": frozenset({1}), "ReduceMean": frozenset({1}), "ReduceMax": frozenset({1}),
+    "ReduceMin": frozenset({1}), "ReduceProd": frozenset({1}), "ReduceL2": frozenset({1}),
+    "CumSum": frozenset({1}), "Trilu": frozenset({1}), "Pow": frozenset({1}),
+    "LSTM": frozenset({4}), "GRU": frozenset({4}), "RNN": frozenset({4}),
+}
+#: Inputs that must be positive for the op to compute finite values (variances, divisors).
+POSITIVE_INPUTS: Mapping[str, frozenset[int]] = {
+    "BatchNormalization": frozenset({4}), "Div": frozenset({1}), "Sqrt": frozenset({0}),
+    "Log": frozenset({0}), "Reciprocal": frozenset({0}), "Pow": frozenset({0}),
+}
+#: metadata_props key of the brick description in serialized bricks.
+BRICK_META_KEY = "dlbricks.brick"
+WEIGHT_MODES = ("synthetic", "real")
+
+
+@dataclass(frozen=True, slots=True)
+class ConstantSpec:
+    """A constant input of a brick.
+
+    ``value`` holds the exact tensor (semantic constants, or real weights); otherwise it is
+    generated with ``synthetic`` (``"normal"`` or ``"positive"``) at materialization.
+    """
+
+    spec: TensorSpec
+    exact: bool
+    synthetic: str = "normal"
+    value: onnx.TensorProto | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Brick:
+    """A runnable unit of one or more nodes, identified by its :attr:`signature`.
+
+    Attributes
+    ----------
+    signature : str
+        Canonical hash of what decides the brick's cost (64 hex digits).
+    granularity : str
+        ``"layer"`` (one node) or the grouping that produced it.
+    op_types : tuple of str
+        Op types of its nodes, in order.
+    inputs, outputs : tuple of TensorSpec
+        External activation inputs (``in0``...) and outputs (``out0``...).
+    constants : tuple of ConstantSpec
+        Constant inputs (``c0``...).
+    flops : int or None
+        Floating point operations of one run; None if an op is unknown.
+    weights : str
+        ``"synthetic"`` or ``"real"``: which weights :meth:`to_onnx` gives by default.
+    """
+
+    signature: str
+    granularity: str
+    op_types: tuple[str, ...]
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    constants: tuple[ConstantSpec, ...]
+    nodes: tuple[onnx.NodeProto, ...] = field(repr=False)
+    opsets: tuple[tuple[str, int], ...] = field(repr=False)
+    ir_version: int = field(default=8, repr=False)
+    flops: int | None = None
+    weights: str = "synthetic"
+    functions: tuple[onnx.FunctionProto, ...] = field(default=(), repr=False)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Brick) and other.signature == self.signature
+
+    def __hash__(self) -> int:
+        return hash(self.signature)
+
+    @property
+    def key(self) -> str:
+        """What benchmarks and the database identify the brick by: its signature."""
+        return self.signature
+
+    @property
+    def op_type(self) -> str:
+        """The op types joined by ``+`` (``"Conv"``, ``"Conv+Relu"``)."""
+        return "+".join(self.op_types)
+
+    @property
+    def bytes_moved(self) -> int:
+        """Bytes of its inputs, constants and outputs: what one run must read and write at least."""
+        return (sum(s.nbytes for s in self.inputs) + sum(c.spec.nbytes for c in self.constants)
+                + sum(s.nbytes for s in self.outputs))
+
+    @property
+    def value_ranges(self) -> dict[str, tuple[int, int]]:
+        """Valid ``[low, high)`` ranges of its integer inputs."""
+        return {s.name: s.value_range for s in self.inputs if s.value_range is not None}
+
+    def describe(self) -> dict[str, object]:
+        """JSON-safe summary: signature, ops, specs, FLOPs and bytes."""
+        return {
+            "signature": self.signature,
+            "granularity": self.granularity,
+            "op_types": list(self.op_types),
+            "attributes": [_attributes(n) for n in self.nodes],
+            "inputs": [s.to_dict() for s in self.inputs],
+            "outputs": [s.to_dict() for s in self.outputs],
+            "constants": [{**c.spec.to_dict(), "exact": c.exact} for c in self.constants],
+            "flops": self.flops,
+            "bytes_moved": self.bytes_moved,
+        }
+
+    # --------------------------------------------------------------------------- materialize
+    def to_onnx(self, weights: str | None = None) -> onnx.ModelProto:
+        """The brick as a standalone ONNX model.
+
+        Parameters
+        ----------
+        weights : {"synthetic", "real"}, optional
+            ``"real"`` needs a brick decomposed with ``weights="real"``. Default: :attr:`weights`.
+        """
+        weights = weights or self.weights
+        if weights not in WEIGHT_MODES:
+            raise InvalidArgumentError(
+                f"'weights' must be one of {WEIGHT_MODES}. Got {weights!r} instead.")
+        if weights == "real" and self.weights != "real":
+            raise InvalidArgumentError(
+                f"brick {self.signature[:12]} ({self.op_type}) was decomposed with synthetic weights; "
+                f"decompose the model with weights='real' to materialize its real weights.")
+        initializers = [self._constant_tensor(i, c, weights) for i, c in enumerate(self.constants)]
+        return self._model(initializers)
+
+    def _constant_tensor(self, index: int, const: ConstantSpec, weights: str) -> onnx.TensorProto:
+        if const.value is not None and (const.exact or weights == "real"):
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(const.value)
+            tensor.name = const.spec.name
+            return tensor
+        return onnx.numpy_helper.from_array(
+            synthetic_array(const.spec, const.synthetic, _seed(self.signature, index)), const.spec.name)
+
+    def _model(self, initializers: list[onnx.TensorProto]) -> onnx.ModelProto:
+        graph = onnx.helper.make_graph(
+            list(self.nodes), f"brick_{self.signature[:12]}",
+            [s.to_value_info() for s in self.inputs], [s.to_value_info() for s in self.outputs],
+            initializer=initializers)
+        model = onnx.helper.make_model(
+            graph, opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in self.opsets],
+            ir_version=self.ir_version, producer_name="dlbricks")
+        model.functions.extend(self.functions)
+        model.metadata_props.add(key=VALUE_RANGES_KEY, value=json.dumps(
+            {k: list(v) for k, v in self.value_ranges.items()}, sort_keys=True))
+        model.metadata_props.add(key="dlbricks.signature", value=self.signature)
+        return model
+
+    def check_runnable(self) -> str | None:
+        """None if onnxruntime can create a session for the brick, else the reason (one line)."""
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.log_severity_level = 4
+        try:
+            ort.InferenceSession(self.to_onnx(weights="synthetic").SerializeToString(), options,
+                                 providers=["CPUExecutionProvider"])
+        except Exception as e:  # noqa: BLE001 - onnxruntime raises untyped errors
+            text = " ".join(str(e).split())
+            return text[:300] or type(e).__name__
+        return None
+
+    def require_runnable(self) -> None:
+        """Raise :class:`UnrunnableBrickError` if onnxruntime cannot run the brick."""
+        reason = self.check_runnable()
+        if reason is not None:
+            raise UnrunnableBrickError(
+                f"brick {self.signature[:12]} ({self.op_type}) cannot run in onnxruntime: {reason}")
+
+    # --------------------------------------------------------------------------- storage
+    def to_bytes(self) -> bytes:
+        """Compact serialized form (ONNX with exact constants only); see :meth:`from_bytes`."""
+        initializers = []
+        for const in self.constants:
+            if const.exact and const.value is not None:
+                tensor = onnx.TensorProto()
+                tensor.CopyFrom(const.value)
+                tensor.name = const.spec.name
+            else:
+                tensor = onnx.TensorProto(name=const.spec.name, data_type=const.spec.onnx_dtype,
+                                          dims=list(const.spec.shape))
+            initializers.append(tensor)
+        model = self._model(initializers)
+        meta = {"signature": self.signature, "granularity": self.granularity, "flops": self.flops,
+                "constants": [[c.exact, c.synthetic] for c in self.constants],
+                "inputs": [s.to_dict() for s in self.inputs]}
+        model.metadata_props.add(key=BRICK_META_KEY, value=json.dumps(meta))
+        return model.SerializeToString()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Brick:
+        """Rebuild a brick (with synthetic weights) from :meth:`to_bytes`."""
+        model = onnx.load_model_from_string(data)
+        props = {p.key: p.value for p in model.metadata_props}
+        meta = json.loads(props[BRICK_META_KEY])
+        g = model.graph
+        from dlbricks._types import onnx_dtype_to_name
+
+        constants = []
+        for tensor, (exact, synthetic) in zip(g.initializer, meta["constants"], strict=True):
+            spec = TensorSpec(tensor.name, tuple(int(d) for d in tensor.dims),
+                              onnx_dtype_to_name(tensor.data_type))
+            constants.append(ConstantSpec(spec, exact, synthetic, tensor if exact else None))
+        outputs = tuple(_spec_of(vi) for vi in g.output)
+        return cls(
+            signature=meta["signature"], granularity=meta["granularity"],
+            op_types=tuple(n.op_type for n in g.node),
+            inputs=tuple(TensorSpec.from_dict(d) for d in meta["inputs"]), outputs=outputs,
+            constants=tuple(constants), nodes=tuple(g.node),
+            opsets=tuple((o.domain, int(o.version)) for o in model.opset_import),
+            ir_version=int(model.ir_version), flops=meta["flops"], weights="synthetic",
+            functions=tuple(model.functions))
+
+
+def _spec_of(vi: onnx.ValueInfoProto) -> TensorSpec:
+    from dlbricks._types import onnx_dtype_to_name
+
+    tt = vi.type.tensor_type
+    return TensorSpec(vi.name, tuple(int(d.dim_value) for d in tt.shape.dim), onnx_dtype_to_name(tt.elem_type))
+
+
+def _attributes(node: onnx.NodeProto) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for attr in node.attribute:
+        value = onnx.helper.get_attribute_value(attr)
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        elif isinstance(value, list):
+            value = [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in value]
+        if isinstance(value, int | float | str) or (isinstance(value, list) and all(
+                isinstance(v, int | float | str) for v in value)):
+            out[attr.name] = value
+        else:
+            out[attr.name] = f"<{onnx.AttributeProto.AttributeType.Name(attr.type).lower()}>"
+    return out
+
+
+def _seed(signature: str, index: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"{signature}:{index}".encode()).digest()[:8], "little")
+
+
+def synthetic_array(spec: TensorSpec, kind: str, seed: int) -> np.ndarray:
+    """Seeded synthetic weights: small normal values, or values in [0.5, 1.5) where positivity matters."""
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype("float32") if spec.dtype == "bfloat16" else np.dtype(spec.dtype)
+    if not np.issubdtype(dtype, np.floating):
+        return np.zeros(spec.shape, dtype=dtype)
+    if kind == "positive":
+        values = rng.random(size=spec.shape, dtype=np.float32) + np.float32(0.5)
+    else:
+        values = rng.standard_normal(size=spec.shape, dtype=np.float32) * np.float32(0.05)
+    return values.astype(dtype, copy=False)

@@ -1,0 +1,164 @@
+"""FLOPs of a node from its attributes and tensor specs; ``None`` where the op is unknown.
+
+Conventions (as in most FLOP counters): a multiply-add is 2 FLOPs; elementwise ops cost one FLOP per
+output element (transcendentals included); pure data movement (Reshape, Transpose, Gather...) costs
+0 FLOPs, which is known, not unknown. Bytes moved are the brick's inputs, constants and outputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+import onnx
+
+from dlbricks._types import TensorSpec
+
+__all__ = ["node_flops", "KNOWN_OPS"]
+
+Specs = Sequence[TensorSpec | None]
+FlopFn = Callable[[Mapping[str, object], Specs, Specs], int | None]
+
+
+def _numel(spec: TensorSpec | None) -> int | None:
+    return None if spec is None else spec.numel
+
+
+def _out(outs: Specs) -> int | None:
+    return _numel(outs[0]) if outs else None
+
+
+def _conv(attrs: Mapping[str, object], ins: Specs, outs: Specs) -> int | None:
+    w, y = ins[1], outs[0]
+    if w is None or y is None:
+        return None
+    per_out = 2 * math.prod(w.shape[1:])  # Cin/group * kernel, multiply-add
+    bias = y.numel if len(ins) > 2 and ins[2] is not None else 0
+    return y.numel * per_out + bias
+
+
+def _conv_transpose(attrs: Mapping[str, object], ins: Specs, outs: Specs) -> int | None:
+    x, w, y = ins[0], ins[1], outs[0]
+    if x is None or w is None or y is None:
+        return None
+    # every input element is scattered through Cout/group * kernel weights
+    per_in = 2 * math.prod(w.shape[1:])
+    bias = y.numel if len(ins) > 2 and ins[2] is not None else 0
+    return x.numel * per_in + bias
+
+
+def _matmul(attrs: Mapping[str, object], ins: Specs, outs: Specs) -> int | None:
+    a, y = ins[0], outs[0]
+    if a is None or y is None or not a.shape:
+        return None
+    return 2 * y.numel * a.shape[-1]
+
+
+def _gemm(attrs: Mapping[str, object], ins: Specs, outs: Specs) -> int | None:
+    a, y = ins[0], outs[0]
+    if a is None or y is None:
+        return None
+    k = a.shape[0] if attrs.get("transA", 0) else a.shape[-1]
+    bias = y.numel if len(ins) > 2 and ins[2] is not None else 0
+    return 2 * y.numel * k + bias
+
+
+def _pool(attrs: Mapping[str, object], ins: Specs, outs: Specs) -> int | None:
+    y = outs[0]
+    kernel = attrs.get("kernel_shape")
+    if y is None or kernel is None:
+        return None
+    return y.numel * math.prod(kernel)  # type: ignore[arg-type]
+
+
+def _global_pool(attrs: Mapping[str, object], ins: Specs, outs: Specs) -> int | None:
+    return _numel(ins[0])
+
+
+def _per_input(factor: int) -> FlopFn:
+    def fn(attrs: Mapping[str, object], ins: Specs, outs: Specs) -> int | None:
+        n = _numel(ins[0]) if ins else None
+        return None if n is None else factor * n
+    return fn
+
+
+def _per_output(factor: int) -> FlopFn:
+    def fn(attrs: Mapping[str, object], ins: Specs, outs: Specs) -> int | None:
+        n = _out(outs)
+        return None if n is None else factor * n
+    return fn
+
+
+def _zero(attrs: Mapping[str, object], ins: Specs, outs: Specs) -> int:
+    return 0
+
+
+def _rnn(gates: int) -> FlopFn:
+    def fn(attrs: Mapping[str, object], ins: Specs, outs: Specs) -> int | None:
+        x, w, r = ins[0], ins[1], ins[2]
+        if x is None or w is None or r is None:
+            return None
+        seq, batch, inp = x.shape
+        directions, gh, hidden = r.shape
+        matmuls = 2 * seq * batch * directions * gh * (inp + hidden)
+        elementwise = 4 * seq * batch * directions * gh
+        return matmuls + elementwise
+    return fn
+
+
+def _resize(attrs: Mapping[str, object], ins: Specs, outs: Specs) -> int | None:
+    n = _out(outs)
+    if n is None:
+        return None
+    mode = attrs.get("mode", b"nearest")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    rank = len(outs[0].shape) if outs[0] is not None else 4
+    per = {"nearest": 0, "linear": 2 ** max(rank - 2, 1) * 2, "cubic": 4 ** max(rank - 2, 1) * 2}
+    return n * per.get(mode, 1)
+
+
+_ELEMENTWISE = ["Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Relu", "LeakyRelu",
+                "PRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Exp", "Log", "Sqrt", "Erf",
+                "Abs", "Neg", "Reciprocal", "Clip", "Elu", "Selu", "Celu", "Gelu", "Softplus",
+                "Softsign", "Mish", "Sin", "Cos", "Floor", "Ceil", "Round", "Sign", "Where",
+                "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor",
+                "Not", "Mod", "BitShift", "IsNaN", "IsInf", "ThresholdedRelu", "QuickGelu"]
+_DATA_MOVEMENT = ["Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Split",
+                  "Slice", "Gather", "GatherElements", "GatherND", "ScatterND", "ScatterElements",
+                  "Expand", "Tile", "Pad", "Identity", "Cast", "CastLike", "Shape", "Size",
+                  "ConstantOfShape", "Constant", "Range", "DepthToSpace", "SpaceToDepth",
+                  "Dropout", "Trilu", "OneHot", "NonZero", "Compress", "EyeLike"]
+
+_FLOPS: dict[str, FlopFn] = {
+    "Conv": _conv, "ConvTranspose": _conv_transpose, "MatMul": _matmul, "Gemm": _gemm,
+    "MaxPool": _pool, "AveragePool": _pool, "LpPool": _pool,
+    "GlobalAveragePool": _global_pool, "GlobalMaxPool": _global_pool,
+    "BatchNormalization": _per_output(2), "InstanceNormalization": _per_output(5),
+    "LayerNormalization": _per_output(8), "GroupNormalization": _per_output(8),
+    "LRN": _per_output(5), "Softmax": _per_output(5), "LogSoftmax": _per_output(5),
+    "ReduceMean": _per_input(1), "ReduceSum": _per_input(1), "ReduceMax": _per_input(1),
+    "ReduceMin": _per_input(1), "ReduceProd": _per_input(1), "ReduceL2": _per_input(2),
+    "ReduceSumSquare": _per_input(2), "ReduceL1": _per_input(1), "ReduceLogSumExp": _per_input(3),
+    "ArgMax": _per_input(1), "ArgMin": _per_input(1), "TopK": _per_input(1),
+    "CumSum": _per_input(1),
+    "LSTM": _rnn(4), "GRU": _rnn(3), "RNN": _rnn(1), "Resize": _resize, "Upsample": _resize,
+    **{op: _per_output(1) for op in _ELEMENTWISE},
+    **{op: _zero for op in _DATA_MOVEMENT},
+}
+
+#: Ops whose FLOPs dlbricks knows (others report ``None``).
+KNOWN_OPS = frozenset(_FLOPS)
+
+
+def node_flops(node: onnx.NodeProto, ins: Specs, outs: Specs) -> int | None:
+    """FLOPs of one node, or None if the op is unknown (custom domains, control flow...)."""
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    fn = _FLOPS.get(node.op_type)
+    if fn is None:
+        return None
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    try:
+        return fn(attrs, ins, outs)
+    except (IndexError, ValueError, TypeError):
+        return None

@@ -1,0 +1,359 @@
+"""Decomposition of a :class:`ModelGraph` into bricks, and :class:`BrickSet`, their union over models."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+import onnx
+
+from dlbricks._bricks import (
+    EXACT_MAX_ELEMENTS, POSITIVE_INPUTS, SEMANTIC_INPUTS, WEIGHT_MODES, Brick, ConstantSpec,
+)
+from dlbricks._canonical import canonical_nodes, signature_of, value_digest
+from dlbricks._cost import node_flops
+from dlbricks._errors import InvalidArgumentError
+from dlbricks._graph import LayerNode, ModelGraph
+from dlbricks._onnx_frontend import ModelLike, load_model
+from dlbricks._ranges import consumer_range
+from dlbricks._types import TensorSpec
+
+__all__ = ["Occurrence", "Decomposition", "BrickSet", "BrickSetSummary", "decompose", "GRANULARITIES"]
+
+GRANULARITIES = ("layer",)
+
+
+@dataclass(frozen=True, slots=True)
+class Occurrence:
+    """One use of a brick in a model: its position in the model's brick DAG, the layers it covers,
+    and the model's tensors bound to the brick's inputs (``in0``...) and outputs (``out0``...)."""
+
+    index: int
+    signature: str
+    nodes: tuple[str, ...]
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Decomposition:
+    """The bricks of one model: unique bricks, every occurrence in order, and the brick DAG.
+
+    ``dag`` has one node per occurrence index (attribute ``signature``) and an edge wherever a
+    tensor flows from one occurrence to another.
+    """
+
+    model: str
+    model_key: str
+    granularity: str
+    inputs: tuple[TensorSpec, ...]
+    bricks: Mapping[str, Brick]
+    occurrences: tuple[Occurrence, ...]
+    dag: nx.DiGraph
+    instances: tuple[Brick, ...] | None = None  # one brick per occurrence, with weights="real"
+
+    @property
+    def layers(self) -> int:
+        """Number of layers (ONNX nodes that are not folded constants)."""
+        return sum(len(o.nodes) for o in self.occurrences)
+
+    def counts(self) -> dict[str, int]:
+        """Occurrences per signature."""
+        out: dict[str, int] = {}
+        for occ in self.occurrences:
+            out[occ.signature] = out.get(occ.signature, 0) + 1
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class BrickSetSummary:
+    """Summary figures of a :class:`BrickSet` (the paper's "layers repeat across models")."""
+
+    models: int
+    layers: int
+    unique_bricks: int
+    per_model: tuple[tuple[str, int, int], ...]  # (model, layers, unique bricks in the model)
+    shared_across_models: int  # bricks used by two or more models
+
+    @property
+    def reuse_ratio(self) -> float:
+        """Layers per unique brick: how many layer benchmarks one brick benchmark replaces."""
+        return self.layers / self.unique_bricks if self.unique_bricks else 0.0
+
+    @property
+    def within_model_unique(self) -> int:
+        """Sum over models of their unique bricks (dedup within each model only)."""
+        return sum(u for _, _, u in self.per_model)
+
+    @property
+    def cross_model_ratio(self) -> float:
+        """Gain of dedup across models on top of dedup within models."""
+        return self.within_model_unique / self.unique_bricks if self.unique_bricks else 0.0
+
+
+class BrickSet:
+    """The unique bricks of many models, with each model's occurrences and brick DAG.
+
+    Examples
+    --------
+    >>> import dlbricks
+    >>> from dlbricks.model_zoo import build
+    >>> bs = dlbricks.BrickSet.from_models([build("resnet18_v1"), build("resnet34_v1")])
+    >>> s = bs.summary()
+    >>> s.unique_bricks < s.layers
+    True
+    """
+
+    def __init__(self) -> None:
+        self.bricks: dict[str, Brick] = {}
+        self.models: dict[str, Decomposition] = {}
+
+    def __len__(self) -> int:
+        return len(self.bricks)
+
+    def __repr__(self) -> str:
+        return f"BrickSet(models={len(self.models)}, unique_bricks={len(self.bricks)})"
+
+    def add(self, decomposition: Decomposition) -> None:
+        """Merge a model's decomposition; equal signatures become one brick."""
+        if decomposition.model in self.models:
+            raise InvalidArgumentError(
+                f"model '{decomposition.model}' is already in this BrickSet; give models unique names.")
+        self.models[decomposition.model] = decomposition
+        for sig, brick in decomposition.bricks.items():
+            self.bricks.setdefault(sig, brick)
+
+    @classmethod
+    def from_models(cls, models: Iterable[ModelLike | ModelGraph], granularity: str = "layer",
+                    weights: str = "synthetic") -> BrickSet:
+        """Decompose every model and collect the bricks."""
+        bs = cls()
+        for model in models:
+            bs.add(decompose(model, granularity=granularity, weights=weights))
+        return bs
+
+    def occurrences(self, signature: str) -> list[tuple[str, Occurrence]]:
+        """Every (model, occurrence) of a brick."""
+        return [(name, occ) for name, dec in self.models.items()
+                for occ in dec.occurrences if occ.signature == signature]
+
+    def counts(self) -> dict[str, int]:
+        """Total occurrences of each brick over all models."""
+        out: dict[str, int] = {}
+        for dec in self.models.values():
+            for sig, n in dec.counts().items():
+                out[sig] = out.get(sig, 0) + n
+        return out
+
+    def model_names(self, signature: str) -> list[str]:
+        """Models that use a brick."""
+        return [name for name, dec in self.models.items() if signature in dec.bricks]
+
+    def summary(self) -> BrickSetSummary:
+        """Layers, unique bricks and reuse, per model and for the set."""
+        per_model = tuple((name, dec.layers, len(dec.bricks)) for name, dec in self.models.items())
+        users: dict[str, int] = {}
+        for dec in self.models.values():
+            for sig in dec.bricks:
+                users[sig] = users.get(sig, 0) + 1
+        return BrickSetSummary(
+            models=len(self.models), layers=sum(p[1] for p in per_model),
+            unique_bricks=len(self.bricks), per_model=per_model,
+            shared_across_models=sum(1 for n in users.values() if n > 1))
+
+
+def decompose(model: ModelLike | ModelGraph, granularity: str = "layer", *, weights: str = "synthetic",
+              input_shapes: Mapping[str, Sequence[int]] | None = None,
+              batch_size: int | None = None) -> Decomposition:
+    """Cut a model into bricks.
+
+    Parameters
+    ----------
+    model : ModelGraph, path, bytes or onnx.ModelProto
+        The model; anything but a ModelGraph is loaded with :func:`load_model`.
+    granularity : {"layer"}
+        ``"layer"``: one node per brick.
+    weights : {"synthetic", "real"}
+        ``"real"`` keeps the model's weights so bricks can reproduce its intermediate tensors.
+
+    Returns
+    -------
+    Decomposition
+
+    Examples
+    --------
+    >>> import dlbricks
+    >>> from dlbricks.model_zoo import build
+    >>> dec = dlbricks.decompose(build("resnet50_v1"))
+    >>> dec.layers > 3 * len(dec.bricks)
+    True
+    """
+    if granularity not in GRANULARITIES:
+        raise InvalidArgumentError(
+            f"'granularity' must be one of {GRANULARITIES}. Got {granularity!r} instead.")
+    if weights not in WEIGHT_MODES:
+        raise InvalidArgumentError(f"'weights' must be one of {WEIGHT_MODES}. Got {weights!r} instead.")
+    graph = model if isinstance(model, ModelGraph) else load_model(
+        model, input_shapes=input_shapes, batch_size=batch_size)
+    groups = [(layer,) for layer in graph.layers]
+    return _decompose_groups(graph, groups, granularity, weights)
+
+
+def _decompose_groups(graph: ModelGraph, groups: Sequence[tuple[LayerNode, ...]], granularity: str,
+                      weights: str) -> Decomposition:
+    ranges = {s.name: s.value_range for s in graph.inputs if s.value_range is not None}
+    bricks: dict[str, Brick] = {}
+    occurrences: list[Occurrence] = []
+    owner: dict[str, int] = {}
+    instances: list[Brick] = []
+    for index, group in enumerate(groups):
+        brick, inputs, outputs = _make_brick(graph, group, granularity, weights, ranges, bricks)
+        bricks.setdefault(brick.signature, brick)
+        if weights == "real":
+            instances.append(brick)
+        occurrences.append(Occurrence(index, brick.signature, tuple(la.name for la in group),
+                                      tuple(inputs), tuple(outputs)))
+        for layer in group:
+            owner[layer.name] = index
+    dag = nx.DiGraph()
+    dag.add_nodes_from((o.index, {"signature": o.signature}) for o in occurrences)
+    for u, v in graph.dag.edges:
+        a, b = owner[u], owner[v]
+        if a != b:
+            dag.add_edge(a, b)
+    return Decomposition(model=graph.name, model_key=graph.key, granularity=granularity,
+                         inputs=graph.inputs, bricks=bricks, occurrences=tuple(occurrences), dag=dag,
+                         instances=tuple(instances) if weights == "real" else None)
+
+
+def _group_interface(graph: ModelGraph, group: tuple[LayerNode, ...],
+                     ) -> tuple[list[str], list[str], list[str]]:
+    """External activation inputs, constant inputs and outputs of a group, in order of first use."""
+    produced = {o for la in group for o in la.outputs if o}
+    inputs: dict[str, None] = {}
+    constants: dict[str, None] = {}
+    for layer in group:
+        for name in layer.all_inputs:
+            if name in produced:
+                continue
+            (constants if graph.is_constant(name) else inputs).setdefault(name, None)
+    if len(group) == 1:
+        outputs = [o for o in group[0].outputs if o]
+    else:
+        members = {la.name for la in group}
+        consumed_outside = {t for la in graph.layers if la.name not in members for t in la.all_inputs}
+        graph_outputs = {s.name for s in graph.outputs}
+        outputs = [o for la in group for o in la.outputs
+                   if o and (o in consumed_outside or o in graph_outputs)]
+    return list(inputs), list(constants), outputs
+
+
+def _make_brick(graph: ModelGraph, group: tuple[LayerNode, ...], granularity: str, weights: str,
+                model_ranges: Mapping[str, tuple[int, int]], seen: Mapping[str, Brick],
+                ) -> tuple[Brick, list[str], list[str]]:
+    inputs, constants, outputs = _group_interface(graph, group)
+    nodes = canonical_nodes([la.proto for la in group], inputs, constants, outputs)
+    in_specs = tuple(graph.spec(n).renamed(f"in{i}").with_range(
+        _input_range(graph, group, n, model_ranges)) for i, n in enumerate(inputs))
+    out_specs = tuple(graph.spec(n).renamed(f"out{i}") for i, n in enumerate(outputs))
+    roles = _constant_roles(group, constants)
+    const_specs = []
+    sig_consts = []
+    for i, name in enumerate(constants):
+        spec = graph.spec(name).renamed(f"c{i}")
+        semantic, positive = roles[name]
+        integral = _is_integral(spec.dtype)
+        exact = semantic or integral or spec.numel <= EXACT_MAX_ELEMENTS
+        hashed = semantic or integral or spec.numel <= 1
+        digest = value_digest(graph.constant_array(name)) if hashed else None
+        keep = exact or weights == "real"
+        const_specs.append(ConstantSpec(spec, exact, "positive" if positive else "normal",
+                                        graph.constants[name] if keep else None))
+        sig_consts.append((spec.shape, spec.dtype, digest))
+    domains = {la.domain for la in group} | {""}
+    opsets = tuple(sorted((d, graph.opsets[d]) for d in domains if d in graph.opsets))
+    signature = signature_of(
+        granularity=granularity, nodes=nodes, opsets=dict(opsets),
+        inputs=[(s.shape, s.dtype) for s in in_specs], constants=sig_consts,
+        outputs=[(s.shape, s.dtype) for s in out_specs])
+    existing = seen.get(signature)
+    if existing is not None and weights == "synthetic":
+        return existing, inputs, outputs
+    return Brick(
+        signature=signature, granularity=granularity, op_types=tuple(la.op_type for la in group),
+        inputs=in_specs, outputs=out_specs, constants=tuple(const_specs), nodes=nodes, opsets=opsets,
+        ir_version=max(graph.ir_version, 3), flops=_group_flops(graph, group), weights=weights,
+        functions=_functions(graph, group)), inputs, outputs
+
+
+def _is_integral(dtype: str) -> bool:
+    if dtype in ("bool", "string"):
+        return True
+    return dtype != "bfloat16" and bool(np.issubdtype(np.dtype(dtype), np.integer))
+
+
+def _constant_roles(group: tuple[LayerNode, ...], constants: Sequence[str]) -> dict[str, tuple[bool, bool]]:
+    """For each constant: (semantic, must be positive), from the positions where it is read."""
+    roles = {name: (False, False) for name in constants}
+    for layer in group:
+        semantic_positions = SEMANTIC_INPUTS.get(layer.op_type, frozenset())
+        positive_positions = POSITIVE_INPUTS.get(layer.op_type, frozenset())
+        for position, name in enumerate(layer.inputs):
+            if name in roles:
+                sem, pos = roles[name]
+                roles[name] = (sem or position in semantic_positions, pos or position in positive_positions)
+        for name in layer.implicit_inputs:
+            if name in roles:
+                roles[name] = (True, roles[name][1])
+    return roles
+
+
+def _input_range(graph: ModelGraph, group: tuple[LayerNode, ...], name: str,
+                 model_ranges: Mapping[str, tuple[int, int]]) -> tuple[int, int] | None:
+    found: tuple[int, int] | None = None
+    for layer in group:
+        for position, inp in enumerate(layer.inputs):
+            if inp != name:
+                continue
+            rng = consumer_range(layer.proto, position, _SpecView(graph))
+            if rng is not None:
+                found = rng if found is None else (max(found[0], rng[0]), min(found[1], rng[1]))
+    return found if found is not None else model_ranges.get(name)
+
+
+class _SpecView(Mapping[str, TensorSpec]):
+    """Read-only view of every tensor spec of a graph, constants included."""
+
+    def __init__(self, graph: ModelGraph) -> None:
+        self._graph = graph
+
+    def __getitem__(self, name: str) -> TensorSpec:
+        try:
+            return self._graph.spec(name)
+        except KeyError:
+            raise KeyError(name) from None
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._graph.tensors)
+
+    def __len__(self) -> int:
+        return len(self._graph.tensors)
+
+
+def _group_flops(graph: ModelGraph, group: tuple[LayerNode, ...]) -> int | None:
+    total = 0
+    for layer in group:
+        ins = [graph.spec(n) if n else None for n in layer.inputs]
+        outs = [graph.spec(n) if n else None for n in layer.outputs]
+        flops = node_flops(layer.proto, ins, outs)
+        if flops is None:
+            return None
+        total += flops
+    return total
+
+
+def _functions(graph: ModelGraph, group: tuple[LayerNode, ...]) -> tuple[onnx.FunctionProto, ...]:
+    used = {(la.domain, la.op_type) for la in group}
+    return tuple(f for f in graph.proto.functions if (f.domain, f.name) in used)

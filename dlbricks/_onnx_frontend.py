@@ -1,0 +1,486 @@
+"""ONNX frontend: read a model, resolve symbolic dimensions, infer every shape, fold constants.
+
+Shape inference runs on a *skeleton* of the model (large weights replaced by typed graph inputs), so
+its cost does not grow with the weights; onnx's data propagation resolves shape arithmetic, and
+computations whose inputs are all known (Constant nodes, Shape -> Gather -> Concat chains) are folded
+into constants with onnx's reference evaluator, then inference runs again with the folded values.
+What inference still cannot resolve (data-dependent shapes) is read off one onnxruntime run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import external_data_helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from dlbricks._errors import InvalidArgumentError, ModelLoadError, ShapeInferenceError
+from dlbricks._graph import VALUE_RANGES_KEY, LayerNode, ModelGraph, ModelSource
+from dlbricks._types import TensorSpec, onnx_dtype_to_name
+
+__all__ = ["load_model", "FOLD_MAX_ELEMENTS"]
+
+#: A computation is folded into a constant only if its inputs and outputs are at most this large.
+FOLD_MAX_ELEMENTS = 4096
+_NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+                     "Multinomial", "Bernoulli", "Dropout"}
+ModelLike = str | os.PathLike | onnx.ModelProto | bytes
+
+
+def load_model(
+    model: ModelLike,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    batch_size: int | None = None,
+    *,
+    name: str | None = None,
+) -> ModelGraph:
+    """Load an ONNX model into a :class:`ModelGraph` with concrete shapes everywhere.
+
+    Parameters
+    ----------
+    model : path, bytes or onnx.ModelProto
+        The model. A path may use external data (weights in side files in its folder).
+    input_shapes : mapping of str to sequence of int, optional
+        Concrete shapes of inputs, overriding the model's dimensions.
+    batch_size : int, optional
+        Value for the symbolic leading dimension of inputs.
+    name : str, optional
+        Name of the model; defaults to the file stem or the graph name.
+
+    Returns
+    -------
+    ModelGraph
+
+    Examples
+    --------
+    >>> import dlbricks
+    >>> from dlbricks.model_zoo import build
+    >>> graph = dlbricks.load_model(build("squeezenet1.1"))
+    >>> len(graph) > 50
+    True
+    """
+    batch_size = _check_batch_size(batch_size)
+    shapes = _check_input_shapes(input_shapes)
+    proto, path = _read(model)
+    label = str(path) if path is not None else f"<model {proto.graph.name or 'in memory'}>"
+    concrete = _concrete_inputs(proto, label, shapes, batch_size)
+    opsets = {op.domain or "": int(op.version) for op in proto.opset_import}
+    nodes = list(proto.graph.node)
+    specs, known, folded = _infer_and_fold(proto, nodes, concrete, opsets, label)
+    ranges = _model_value_ranges(proto, nodes, folded, specs, label)
+    constants = _constants(proto, known, folded, nodes)
+    layers = _layers(nodes, folded)
+    _require_specs(layers, specs, constants, proto, concrete, ranges, label)
+    inputs = tuple(specs[n].with_range(ranges.get(n)) for n in concrete)
+    outputs = tuple(specs[o.name] for o in proto.graph.output if o.name in specs)
+    sha = _content_hash(proto)
+    return ModelGraph(
+        name=name or (Path(path).stem if path is not None else (proto.graph.name or "model")),
+        layers=layers,
+        inputs=inputs,
+        outputs=outputs,
+        tensors={k: v for k, v in specs.items() if k not in constants},
+        constants=constants,
+        opsets=opsets,
+        ir_version=int(proto.ir_version),
+        source=ModelSource("onnx", str(path) if path is not None else None, sha),
+        proto=proto,
+        folded=tuple(nodes[i].name or f"{nodes[i].op_type}_{i}" for i in sorted(folded)),
+    )
+
+
+# ----------------------------------------------------------------------------------- arguments
+def _check_batch_size(batch_size: object) -> int | None:
+    if batch_size is None:
+        return None
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) or batch_size <= 0:
+        raise InvalidArgumentError(
+            f"The 'batch_size' of load_model must be a positive int. Got {batch_size!r} instead.")
+    return int(batch_size)
+
+
+def _check_input_shapes(input_shapes: Mapping[str, Sequence[int]] | None) -> dict[str, tuple[int, ...]]:
+    if input_shapes is None:
+        return {}
+    if not isinstance(input_shapes, Mapping):
+        raise InvalidArgumentError(
+            f"'input_shapes' must map input names to shapes, e.g. {{'x': (1, 3, 224, 224)}}. "
+            f"Got {input_shapes!r} instead.")
+    out: dict[str, tuple[int, ...]] = {}
+    for key, dims in input_shapes.items():
+        if isinstance(dims, str | bytes) or not isinstance(dims, Sequence) or not all(
+                isinstance(d, int | np.integer) and not isinstance(d, bool) and d > 0 for d in dims):
+            raise InvalidArgumentError(
+                f"The shape of input '{key}' must be a sequence of positive ints. Got {dims!r} instead.")
+        out[str(key)] = tuple(int(d) for d in dims)
+    return out
+
+
+# ----------------------------------------------------------------------------------- reading
+def _read(model: ModelLike) -> tuple[onnx.ModelProto, Path | None]:
+    if isinstance(model, onnx.ModelProto):
+        _check_proto(model, "<in-memory model>")
+        return model, None
+    if isinstance(model, bytes):
+        return _parse(model, "<bytes>"), None
+    if not isinstance(model, str | os.PathLike):
+        raise InvalidArgumentError(
+            f"load_model takes a path, bytes or an onnx.ModelProto. Got {type(model).__name__} instead.")
+    path = Path(model)
+    if not path.exists():
+        raise ModelLoadError(f"{path}: no such file; check the path.")
+    if not path.is_file():
+        raise ModelLoadError(f"{path}: is not a file; pass the path of an .onnx file.")
+    try:
+        proto = _parse(path.read_bytes(), str(path))
+    except PermissionError as e:
+        raise ModelLoadError(f"{path}: cannot be read ({e.strerror}); check its permissions.") from e
+    _load_external_data(proto, path)
+    return proto, path
+
+
+def _parse(data: bytes, label: str) -> onnx.ModelProto:
+    try:
+        proto = onnx.load_model_from_string(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise ModelLoadError(
+            f"{label}: is not a valid ONNX file (truncated or not ONNX: {e}); re-export the model.") from e
+    _check_proto(proto, label)
+    return proto
+
+
+def _check_proto(proto: onnx.ModelProto, label: str) -> None:
+    if not proto.HasField("graph") or proto.ir_version <= 0 or not proto.opset_import:
+        raise ModelLoadError(
+            f"{label}: is not an ONNX model (no graph, IR version or opset); re-export the model.")
+
+
+def _load_external_data(proto: onnx.ModelProto, path: Path) -> None:
+    base = path.parent.resolve()
+    external = [t for t in external_data_helper._get_all_tensors(proto)
+                if external_data_helper.uses_external_data(t)]
+    for tensor in external:
+        location = external_data_helper.ExternalDataInfo(tensor).location
+        target = (base / location).resolve()
+        if os.path.isabs(location) or not target.is_relative_to(base):
+            raise ModelLoadError(
+                f"{path}: tensor '{tensor.name}' points to external data '{location}' outside the "
+                f"model's folder; move the data file next to the model.")
+        if not target.is_file():
+            raise ModelLoadError(
+                f"{path}: external data file '{location}' of tensor '{tensor.name}' is missing; "
+                f"copy it into {base}.")
+    if external:
+        try:
+            external_data_helper.load_external_data_for_model(proto, str(base))
+        except (OSError, ValueError, onnx.checker.ValidationError) as e:
+            raise ModelLoadError(f"{path}: external data cannot be read ({e}); re-export the model.") from e
+
+
+def _content_hash(proto: onnx.ModelProto) -> str:
+    """Hash of the graph and of every weight's bytes (stable across processes)."""
+    h = hashlib.sha256()
+    graph = onnx.GraphProto()
+    graph.node.extend(proto.graph.node)
+    graph.input.extend(proto.graph.input)
+    graph.output.extend(proto.graph.output)
+    h.update(graph.SerializeToString(deterministic=True))
+    for init in proto.graph.initializer:
+        h.update(init.name.encode())
+        h.update(bytes(str(list(init.dims)), "ascii"))
+        h.update(init.raw_data if init.raw_data else init.SerializeToString(deterministic=True))
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------------------------- shapes
+def _concrete_inputs(proto: onnx.ModelProto, label: str, shapes: Mapping[str, tuple[int, ...]],
+                     batch_size: int | None) -> dict[str, tuple[int, ...]]:
+    initializers = {t.name for t in proto.graph.initializer}
+    graph_inputs = [vi for vi in proto.graph.input if vi.name not in initializers]
+    unknown = sorted(set(shapes) - {vi.name for vi in graph_inputs})
+    if unknown:
+        raise InvalidArgumentError(
+            f"{label}: has no input named {unknown[0]!r}; its inputs are "
+            f"{', '.join(vi.name for vi in graph_inputs)}.")
+    out: dict[str, tuple[int, ...]] = {}
+    for vi in graph_inputs:
+        if not vi.type.HasField("tensor_type"):
+            raise ShapeInferenceError(f"{label}: input '{vi.name}' is not a tensor; only tensor inputs "
+                                      f"are supported.")
+        out[vi.name] = _input_shape(vi, label, shapes.get(vi.name), batch_size)
+    return out
+
+
+def _input_shape(vi: onnx.ValueInfoProto, label: str, given: tuple[int, ...] | None,
+                 batch_size: int | None) -> tuple[int, ...]:
+    tt = vi.type.tensor_type
+    hint = f"give it with input_shapes={{'{vi.name}': (...)}} or --input-shape {vi.name}=D,D,..."
+    if given is not None:
+        if tt.HasField("shape") and len(tt.shape.dim) != len(given):
+            raise InvalidArgumentError(
+                f"{label}: input '{vi.name}' has rank {len(tt.shape.dim)}, but the given shape "
+                f"{given} has rank {len(given)}.")
+        return given
+    if not tt.HasField("shape"):
+        raise ShapeInferenceError(f"{label}: input '{vi.name}' has no shape; {hint}.")
+    dims: list[int] = []
+    for axis, dim in enumerate(tt.shape.dim):
+        if dim.HasField("dim_value") and dim.dim_value > 0:
+            if axis == 0 and batch_size is not None and dim.dim_value != batch_size:
+                raise InvalidArgumentError(
+                    f"{label}: input '{vi.name}' has a fixed batch dimension {dim.dim_value}; "
+                    f"batch_size={batch_size} cannot change it (export the model with a symbolic "
+                    f"batch dimension or use input_shapes).")
+            dims.append(int(dim.dim_value))
+        elif axis == 0 and batch_size is not None:
+            dims.append(batch_size)
+        else:
+            symbol = dim.dim_param or "?"
+            raise ShapeInferenceError(
+                f"{label}: input '{vi.name}' has symbolic dimension '{symbol}' at axis {axis}; "
+                f"{hint}" + (" or batch_size=N" if axis == 0 else "") + ".")
+    return tuple(dims)
+
+
+def _skeleton(proto: onnx.ModelProto, nodes: list[onnx.NodeProto], concrete: Mapping[str, tuple[int, ...]],
+              known: Mapping[str, np.ndarray], skip: set[int]) -> onnx.ModelProto:
+    """The model without its large weights (they become typed inputs) and without folded nodes."""
+    sk = onnx.ModelProto(ir_version=proto.ir_version)
+    sk.opset_import.extend(proto.opset_import)
+    sk.functions.extend(proto.functions)
+    g = sk.graph
+    g.node.extend(n for i, n in enumerate(nodes) if i not in skip)
+    dtypes = {vi.name: vi.type.tensor_type.elem_type for vi in proto.graph.input}
+    for name, shape in concrete.items():
+        g.input.append(onnx.helper.make_tensor_value_info(name, dtypes[name], list(shape)))
+    for init in proto.graph.initializer:
+        if init.name in known:
+            continue
+        if _numel(init.dims) <= FOLD_MAX_ELEMENTS:
+            g.initializer.append(init)
+        else:
+            g.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+    for name, arr in known.items():
+        g.initializer.append(numpy_helper.from_array(arr, name))
+    g.output.extend(proto.graph.output)
+    return sk
+
+
+def _infer_and_fold(proto: onnx.ModelProto, nodes: list[onnx.NodeProto],
+                    concrete: Mapping[str, tuple[int, ...]], opsets: Mapping[str, int], label: str,
+                    ) -> tuple[dict[str, TensorSpec], dict[str, np.ndarray], set[int]]:
+    """Infer shapes and fold constants until a fixed point (at most a few rounds)."""
+    known: dict[str, np.ndarray] = {}
+    folded: set[int] = set()
+    specs: dict[str, TensorSpec] = {}
+    for _ in range(4):
+        inferred = _infer(_skeleton(proto, nodes, concrete, known, folded), label)
+        specs.update(inferred)
+        newly = _fold(proto, nodes, specs, known, folded, opsets)
+        if not newly:
+            break
+        if all(o in specs for i, n in enumerate(nodes) if i not in folded for o in n.output if o):
+            break
+    return specs, known, folded
+
+
+def _infer(model: onnx.ModelProto, label: str) -> dict[str, TensorSpec]:
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
+                                                     data_prop=True)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ShapeInferenceError(f"{label}: shape inference failed: {first}") from e
+    specs: dict[str, TensorSpec] = {}
+    g = inferred.graph
+    for vi in (*g.input, *g.value_info, *g.output):
+        spec = _spec_of(vi)
+        if spec is not None:
+            specs[vi.name] = spec
+    for init in g.initializer:
+        specs[init.name] = TensorSpec(init.name, tuple(int(d) for d in init.dims),
+                                      onnx_dtype_to_name(init.data_type))
+    return specs
+
+
+def _spec_of(vi: onnx.ValueInfoProto) -> TensorSpec | None:
+    if not vi.type.HasField("tensor_type"):
+        return None
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape") or tt.elem_type == 0:
+        return None
+    dims = []
+    for d in tt.shape.dim:
+        if not d.HasField("dim_value") or d.dim_value < 0:
+            return None
+        dims.append(int(d.dim_value))
+    return TensorSpec(vi.name, tuple(dims), onnx_dtype_to_name(tt.elem_type))
+
+
+def _numel(dims: Sequence[int]) -> int:
+    return math.prod(int(d) for d in dims)
+
+
+# ----------------------------------------------------------------------------------- folding
+def _fold(proto: onnx.ModelProto, nodes: list[onnx.NodeProto], specs: dict[str, TensorSpec],
+          known: dict[str, np.ndarray], folded: set[int], opsets: Mapping[str, int]) -> int:
+    """Fold every node whose result is a small constant; returns how many were folded."""
+    small_inits = {t.name: t for t in proto.graph.initializer if _numel(t.dims) <= FOLD_MAX_ELEMENTS}
+    count = 0
+    for i, node in enumerate(nodes):
+        if i in folded:
+            continue
+        values = _fold_node(node, specs, known, small_inits, opsets)
+        if values is None:
+            continue
+        folded.add(i)
+        count += 1
+        for name, arr in zip(node.output, values, strict=False):
+            if name:
+                known[name] = arr
+                specs[name] = TensorSpec(name, tuple(arr.shape), arr.dtype.name)
+    return count
+
+
+def _fold_node(node: onnx.NodeProto, specs: Mapping[str, TensorSpec], known: dict[str, np.ndarray],
+               small_inits: Mapping[str, onnx.TensorProto], opsets: Mapping[str, int],
+               ) -> list[np.ndarray] | None:
+    if node.domain not in ("", "ai.onnx") or node.op_type in _NONDETERMINISTIC:
+        return None
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        return None
+    if node.op_type in ("Shape", "Size"):
+        src = specs.get(node.input[0])
+        if src is None:
+            return None
+        return [_shape_value(node, src.shape)]
+    inputs = [n for n in node.input if n]
+    if node.op_type != "Constant" and not inputs:
+        return None
+    feeds: dict[str, np.ndarray] = {}
+    for name in inputs:
+        arr = known.get(name)
+        if arr is None and name in small_inits:
+            arr = numpy_helper.to_array(small_inits[name])
+        if arr is None:
+            return None
+        feeds[name] = arr
+    for out in node.output:
+        spec = specs.get(out)
+        if out and spec is not None and spec.numel > FOLD_MAX_ELEMENTS:
+            return None
+    try:
+        values = ReferenceEvaluator(node, opsets=dict(opsets)).run(None, feeds)
+    except Exception:  # noqa: BLE001 - the reference runtime lacks some ops: keep the node a layer
+        return None
+    arrays = [np.asarray(v) for v in values]
+    if any(a.size > FOLD_MAX_ELEMENTS or a.dtype == object for a in arrays):
+        return None
+    return arrays
+
+
+def _shape_value(node: onnx.NodeProto, shape: tuple[int, ...]) -> np.ndarray:
+    if node.op_type == "Size":
+        return np.array(math.prod(shape), dtype=np.int64)
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    start, end = attrs.get("start", 0), attrs.get("end", None)
+    return np.array(shape[start:end], dtype=np.int64)
+
+
+def _constants(proto: onnx.ModelProto, known: Mapping[str, np.ndarray], folded: set[int],
+               nodes: list[onnx.NodeProto]) -> dict[str, onnx.TensorProto]:
+    constants = {t.name: t for t in proto.graph.initializer}
+    produced = {o for i in folded for o in nodes[i].output if o}
+    for name in produced:
+        constants[name] = numpy_helper.from_array(known[name], name)
+    return constants
+
+
+def _layers(nodes: list[onnx.NodeProto], folded: set[int]) -> tuple[LayerNode, ...]:
+    layers: list[LayerNode] = []
+    used: set[str] = set()
+    for i, node in enumerate(nodes):
+        if i in folded:
+            continue
+        name = node.name or f"{node.op_type}_{i}"
+        if name in used:
+            name = f"{name}_{i}"
+        used.add(name)
+        layers.append(LayerNode(name=name, op_type=node.op_type, domain=node.domain or "",
+                                inputs=tuple(node.input), outputs=tuple(node.output),
+                                implicit_inputs=_implicit_inputs(node), proto=node))
+    return tuple(layers)
+
+
+def _implicit_inputs(node: onnx.NodeProto) -> tuple[str, ...]:
+    """Outer-scope names read inside the node's subgraphs, in order of first use."""
+    found: dict[str, None] = {}
+    for attr in node.attribute:
+        graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+        for graph in graphs:
+            for name in _free_names(graph):
+                found.setdefault(name, None)
+    return tuple(found)
+
+
+def _free_names(graph: onnx.GraphProto) -> list[str]:
+    defined = {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
+    free: list[str] = []
+    for node in graph.node:
+        for name in node.input:
+            if name and name not in defined and name not in free:
+                free.append(name)
+        for name in _implicit_inputs(node):
+            if name not in defined and name not in free:
+                free.append(name)
+        defined.update(o for o in node.output if o)
+    return free
+
+
+# ----------------------------------------------------------------------------------- ranges
+def _model_value_ranges(proto: onnx.ModelProto, nodes: list[onnx.NodeProto], folded: set[int],
+                        specs: Mapping[str, TensorSpec], label: str) -> dict[str, tuple[int, int]]:
+    """Valid ranges of integer tensors: from consumers (Gather indices...) and the model's metadata."""
+    from dlbricks._ranges import index_ranges
+
+    ranges = index_ranges([n for i, n in enumerate(nodes) if i not in folded], specs)
+    for prop in proto.metadata_props:
+        if prop.key == VALUE_RANGES_KEY:
+            try:
+                given = json.loads(prop.value)
+                ranges.update({k: (int(v[0]), int(v[1])) for k, v in given.items()})
+            except (ValueError, TypeError, IndexError, KeyError) as e:
+                raise ModelLoadError(
+                    f"{label}: metadata '{VALUE_RANGES_KEY}' is not valid JSON of "
+                    f"{{name: [low, high]}} ({e}); fix or remove it.") from e
+    return ranges
+
+
+# ----------------------------------------------------------------------------------- fallback
+def _require_specs(layers: tuple[LayerNode, ...], specs: dict[str, TensorSpec],
+                   constants: Mapping[str, onnx.TensorProto], proto: onnx.ModelProto,
+                   concrete: Mapping[str, tuple[int, ...]], ranges: Mapping[str, tuple[int, int]],
+                   label: str) -> None:
+    """Make sure every activation has a concrete spec; ask onnxruntime for the ones inference missed."""
+    missing = [t for layer in layers for t in (*layer.all_inputs, *layer.outputs)
+               if t and t not in specs and t not in constants]
+    if not missing:
+        return
+    from dlbricks._runtime_shapes import shapes_from_runtime
+
+    specs.update(shapes_from_runtime(proto, concrete, ranges, list(dict.fromkeys(missing)), label))
+    still = [t for t in missing if t not in specs]
+    if still:
+        producer = next((la for la in layers if still[0] in la.outputs), None)
+        where = f" produced by node '{producer.name}' ({producer.op_type})" if producer else ""
+        raise ShapeInferenceError(
+            f"{label}: tensor '{still[0]}'{where} has no concrete shape; give input_shapes or "
+            f"re-export the model with static shapes.")

@@ -1,0 +1,43 @@
+"""Shapes that static inference cannot resolve (data-dependent ops), read off one onnxruntime run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import onnx
+
+from dlbricks._errors import ShapeInferenceError
+from dlbricks._inputs import random_inputs
+from dlbricks._types import TensorSpec, onnx_dtype_to_name
+
+__all__ = ["shapes_from_runtime"]
+
+
+def shapes_from_runtime(proto: onnx.ModelProto, concrete: Mapping[str, tuple[int, ...]],
+                        ranges: Mapping[str, tuple[int, int]], names: Sequence[str],
+                        label: str) -> dict[str, TensorSpec]:
+    """Run the model once on random inputs with ``names`` exposed as outputs; return their specs."""
+    import onnxruntime as ort
+
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    existing = {o.name for o in model.graph.output}
+    for name in names:
+        if name not in existing:
+            model.graph.output.append(onnx.ValueInfoProto(name=name))
+    dtypes = {vi.name: vi.type.tensor_type.elem_type for vi in proto.graph.input}
+    specs = [TensorSpec(n, s, onnx_dtype_to_name(dtypes[n]), ranges.get(n)) for n, s in concrete.items()]
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), options,
+                                       providers=["CPUExecutionProvider"])
+        wanted = [o.name for o in session.get_outputs() if o.name in set(names)]
+        values = session.run(wanted, random_inputs(specs, seed=0))
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own untyped errors
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ShapeInferenceError(
+            f"{label}: shapes of {len(names)} tensors (first '{names[0]}') could not be inferred, "
+            f"and running the model to find them failed: {first}") from e
+    return {n: TensorSpec(n, tuple(v.shape), v.dtype.name) for n, v in zip(wanted, values, strict=True)}
