@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import networkx as nx
 import numpy as np
@@ -18,7 +18,7 @@ from dlbricks._errors import InvalidArgumentError
 from dlbricks._graph import LayerNode, ModelGraph
 from dlbricks._onnx_frontend import ModelLike, load_model
 from dlbricks._ranges import consumer_range
-from dlbricks._types import TensorSpec
+from dlbricks._types import TensorSpec, runnable_ir_version
 
 __all__ = ["Occurrence", "Decomposition", "BrickSet", "BrickSetSummary", "decompose", "GRANULARITIES"]
 
@@ -116,14 +116,26 @@ class BrickSet:
     def __repr__(self) -> str:
         return f"BrickSet(models={len(self.models)}, unique_bricks={len(self.bricks)})"
 
-    def add(self, decomposition: Decomposition) -> None:
-        """Merge a model's decomposition; equal signatures become one brick."""
-        if decomposition.model in self.models:
-            raise InvalidArgumentError(
-                f"model '{decomposition.model}' is already in this BrickSet; give models unique names.")
-        self.models[decomposition.model] = decomposition
+    def add(self, decomposition: Decomposition) -> str:
+        """Merge a model's decomposition; equal signatures become one brick.
+
+        Returns the name the model has in the set: a different model of the same name gets a
+        ``-2``, ``-3``... suffix; the same model (same key and granularity) added twice is kept once.
+        """
+        name = decomposition.model
+        suffix = 1
+        while name in self.models:
+            known = self.models[name]
+            if (known.model_key, known.granularity) == (decomposition.model_key, decomposition.granularity):
+                return name
+            suffix += 1
+            name = f"{decomposition.model}-{suffix}"
+        if name != decomposition.model:
+            decomposition = replace(decomposition, model=name)
+        self.models[name] = decomposition
         for sig, brick in decomposition.bricks.items():
             self.bricks.setdefault(sig, brick)
+        return name
 
     @classmethod
     def from_models(cls, models: Iterable[ModelLike | ModelGraph], granularity: str = "layer",
@@ -284,7 +296,8 @@ def _make_brick(graph: ModelGraph, group: tuple[LayerNode, ...], granularity: st
     return Brick(
         signature=signature, granularity=granularity, op_types=tuple(la.op_type for la in group),
         inputs=in_specs, outputs=out_specs, constants=tuple(const_specs), nodes=nodes, opsets=opsets,
-        ir_version=max(graph.ir_version, 3), flops=_group_flops(graph, group), weights=weights,
+        ir_version=runnable_ir_version(graph.ir_version, [
+            onnx.helper.make_opsetid(d, v) for d, v in opsets]), flops=_group_flops(graph, group), weights=weights,
         functions=_functions(graph, group)), inputs, outputs
 
 

@@ -11,7 +11,7 @@ import networkx as nx
 import numpy as np
 import onnx
 
-from dlbricks._types import TensorSpec
+from dlbricks._types import TensorSpec, runnable_ir_version
 
 __all__ = ["LayerNode", "ModelGraph", "ModelSource", "VALUE_RANGES_KEY"]
 
@@ -137,6 +137,7 @@ class ModelGraph:
         """The whole model as ONNX with concrete input shapes and value-range metadata."""
         model = onnx.ModelProto()
         model.CopyFrom(self.proto)
+        model.ir_version = runnable_ir_version(self.proto.ir_version, self.proto.opset_import)
         initializer_names = {t.name for t in model.graph.initializer}
         concrete = {s.name: s for s in self.inputs}
         kept = [vi for vi in model.graph.input if vi.name not in initializer_names or vi.name in concrete]

@@ -41,6 +41,7 @@ def load_model(
     batch_size: int | None = None,
     *,
     name: str | None = None,
+    ignore_unknown_inputs: bool = False,
 ) -> ModelGraph:
     """Load an ONNX model into a :class:`ModelGraph` with concrete shapes everywhere.
 
@@ -54,6 +55,8 @@ def load_model(
         Value for the symbolic leading dimension of inputs.
     name : str, optional
         Name of the model; defaults to the file stem or the graph name.
+    ignore_unknown_inputs : bool
+        Ignore ``input_shapes`` entries that name no input (for one set of shapes over many models).
 
     Returns
     -------
@@ -71,6 +74,9 @@ def load_model(
     shapes = _check_input_shapes(input_shapes)
     proto, path = _read(model)
     label = str(path) if path is not None else f"<model {proto.graph.name or 'in memory'}>"
+    if ignore_unknown_inputs:
+        names = {vi.name for vi in proto.graph.input}
+        shapes = {k: v for k, v in shapes.items() if k in names}
     concrete = _concrete_inputs(proto, label, shapes, batch_size)
     opsets = {op.domain or "": int(op.version) for op in proto.opset_import}
     nodes = list(proto.graph.node)

@@ -8,7 +8,7 @@ import onnx
 
 from dlbricks._errors import ShapeInferenceError
 from dlbricks._inputs import random_inputs
-from dlbricks._types import TensorSpec, onnx_dtype_to_name
+from dlbricks._types import TensorSpec, onnx_dtype_to_name, runnable_ir_version
 
 __all__ = ["shapes_from_runtime"]
 
@@ -21,6 +21,7 @@ def shapes_from_runtime(proto: onnx.ModelProto, concrete: Mapping[str, tuple[int
 
     model = onnx.ModelProto()
     model.CopyFrom(proto)
+    model.ir_version = runnable_ir_version(proto.ir_version, proto.opset_import)
     existing = {o.name for o in model.graph.output}
     for name in names:
         if name not in existing:

@@ -9,7 +9,17 @@ from typing import Any
 import numpy as np
 import onnx
 
-__all__ = ["TensorSpec", "onnx_dtype_to_name", "name_to_onnx_dtype"]
+__all__ = ["TensorSpec", "onnx_dtype_to_name", "name_to_onnx_dtype", "runnable_ir_version"]
+
+
+def runnable_ir_version(ir_version: int, opsets: object) -> int:
+    """The lowest IR version that the opsets allow, never above the model's own.
+
+    New onnx releases stamp models with IR versions that released runtimes refuse; the opsets
+    decide what the model needs.
+    """
+    needed = onnx.helper.find_min_ir_version_for(list(opsets), ignore_unknown=True)  # type: ignore[call-overload]
+    return max(3, min(int(ir_version), int(needed))) if ir_version else int(needed)
 
 
 def onnx_dtype_to_name(elem_type: int) -> str:

@@ -6,87 +6,19 @@ one-line message with exit code 2.
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
+from dlbricks._cliutil import format_table, handle_errors, iter_models, model_options, parse_input_shapes
 from dlbricks._decompose import GRANULARITIES, BrickSet, decompose
-from dlbricks._errors import DlbricksError, InvalidArgumentError
-from dlbricks._graph import ModelGraph
-from dlbricks._onnx_frontend import load_model
+from dlbricks._errors import InvalidArgumentError
 
-__all__ = ["main", "DlbricksClickError", "handle_errors", "parse_input_shapes", "iter_models"]
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-class DlbricksClickError(click.ClickException):
-    """A one-line error with exit code 2."""
-
-    exit_code = 2
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"Error: {self.format_message()}", err=True)
-
-
-def handle_errors(fn: F) -> F:
-    """Turn library errors (and Ctrl-C) into one-line messages with exit code 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except DlbricksError as e:
-            raise DlbricksClickError(str(e).splitlines()[0] if str(e) else type(e).__name__) from e
-
-    return wrapper  # type: ignore[return-value]
-
-
-def parse_input_shapes(values: Sequence[str]) -> dict[str, tuple[int, ...]]:
-    """Parse ``NAME=D,D,..`` options into a mapping."""
-    shapes: dict[str, tuple[int, ...]] = {}
-    for value in values:
-        name, sep, dims = value.rpartition("=")
-        try:
-            parsed = tuple(int(d) for d in dims.replace("x", ",").split(",") if d.strip())
-        except ValueError:
-            parsed = ()
-        if not sep or not name or not parsed or any(d <= 0 for d in parsed):
-            raise InvalidArgumentError(
-                f"--input-shape {value!r} is not NAME=D,D,... with positive integers, "
-                f"e.g. --input-shape input_ids=1,128.")
-        shapes[name] = parsed
-    return shapes
-
-
-def iter_models(models: Sequence[str], zoo: str | None, batch_size: int | None,
-                input_shapes: dict[str, tuple[int, ...]]) -> Iterator[ModelGraph]:
-    """Load each MODEL (a path, or a zoo model name) and the models of ``--zoo TASK|all``."""
-    names: list[str] = list(models)
-    if zoo is not None:
-        from dlbricks.model_zoo import list_models
-
-        chosen = [m.name for m in list_models(None if zoo == "all" else zoo)]
-        if not chosen:
-            raise InvalidArgumentError(f"--zoo {zoo!r} selects no model; see 'dlbricks zoo list'.")
-        names.extend(chosen)
-    if not names:
-        raise InvalidArgumentError("no model given; pass MODEL paths, zoo names or --zoo TASK|all.")
-    for item in names:
-        path = Path(item)
-        if path.exists() or item.endswith(".onnx") or "/" in item:
-            yield load_model(path, input_shapes=input_shapes or None, batch_size=batch_size)
-            continue
-        from dlbricks.model_zoo import build
-
-        yield load_model(build(item, batch_size=batch_size or 1), input_shapes=input_shapes or None,
-                         name=item)
-
+__all__ = ["main"]
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dlbricks")
@@ -98,18 +30,8 @@ def main() -> None:
     """
 
 
-def _model_options(fn: F) -> F:
-    fn = click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=D,D,..",
-                      help="Concrete shape of an input (repeatable).")(fn)
-    fn = click.option("--batch-size", type=int, default=None,
-                      help="Value of the symbolic batch dimension.")(fn)
-    fn = click.option("--zoo", default=None, metavar="TASK|all",
-                      help="Add the built-in zoo models of a task (or all).")(fn)
-    return click.argument("models", nargs=-1, metavar="MODEL...")(fn)
-
-
 @main.command("decompose")
-@_model_options
+@model_options
 @click.option("--granularity", type=click.Choice(GRANULARITIES), default="layer", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -181,14 +103,6 @@ def _fmt_shapes(specs: Sequence[Any]) -> str:
     return " ".join("x".join(map(str, s.shape)) or "scalar" for s in specs)
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
-
-
 def _print_tables(bs: BrickSet, problems: dict[str, str], checked: bool) -> None:
     counts = bs.counts()
     rows = []
@@ -197,11 +111,11 @@ def _print_tables(bs: BrickSet, problems: dict[str, str], checked: bool) -> None
         rows.append([sig[:12], b.op_type, _fmt_shapes(b.inputs), _fmt_shapes(b.outputs),
                      str(counts[sig]), str(len(bs.model_names(sig))), _fmt_flops(b.flops),
                      f"{b.bytes_moved / 1e6:.3f}", status])
-    click.echo(_table(["signature", "op", "inputs", "outputs", "count", "models", "MFLOPs", "MB",
+    click.echo(format_table(["signature", "op", "inputs", "outputs", "count", "models", "MFLOPs", "MB",
                        "status"], rows, right={4, 5, 6, 7}))
     summary = bs.summary()
     click.echo("")
-    click.echo(_table(["model", "layers", "unique bricks"],
+    click.echo(format_table(["model", "layers", "unique bricks"],
                       [[n, str(la), str(u)] for n, la, u in summary.per_model], right={1, 2}))
     click.echo("")
     click.echo(f"models: {summary.models}  layers: {summary.layers}  unique bricks: "

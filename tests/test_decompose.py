@@ -1,0 +1,103 @@
+"""Decomposition and dedup: far fewer unique bricks than layers; models share bricks; costs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+from click.testing import CliRunner
+
+import dlbricks
+from dlbricks.cli import main
+from tests import _models
+
+
+def test_repeated_blocks_deduplicate() -> None:
+    dec = dlbricks.decompose(_models.resnet_like(blocks=16), batch_size=1)
+    assert dec.layers == 3 + 16 * 7 + 3
+    assert len(dec.bricks) <= 10
+    counts = dec.counts()
+    assert max(counts.values()) >= 32  # the block's Conv appears twice per block
+    assert sum(counts.values()) == dec.layers
+
+
+def test_two_models_share_bricks() -> None:
+    bs = dlbricks.BrickSet.from_models([_models.resnet_like(blocks=2, batch=1),
+                                        _models.resnet_like(blocks=5, batch=1)])
+    first, second = (set(d.bricks) for d in bs.models.values())
+    assert first == second  # same layers, different depth
+    summary = bs.summary()
+    assert summary.shared_across_models == len(first)
+    assert summary.cross_model_ratio == pytest.approx(2.0)
+    assert summary.layers == sum(d.layers for d in bs.models.values())
+
+
+def test_brick_dag_follows_the_model() -> None:
+    dec = dlbricks.decompose(_models.resnet_like(blocks=2), batch_size=1)
+    import networkx as nx
+
+    assert nx.is_directed_acyclic_graph(dec.dag)
+    assert dec.dag.number_of_nodes() == dec.layers
+    adds = [o.index for o in dec.occurrences if dec.bricks[o.signature].op_type == "Add"]
+    assert all(dec.dag.in_degree(i) == 2 for i in adds)  # residual add: two producers
+
+
+def test_flops_and_bytes() -> None:
+    dec = dlbricks.decompose(_models.resnet_like(channels=16), batch_size=1)
+    conv = next(b for b in dec.bricks.values() if b.op_type == "Conv" and b.inputs[0].shape[1] == 16)
+    # 16x16 output, 16 output channels, 16*3*3 multiply-adds each
+    assert conv.flops == 2 * 16 * 16 * 16 * 16 * 9
+    assert conv.bytes_moved == 4 * (16 * 16 * 16 * 2 + 16 * 16 * 9)
+    reshape_like = [b for b in dlbricks.decompose(_models.transformer_layer(), batch_size=1).bricks.values()
+                    if b.op_type in ("Reshape", "Transpose")]
+    assert all(b.flops == 0 for b in reshape_like)
+
+
+def test_unknown_op_flops_are_unknown() -> None:
+    dec = dlbricks.decompose(_models.control_flow_model())
+    loop = next(b for b in dec.bricks.values() if b.op_type == "Loop")
+    assert loop.flops is None
+
+
+def test_brick_bytes_round_trip() -> None:
+    dec = dlbricks.decompose(_models.transformer_layer(), batch_size=1)
+    for brick in dec.bricks.values():
+        back = dlbricks.Brick.from_bytes(brick.to_bytes())
+        assert back.signature == brick.signature
+        assert back.inputs == brick.inputs and back.outputs == brick.outputs
+        assert [c.spec for c in back.constants] == [c.spec for c in brick.constants]
+        onnx.checker.check_model(back.to_onnx(), full_check=True)
+
+
+def test_cli_decompose_table_json_and_out(tmp_path: Path) -> None:
+    path = tmp_path / "cnn.onnx"
+    onnx.save(_models.resnet_like(blocks=3), path)
+    runner = CliRunner()
+    table = runner.invoke(main, ["decompose", str(path), "--batch-size", "1"])
+    assert table.exit_code == 0, table.output
+    assert "Conv" in table.output and "reuse ratio" in table.output
+    out = tmp_path / "bricks"
+    result = runner.invoke(main, ["decompose", str(path), "--batch-size", "1", "--json", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["summary"]["layers"] == 3 + 3 * 7 + 3
+    assert report["summary"]["unique_bricks"] == len(report["bricks"]) == len(list(out.glob("*.onnx")))
+    for file in out.glob("*.onnx"):
+        onnx.checker.check_model(onnx.load(file), full_check=True)
+    assert all(b["runnable"] for b in report["bricks"])
+
+
+def test_every_command_has_help() -> None:
+    runner = CliRunner()
+
+    def walk(group, prefix):  # type: ignore[no-untyped-def]
+        for name, cmd in group.commands.items():
+            result = runner.invoke(main, [*prefix, name, "--help"])
+            assert result.exit_code == 0, (prefix, name, result.output)
+            assert "Usage" in result.output
+            if hasattr(cmd, "commands"):
+                walk(cmd, [*prefix, name])
+
+    walk(main, [])
