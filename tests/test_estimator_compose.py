@@ -1,0 +1,107 @@
+"""Composition rules on small hand-built DAGs, and estimates from constructed measurements."""
+
+from __future__ import annotations
+
+import networkx as nx
+import pytest
+
+import dlbricks
+from dlbricks.estimator import (
+    LatencyPredictor, Peaks, combined_halfwidth, critical_path, estimate_decomposition, sequential,
+)
+from dlbricks.generators import Measurement, OrtConfig
+from tests import _models
+
+
+def diamond() -> nx.DiGraph:
+    dag = nx.DiGraph()
+    dag.add_edges_from([(0, 1), (0, 2), (1, 3), (2, 3)])
+    return dag
+
+
+def test_sequential_is_floor_corrected_sum() -> None:
+    lat = {0: 1.0, 1: 5.0, 2: 2.0, 3: 1.0}
+    assert sequential(diamond(), lat, floor_s=0.5) == pytest.approx(0.5 + 4.5 + 1.5 + 0.5 + 0.5)
+    assert sequential(diamond(), lat) == pytest.approx(9.0)
+
+
+def test_critical_path_takes_the_longest_branch() -> None:
+    lat = {0: 1.0, 1: 5.0, 2: 2.0, 3: 1.0}
+    assert critical_path(diamond(), lat, floor_s=0.5) == pytest.approx(0.5 + 4.5 + 0.5 + 0.5)
+    lat[2] = 9.0
+    assert critical_path(diamond(), lat) == pytest.approx(1 + 9 + 1)
+
+
+def test_chain_critical_path_equals_sum() -> None:
+    dag = nx.path_graph(5, create_using=nx.DiGraph)
+    lat = {i: float(i + 1) for i in range(5)}
+    assert critical_path(dag, lat, 0.25) == pytest.approx(sequential(dag, lat, 0.25))
+
+
+def test_floor_counts_once_per_model() -> None:
+    dag = nx.path_graph(100, create_using=nx.DiGraph)
+    lat = {i: 2e-6 + 1e-6 for i in range(100)}  # every brick: floor 2 us + 1 us of work
+    assert sequential(dag, lat, 2e-6) == pytest.approx(100e-6 + 2e-6)
+
+
+def test_halfwidths_add_per_occurrence_and_in_quadrature() -> None:
+    assert combined_halfwidth({"a": 4}, {"a": 1.0}) == pytest.approx(4.0)
+    assert combined_halfwidth({"a": 1, "b": 1}, {"a": 3.0, "b": 4.0}) == pytest.approx(5.0)
+
+
+def _measurement(key: str, median: float, floor: float = 2e-6, spread: float = 0.02) -> Measurement:
+    return Measurement(key=key, status="ok", error=None, n=50, min_s=median * 0.95, median_s=median,
+                       mean_s=median, p90_s=median * 1.05, p99_s=median * 1.1, std_s=median * 0.02,
+                       iqr_s=median * 0.03, ci_low_s=median * (1 - spread), ci_high_s=median * (1 + spread),
+                       wall_time_s=0.1, converged=True, backend="onnxruntime", config=OrtConfig(),
+                       floor_s=floor)
+
+
+def _fake_latency(brick: dlbricks.Brick) -> float:
+    return 2e-6 + 1e-11 * (brick.flops or 0) + 1e-10 * brick.bytes_moved
+
+
+def test_estimate_from_measurements() -> None:
+    dec = dlbricks.decompose(_models.resnet_like(blocks=4), batch_size=1)
+    ms = {sig: _measurement(sig, _fake_latency(b)) for sig, b in dec.bricks.items()}
+    est = estimate_decomposition(dec, ms, config_id="cfg")
+    counts = dec.counts()
+    expected = sum(counts[s] * (m.median_s - 2e-6) for s, m in ms.items()) + 2e-6
+    assert est.sequential_s == pytest.approx(expected)
+    assert est.parallel_s <= est.sequential_s + 1e-15
+    assert est.ci_low_s < est.sequential_s < est.ci_high_s
+    assert est.lower_bound_s < est.sequential_s
+    assert est.coverage == 1.0 and est.predicted == ()
+    assert sum(c.share for c in est.breakdown) == pytest.approx(1.0)
+    assert est.breakdown[0].total_s == max(c.total_s for c in est.breakdown)
+
+
+def test_alternative_configurations_lower_the_bound() -> None:
+    dec = dlbricks.decompose(_models.resnet_like(blocks=2), batch_size=1)
+    ms = {sig: _measurement(sig, _fake_latency(b)) for sig, b in dec.bricks.items()}
+    fast = {sig: [_measurement(sig, m.median_s / 2)] for sig, m in ms.items()}
+    plain = estimate_decomposition(dec, ms, config_id="cfg")
+    swept = estimate_decomposition(dec, ms, config_id="cfg", alternatives=fast)
+    assert swept.lower_bound_s < plain.lower_bound_s <= plain.sequential_s
+    assert swept.sequential_s == pytest.approx(plain.sequential_s)
+
+
+def test_roofline_below_lower_bound() -> None:
+    dec = dlbricks.decompose(_models.resnet_like(blocks=2), batch_size=1)
+    ms = {sig: _measurement(sig, _fake_latency(b)) for sig, b in dec.bricks.items()}
+    est = estimate_decomposition(dec, ms, config_id="cfg", peaks=Peaks(2e11, 2e10))
+    assert est.roofline_s is not None and 0 < est.roofline_s <= est.lower_bound_s
+
+
+def test_missing_bricks_error_or_predict() -> None:
+    dec = dlbricks.decompose(_models.resnet_like(blocks=3), batch_size=1)
+    other = dlbricks.decompose(_models.resnet_like(blocks=3, channels=24), batch_size=1)
+    train = {sig: _measurement(sig, _fake_latency(b)) for sig, b in other.bricks.items()}
+    with pytest.raises(dlbricks.InvalidArgumentError, match="have no measurement"):
+        estimate_decomposition(dec, {}, config_id="cfg")
+    predictor = LatencyPredictor(min_bricks=2).fit_measurements(other.bricks.values(), train)
+    est = estimate_decomposition(dec, {}, config_id="cfg", on_missing="predict", predictor=predictor)
+    truth = sum(n * (_fake_latency(dec.bricks[s]) - 2e-6) for s, n in dec.counts().items()) + 2e-6
+    assert est.coverage == 0.0 and est.predicted_share == pytest.approx(1.0)
+    assert set(est.predicted) == set(dec.bricks)
+    assert est.sequential_s == pytest.approx(truth, rel=0.25)
