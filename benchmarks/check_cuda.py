@@ -1,0 +1,39 @@
+"""Verify the CUDA path on a machine with an NVIDIA GPU and onnxruntime-gpu (pip install -e ".[gpu]").
+
+Prepares a Conv brick on the device (inputs and outputs bound on the GPU, synchronized), checks the
+session runs on CUDAExecutionProvider and the output shape, then benchmarks a few zoo bricks and one
+whole model on CUDA in a worker, printing their medians. No CI lane has a GPU: run this by hand.
+
+    python benchmarks/check_cuda.py
+"""
+
+from __future__ import annotations
+
+import onnxruntime as ort
+
+import dlbricks
+from dlbricks.generators import Budget, OrtBackend, OrtConfig, benchmark, collect_system_info
+from dlbricks.model_zoo import build
+
+
+def main() -> None:
+    info = collect_system_info()
+    print(f"machine: {info.cpu_model}; GPU: {info.to_dict().get('gpu_name')}; providers: "
+          f"{ort.get_available_providers()}")
+    config = OrtConfig(device="cuda", cudnn_conv_algo_search="EXHAUSTIVE")
+    dec = dlbricks.decompose(build("resnet18_v1"))
+    conv = next(b for b in dec.bricks.values() if b.op_type == "Conv")
+    prepared = OrtBackend().prepare(conv.to_onnx(), config)
+    prepared.run()
+    assert prepared.session.get_providers()[0] == "CUDAExecutionProvider", prepared.session.get_providers()
+    assert tuple(prepared.outputs()[0].shape) == conv.outputs[0].shape
+    print("CUDA brick prepared, bound on the device, ran:", conv.op_type, conv.outputs[0])
+    bricks = list(dec.bricks.values())[:10]
+    for brick, m in zip(bricks, benchmark(bricks, config=config, budget=Budget.quick()), strict=True):
+        print(f"  {brick.op_type:20s} {m.status:7s} median {1e6 * (m.median_s or 0):9.1f} us")
+    (whole,) = benchmark([dlbricks.load_model(build("resnet18_v1"))], config=config, budget=Budget.quick())
+    print(f"resnet18_v1 whole model on CUDA: {whole.status} median {1e3 * (whole.median_s or 0):.3f} ms")
+
+
+if __name__ == "__main__":
+    main()

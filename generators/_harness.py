@@ -1,0 +1,243 @@
+"""The timing harness: warm up, choose a batch size, then sample until the median is known.
+
+Every figure of dlbricks (bricks, whole models, the floor) comes from :func:`time_calls` with the
+same rules. It only needs a zero-argument ``run`` callable and a clock returning nanoseconds, so the
+stopping rules are tested with a fake clock and a fake backend.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from dlbricks.generators._budget import Budget
+from dlbricks.generators._measurement import Measurement
+from dlbricks.generators._protocols import Backend, BackendConfig, Prepared
+from dlbricks.generators._stats import relative_ci_width, summarize
+
+__all__ = ["Clock", "Timing", "measure_model", "measure_prepared", "time_calls"]
+
+Clock = Callable[[], int]
+"""A monotonic clock returning integer nanoseconds, like ``time.perf_counter_ns``."""
+
+MAX_INNER = 1_000_000
+CHECK_GROWTH = 0.1  # re-check the stopping rule after 10% more samples
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """What the harness observed for one runnable.
+
+    Attributes
+    ----------
+    samples_s : tuple of float
+        Per-call time of each timed sample (a batch of ``inner`` calls), in seconds.
+    inner : int
+        Calls per timed sample.
+    converged : bool
+        Whether the stopping rule was met before ``max_time``.
+    warmup_calls : int
+        Untimed calls made while warming up.
+    warmup_s : float
+        Seconds spent warming up.
+    timed_s : float
+        Seconds inside timed regions (the sum of all samples).
+    sampling_s : float
+        Wall seconds of the sampling phase (timed regions plus bookkeeping).
+    """
+
+    samples_s: tuple[float, ...]
+    inner: int
+    converged: bool
+    warmup_calls: int
+    warmup_s: float
+    timed_s: float
+    sampling_s: float
+
+
+def time_calls(run: Callable[[], object], budget: Budget, clock: Clock = time.perf_counter_ns) -> Timing:
+    """Warm ``run`` up, then time it adaptively under ``budget``.
+
+    Parameters
+    ----------
+    run : callable
+        One call of the thing to time (``Prepared.run``).
+    budget : Budget
+        Warm-up time, minimum time and runs, maximum time, target CI width.
+    clock : callable, default time.perf_counter_ns
+        Integer nanoseconds; tests pass a fake clock that the fake backend advances.
+
+    Returns
+    -------
+    Timing
+    """
+    warm_start = clock()
+    warmup_calls, per_call_ns = warm_up(run, budget, clock)
+    warm_end = clock()
+    inner = choose_inner(per_call_ns, budget)
+    samples_ns, converged = sample(run, inner, budget, clock)
+    sample_end = clock()
+    per_call = np.asarray(samples_ns, dtype=np.float64) / (inner * 1e9)
+    return Timing(
+        samples_s=tuple(per_call.tolist()),
+        inner=inner,
+        converged=converged,
+        warmup_calls=warmup_calls,
+        warmup_s=(warm_end - warm_start) / 1e9,
+        timed_s=sum(samples_ns) / 1e9,
+        sampling_s=(sample_end - warm_end) / 1e9,
+    )
+
+
+def warm_up(run: Callable[[], object], budget: Budget, clock: Clock) -> tuple[int, int]:
+    """Call ``run`` until ``budget.warmup_time`` has passed (at least once).
+
+    Returns
+    -------
+    calls : int
+        Number of warm-up calls.
+    per_call_ns : int
+        The fastest warm-up call, an estimate of the per-call time used to size batches.
+    """
+    deadline = clock() + int(budget.warmup_time * 1e9)
+    calls = 0
+    fastest = math.inf
+    while True:
+        t0 = clock()
+        run()
+        t1 = clock()
+        calls += 1
+        fastest = min(fastest, t1 - t0)
+        if t1 >= deadline:
+            return calls, int(fastest)
+
+
+def choose_inner(per_call_ns: int, budget: Budget) -> int:
+    """Calls per timed sample so that one sample lasts at least ``budget.sample_time``."""
+    target_ns = budget.sample_time * 1e9
+    inner = math.ceil(target_ns / max(per_call_ns, 1))
+    return int(min(max(inner, 1), MAX_INNER))
+
+
+def sample(run: Callable[[], object], inner: int, budget: Budget, clock: Clock) -> tuple[list[int], bool]:
+    """Take timed samples of ``inner`` calls until the stopping rule or ``max_time``.
+
+    The rule is checked only once ``min_runs`` samples and ``min_time`` of timed runs are in, and
+    then again after every 10% more samples, so the bookkeeping stays off the timed path.
+
+    Returns
+    -------
+    samples_ns : list of int
+        Duration of each sample (``inner`` calls), in nanoseconds.
+    converged : bool
+        Whether the CI of the median met ``budget.rel_ci`` before ``budget.max_time``.
+    """
+    min_ns = int(budget.min_time * 1e9)
+    deadline = clock() + int(budget.max_time * 1e9)
+    next_check = budget.min_runs
+    timed_ns = 0
+    samples: list[int] = []
+    append = samples.append
+    repeat = itertools.repeat
+    while True:
+        t0 = clock()
+        for _ in repeat(None, inner):
+            run()
+        t1 = clock()
+        append(t1 - t0)
+        timed_ns += t1 - t0
+        if len(samples) >= next_check and timed_ns >= min_ns:
+            if relative_ci_width(np.asarray(samples)) <= budget.rel_ci:
+                return samples, True
+            next_check = len(samples) + max(1, int(len(samples) * CHECK_GROWTH))
+        if t1 >= deadline:
+            return samples, False
+
+
+def measure_prepared(
+    prepared: Prepared,
+    key: str,
+    backend_name: str,
+    config: BackendConfig,
+    budget: Budget,
+    *,
+    floor_s: float | None = None,
+    keep_samples: bool = False,
+    clock: Clock = time.perf_counter_ns,
+) -> tuple[Measurement, Timing]:
+    """Time an already prepared model and summarize it (wall time covers timing only)."""
+    start = clock()
+    timing = time_calls(prepared.run, budget, clock)
+    wall = (clock() - start) / 1e9
+    return timing_to_measurement(
+        timing, key, backend_name, config, wall, floor_s=floor_s, keep_samples=keep_samples
+    ), timing
+
+
+def measure_model(
+    model: onnx.ModelProto,
+    key: str,
+    backend: Backend,
+    config: BackendConfig,
+    budget: Budget,
+    *,
+    floor_s: float | None = None,
+    keep_samples: bool = False,
+    clock: Clock = time.perf_counter_ns,
+) -> tuple[Measurement, Timing]:
+    """Prepare ``model`` with ``backend``, time it in this process, release it.
+
+    Errors of the backend propagate; the worker turns them into failed measurements.
+    """
+    start = clock()
+    prepared = backend.prepare(model, config)
+    try:
+        timing = time_calls(prepared.run, budget, clock)
+    finally:
+        prepared.close()
+    wall = (clock() - start) / 1e9
+    measurement = timing_to_measurement(
+        timing, key, backend.name, config, wall, floor_s=floor_s, keep_samples=keep_samples
+    )
+    return measurement, timing
+
+
+def timing_to_measurement(
+    timing: Timing,
+    key: str,
+    backend_name: str,
+    config: BackendConfig,
+    wall_time_s: float,
+    *,
+    floor_s: float | None,
+    keep_samples: bool,
+) -> Measurement:
+    """The :class:`Measurement` record of a successful :class:`Timing`."""
+    s = summarize(np.asarray(timing.samples_s))
+    return Measurement(
+        key=key,
+        status="ok",
+        error=None,
+        n=s.n,
+        min_s=s.min_s,
+        median_s=s.median_s,
+        mean_s=s.mean_s,
+        p90_s=s.p90_s,
+        p99_s=s.p99_s,
+        std_s=s.std_s,
+        iqr_s=s.iqr_s,
+        ci_low_s=s.ci_low_s,
+        ci_high_s=s.ci_high_s,
+        wall_time_s=wall_time_s,
+        converged=timing.converged,
+        backend=backend_name,
+        config=config,
+        floor_s=floor_s,
+        samples_s=timing.samples_s if keep_samples else None,
+    )

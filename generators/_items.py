@@ -1,0 +1,69 @@
+"""What can be benchmarked: ONNX models, their bytes, or objects with ``key`` and ``to_onnx()``."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import onnx
+from onnx import TensorProto, helper
+
+from dlbricks._errors import InvalidArgumentError
+
+__all__ = ["FLOOR_KEY", "Item", "floor_model", "resolve_item"]
+
+FLOOR_KEY = "dlbricks.floor:identity-float32-1"
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One thing to measure: its key and a function that serializes its ONNX model."""
+
+    key: str
+    load: Callable[[], bytes]
+
+
+def resolve_item(item: Any, position: int = 0) -> Item:
+    """The key of ``item`` and how to get its model bytes.
+
+    A raw ``onnx.ModelProto`` or ``bytes`` is keyed by the SHA-256 of its serialized bytes; a
+    :class:`~dlbricks.generators.Benchmarkable` by its ``key``, its model built only when loaded.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If ``item`` is none of these.
+    """
+    if isinstance(item, onnx.ModelProto):
+        data = item.SerializeToString()
+        return Item(hashlib.sha256(data).hexdigest(), lambda: data)
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        data = bytes(item)
+        return Item(hashlib.sha256(data).hexdigest(), lambda: data)
+    key = getattr(item, "key", None)
+    to_onnx = getattr(item, "to_onnx", None)
+    if isinstance(key, str) and key and callable(to_onnx):
+        return Item(key, lambda: _serialize(to_onnx(), key))
+    raise InvalidArgumentError(
+        f"Item {position} to benchmark must be an onnx.ModelProto, its serialized bytes, or an "
+        f"object with a 'key' str and a 'to_onnx()' method. Got {type(item).__name__} instead."
+    )
+
+
+def _serialize(model: Any, key: str) -> bytes:
+    """The bytes of the model that ``to_onnx()`` returned for ``key``."""
+    if not isinstance(model, onnx.ModelProto):
+        raise InvalidArgumentError(
+            f"to_onnx() of item {key!r} must return an onnx.ModelProto. Got {type(model).__name__}."
+        )
+    return model.SerializeToString()
+
+
+def floor_model() -> onnx.ModelProto:
+    """The empty model whose per-call time is the floor: Identity on a 1-element float tensor."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "dlbricks_floor", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)

@@ -1,0 +1,184 @@
+"""The record of one measurement, shared with the database stage."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from dlbricks._errors import DlbricksError, InvalidArgumentError
+from dlbricks.generators._protocols import BackendConfig
+from dlbricks.generators._registry import get_backend
+
+__all__ = ["STATUSES", "Measurement", "OpaqueConfig"]
+
+STATUSES = ("ok", "failed", "timeout")
+
+_FLOAT_FIELDS = (
+    "min_s",
+    "median_s",
+    "mean_s",
+    "p90_s",
+    "p99_s",
+    "std_s",
+    "iqr_s",
+    "ci_low_s",
+    "ci_high_s",
+    "floor_s",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class OpaqueConfig:
+    """The configuration of a backend that is not installed here, kept as its dict.
+
+    :meth:`Measurement.from_dict` falls back to it so that measurements of any backend (an MXNet
+    GPU run read on a CPU-only laptop) can be loaded, compared and written back unchanged.
+    """
+
+    data_json: str
+
+    @property
+    def config_id(self) -> str:
+        """The same hash that the original backend's config would report, if it was given."""
+        data = json.loads(self.data_json)
+        return str(data.get("config_id") or _hash_json(data))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored dict, as it was read."""
+        data = json.loads(self.data_json)
+        data.pop("config_id", None)
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """Statistics of one item (brick or model) timed on one backend configuration.
+
+    All times are per call, in seconds. ``n`` is the number of timed samples (each sample is the
+    mean of a batch of calls, see ``Budget.sample_time``); ``ci_low_s``/``ci_high_s`` bound the
+    median with 95% confidence. ``wall_time_s`` is everything spent on the item: preparing the
+    session, warming up and the timed runs. ``floor_s`` is the per-call cost of an empty model
+    under the same configuration, which the estimator subtracts per brick.
+    """
+
+    key: str
+    status: str
+    error: str | None
+    n: int
+    min_s: float | None
+    median_s: float | None
+    mean_s: float | None
+    p90_s: float | None
+    p99_s: float | None
+    std_s: float | None
+    iqr_s: float | None
+    ci_low_s: float | None
+    ci_high_s: float | None
+    wall_time_s: float
+    converged: bool
+    backend: str
+    config: BackendConfig
+    floor_s: float | None
+    samples_s: tuple[float, ...] | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the item was measured (``status == "ok"``)."""
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict: the fields, ``config`` as its dict, plus ``config_id``."""
+        data: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["config"] = self.config.to_dict()
+        data["config_id"] = self.config.config_id
+        if self.samples_s is not None:
+            data["samples_s"] = list(self.samples_s)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Measurement:
+        """Rebuild a measurement from :meth:`to_dict` output.
+
+        The configuration is rebuilt by the backend registered under ``data["backend"]``; when
+        that backend is not available here, it is kept as an :class:`OpaqueConfig`.
+
+        Raises
+        ------
+        InvalidArgumentError
+            If a field is missing or has the wrong type.
+        """
+        names = [f.name for f in fields(cls)]
+        missing = [name for name in names if name not in data and name != "samples_s"]
+        if missing:
+            raise InvalidArgumentError(f"A Measurement dict lacks the fields {missing}.")
+        values = {name: data.get(name) for name in names}
+        values["config"] = _config_from_dict(str(data["backend"]), data["config"], data.get("config_id"))
+        samples = data.get("samples_s")
+        values["samples_s"] = None if samples is None else tuple(float(s) for s in samples)
+        return cls(**values)
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise InvalidArgumentError(
+                f"Measurement.status must be one of {STATUSES}. Got {self.status!r} instead."
+            )
+        for name in _FLOAT_FIELDS:
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value)):
+                raise InvalidArgumentError(
+                    f"Measurement.{name} must be a finite float or None. Got {value!r} instead."
+                )
+
+
+def failed_measurement(
+    key: str,
+    status: str,
+    error: str,
+    *,
+    wall_time_s: float,
+    backend: str,
+    config: BackendConfig,
+    floor_s: float | None = None,
+) -> Measurement:
+    """A measurement of an item that could not be timed (``status`` failed or timeout)."""
+    return Measurement(
+        key=key,
+        status=status,
+        error=error,
+        n=0,
+        min_s=None,
+        median_s=None,
+        mean_s=None,
+        p90_s=None,
+        p99_s=None,
+        std_s=None,
+        iqr_s=None,
+        ci_low_s=None,
+        ci_high_s=None,
+        wall_time_s=wall_time_s,
+        converged=False,
+        backend=backend,
+        config=config,
+        floor_s=floor_s,
+    )
+
+
+def _config_from_dict(backend: str, data: Mapping[str, Any], config_id: Any) -> BackendConfig:
+    """The backend's own config for ``data``, or an :class:`OpaqueConfig` if it is not here."""
+    try:
+        return get_backend(backend).config_from_dict(data)
+    except DlbricksError:
+        opaque = dict(data)
+        if config_id is not None:
+            opaque["config_id"] = str(config_id)
+        return OpaqueConfig(json.dumps(opaque, sort_keys=True))
+
+
+def _hash_json(data: Any) -> str:
+    """A short stable hash of a JSON-serializable value."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

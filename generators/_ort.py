@@ -1,0 +1,361 @@
+"""The onnxruntime backend: configuration, session, IOBinding, CPU and CUDA.
+
+onnxruntime is imported lazily, inside functions, so that importing dlbricks (or reading
+measurements) does not load it, and so that a worker can set its thread variables first.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import onnx
+
+from dlbricks._errors import BackendError, BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
+from dlbricks.generators._inputs import random_inputs
+from dlbricks.generators._util import one_line
+
+__all__ = ["OrtBackend", "OrtConfig", "OrtPrepared"]
+
+DEVICES = ("cpu", "cuda")
+EXECUTION_MODES = ("sequential", "parallel")
+OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
+CUDNN_CONV_ALGO_SEARCHES = ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")
+THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def _ort() -> ModuleType:
+    """Import onnxruntime, or say how to get it."""
+    try:
+        import onnxruntime
+    except ImportError as e:
+        raise BackendUnavailableError(
+            f"onnxruntime cannot be imported ({e}); install it: pip install onnxruntime"
+        ) from e
+    return onnxruntime
+
+
+def installed_ort_version() -> str:
+    """The version of the onnxruntime that this process would use."""
+    return str(_ort().__version__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OrtConfig:
+    """A configuration of the onnxruntime backend.
+
+    Parameters
+    ----------
+    device : {"cpu", "cuda"}, default "cpu"
+        Execution provider: CPUExecutionProvider, or CUDAExecutionProvider (with CPU fallback for
+        the ops CUDA lacks).
+    intra_op_num_threads : int, default 1
+        Threads inside an op (0 lets onnxruntime choose; 1 gives unimodal timings on small machines).
+    inter_op_num_threads : int, default 1
+        Threads across ops (used by ``execution_mode="parallel"``).
+    execution_mode : {"sequential", "parallel"}, default "sequential"
+    graph_optimization_level : {"disable", "basic", "extended", "all"}, default "disable"
+    allow_spinning : bool, default True
+        Whether idle pool threads spin (``session.intra_op/inter_op.allow_spinning``).
+    enable_cpu_mem_arena : bool, default True
+    device_id : int, default 0
+        CUDA device ordinal.
+    cudnn_conv_algo_search : {"EXHAUSTIVE", "HEURISTIC", "DEFAULT"}, default "EXHAUSTIVE"
+        CUDA provider option.
+    provider_options : mapping of str to str, default empty
+        Further CUDA provider options, stored as a sorted tuple of pairs.
+    onnxruntime_version : str, default the installed version
+        Part of the configuration: results of another version are another configuration.
+
+    Examples
+    --------
+    >>> cfg = OrtConfig(graph_optimization_level="all")
+    >>> cfg.to_dict()["graph_optimization_level"]
+    'all'
+    >>> len(cfg.config_id)
+    16
+    """
+
+    device: str = "cpu"
+    intra_op_num_threads: int = 1
+    inter_op_num_threads: int = 1
+    execution_mode: str = "sequential"
+    graph_optimization_level: str = "disable"
+    allow_spinning: bool = True
+    enable_cpu_mem_arena: bool = True
+    device_id: int = 0
+    cudnn_conv_algo_search: str = "EXHAUSTIVE"
+    provider_options: tuple[tuple[str, str], ...] = ()
+    onnxruntime_version: str = field(default_factory=installed_ort_version)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.provider_options, Mapping):
+            pairs = tuple(sorted((str(k), str(v)) for k, v in self.provider_options.items()))
+            object.__setattr__(self, "provider_options", pairs)
+        problems = _config_problems(self)
+        if problems:
+            raise InvalidArgumentError("Invalid OrtConfig: " + "; ".join(problems) + ".")
+
+    @property
+    def config_id(self) -> str:
+        """16 hex digits of the SHA-256 of the canonical JSON of :meth:`to_dict`."""
+        payload = json.dumps({"backend": OrtBackend.name, **self.to_dict()}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The configuration as a JSON-safe dict (``provider_options`` as a dict)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["provider_options"] = dict(self.provider_options)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> OrtConfig:
+        """Rebuild a configuration from :meth:`to_dict` output (unknown keys are rejected)."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InvalidArgumentError(
+                f"Invalid OrtConfig: unknown fields {unknown}; known fields: {sorted(known)}."
+            )
+        return cls(**dict(data))
+
+
+def _config_problems(cfg: OrtConfig) -> list[str]:
+    """Every rule that ``cfg`` breaks, as phrases naming the field and value."""
+    problems = []
+    choices = {
+        "device": DEVICES,
+        "execution_mode": EXECUTION_MODES,
+        "graph_optimization_level": OPTIMIZATION_LEVELS,
+        "cudnn_conv_algo_search": CUDNN_CONV_ALGO_SEARCHES,
+    }
+    for name, allowed in choices.items():
+        value = getattr(cfg, name)
+        if value not in allowed:
+            options = ", ".join(repr(a) for a in allowed)
+            problems.append(f"'{name}' must be one of {options}. Got {value!r} instead")
+    for name in ("intra_op_num_threads", "inter_op_num_threads", "device_id"):
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            problems.append(f"'{name}' must be an int >= 0. Got {value!r} instead")
+    for name in ("allow_spinning", "enable_cpu_mem_arena"):
+        if not isinstance(getattr(cfg, name), bool):
+            problems.append(f"'{name}' must be a bool. Got {getattr(cfg, name)!r} instead")
+    if not isinstance(cfg.onnxruntime_version, str) or not cfg.onnxruntime_version:
+        problems.append(f"'onnxruntime_version' must be a str. Got {cfg.onnxruntime_version!r} instead")
+    pairs_ok = isinstance(cfg.provider_options, tuple) and all(
+        isinstance(p, tuple) and len(p) == 2 and all(isinstance(x, str) for x in p)
+        for p in cfg.provider_options
+    )
+    if not pairs_ok:
+        problems.append(f"'provider_options' must map str to str. Got {cfg.provider_options!r} instead")
+    return problems
+
+
+class OrtPrepared:
+    """A session with its inputs and outputs bound once, run by ``run_with_iobinding``.
+
+    Attributes
+    ----------
+    session : onnxruntime.InferenceSession
+    binding : onnxruntime.IOBinding
+    run : callable
+        One synchronous run; on CPU it is ``session.run_with_iobinding`` bound to ``binding``.
+    """
+
+    def __init__(self, session: Any, binding: Any, values: list[Any], on_cuda: bool) -> None:
+        self.session = session
+        self.binding = binding
+        self._values = values  # keeps bound inputs and outputs (and their numpy buffers) alive
+        run_with_iobinding = session.run_with_iobinding
+        if on_cuda:
+            synchronize = binding.synchronize_outputs
+
+            def run() -> None:
+                run_with_iobinding(binding)
+                synchronize()
+
+            self.run = run
+        else:
+            self.run = functools.partial(run_with_iobinding, binding)
+
+    def outputs(self) -> list[np.ndarray]:
+        """The bound outputs of the last run, copied to host memory."""
+        return list(self.binding.copy_outputs_to_cpu())
+
+    def close(self) -> None:
+        """Release the binding, buffers and session."""
+        self.binding = None
+        self._values = []
+        self.session = None
+        self.run = _closed
+
+
+def _closed() -> None:
+    raise BackendError("This prepared model was closed.")
+
+
+class OrtBackend:
+    """The onnxruntime backend (CPU and CUDA execution providers).
+
+    Examples
+    --------
+    >>> backend = OrtBackend()
+    >>> backend.name
+    'onnxruntime'
+    """
+
+    name = "onnxruntime"
+
+    def default_config(self) -> OrtConfig:
+        """``OrtConfig()``: CPU, one thread, optimizations off."""
+        return OrtConfig()
+
+    def config_from_dict(self, data: Mapping[str, Any]) -> OrtConfig:
+        """Rebuild an :class:`OrtConfig` from its dict."""
+        return OrtConfig.from_dict(data)
+
+    def check(self, config: Any) -> None:
+        """Raise if ``config`` is not an :class:`OrtConfig` that can run with this onnxruntime."""
+        if not isinstance(config, OrtConfig):
+            raise InvalidArgumentError(
+                f"The onnxruntime backend needs an OrtConfig. Got {type(config).__name__} instead."
+            )
+        ort = _ort()
+        if config.onnxruntime_version != ort.__version__:
+            raise BackendUnavailableError(
+                f"The OrtConfig is for onnxruntime {config.onnxruntime_version} but "
+                f"{ort.__version__} is installed; rebuild the config to measure here."
+            )
+        available = ort.get_available_providers()
+        if config.device == "cuda" and "CUDAExecutionProvider" not in available:
+            raise BackendUnavailableError(
+                f"CUDA requested but onnxruntime has no CUDAExecutionProvider (available: {available}); "
+                "install the 'gpu' extra: pip install dlbricks[gpu]"
+            )
+
+    def worker_env(self, config: Any) -> dict[str, str]:
+        """Thread variables for OpenMP/MKL/OpenBLAS matching ``intra_op_num_threads`` (none for 0)."""
+        if not config.intra_op_num_threads:
+            return {}
+        return {name: str(config.intra_op_num_threads) for name in THREAD_ENV_VARS}
+
+    def describe(self, config: Any) -> dict[str, Any]:
+        """Runtime version, available providers and the configuration."""
+        ort = _ort()
+        return {
+            "backend": self.name,
+            "version": ort.__version__,
+            "available_providers": ort.get_available_providers(),
+            "config": config.to_dict(),
+            "config_id": config.config_id,
+        }
+
+    def prepare(self, model: onnx.ModelProto, config: Any) -> OrtPrepared:
+        """Build the session, draw random inputs, bind inputs and outputs once on the device.
+
+        Raises
+        ------
+        BackendUnavailableError
+            If the configuration asks for a provider that is not available.
+        UnrunnableBrickError
+            If onnxruntime cannot load or run the model.
+        """
+        self.check(config)
+        ort = _ort()
+        session = _make_session(ort, model, config)
+        names = [i.name for i in session.get_inputs()]
+        inputs = random_inputs(model, names)
+        try:
+            first = session.run(None, inputs)
+        except Exception as e:
+            raise UnrunnableBrickError(
+                f"onnxruntime cannot run model {model.graph.name!r}: {one_line(e)}"
+            ) from e
+        return _bind(ort, session, inputs, first, config)
+
+
+def _make_session(ort: ModuleType, model: onnx.ModelProto, config: OrtConfig) -> Any:
+    """An InferenceSession for ``model`` with the options and providers of ``config``."""
+    options = _session_options(ort, config)
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=_providers(config))
+    except Exception as e:
+        raise UnrunnableBrickError(
+            f"onnxruntime cannot load model {model.graph.name!r}: {one_line(e)}"
+        ) from e
+    if config.device == "cuda" and session.get_providers()[0] != "CUDAExecutionProvider":
+        raise BackendUnavailableError(
+            f"CUDA requested but the session runs on {session.get_providers()}; "
+            "check the CUDA and cuDNN libraries that onnxruntime-gpu needs."
+        )
+    return session
+
+
+def _session_options(ort: ModuleType, config: OrtConfig) -> Any:
+    """SessionOptions carrying the threads, mode, optimization level, spinning and arena."""
+    levels = {
+        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }
+    modes = {
+        "sequential": ort.ExecutionMode.ORT_SEQUENTIAL,
+        "parallel": ort.ExecutionMode.ORT_PARALLEL,
+    }
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = config.intra_op_num_threads
+    options.inter_op_num_threads = config.inter_op_num_threads
+    options.execution_mode = modes[config.execution_mode]
+    options.graph_optimization_level = levels[config.graph_optimization_level]
+    options.enable_cpu_mem_arena = config.enable_cpu_mem_arena
+    options.log_severity_level = 3
+    spin = "1" if config.allow_spinning else "0"
+    options.add_session_config_entry("session.intra_op.allow_spinning", spin)
+    options.add_session_config_entry("session.inter_op.allow_spinning", spin)
+    return options
+
+
+def _providers(config: OrtConfig) -> list[Any]:
+    """The provider list: CPU alone, or CUDA with its options then CPU as fallback."""
+    if config.device == "cpu":
+        return ["CPUExecutionProvider"]
+    cuda_options = {
+        "device_id": str(config.device_id),
+        "cudnn_conv_algo_search": config.cudnn_conv_algo_search,
+        **dict(config.provider_options),
+    }
+    return [("CUDAExecutionProvider", cuda_options), "CPUExecutionProvider"]
+
+
+def _bind(
+    ort: ModuleType,
+    session: Any,
+    inputs: dict[str, np.ndarray],
+    first_outputs: list[Any],
+    config: OrtConfig,
+) -> OrtPrepared:
+    """Bind inputs and pre-allocated outputs on the configured device, once."""
+    device = config.device
+    binding = session.io_binding()
+    values: list[Any] = list(inputs.values())
+    for name, array in inputs.items():
+        value = ort.OrtValue.ortvalue_from_numpy(array, device, config.device_id)
+        binding.bind_ortvalue_input(name, value)
+        values.append(value)
+    for meta, array in zip(session.get_outputs(), first_outputs, strict=True):
+        array = np.asarray(array)
+        value = ort.OrtValue.ortvalue_from_shape_and_type(array.shape, array.dtype, device, config.device_id)
+        binding.bind_ortvalue_output(meta.name, value)
+        values.append(value)
+    if device == "cuda":
+        binding.synchronize_inputs()
+        binding.synchronize_outputs()
+    return OrtPrepared(session, binding, values, on_cuda=device == "cuda")

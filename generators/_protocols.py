@@ -1,0 +1,98 @@
+"""The boundaries of the generators stage: what a backend, a configuration and an item look like.
+
+Backends are plain objects that satisfy :class:`Backend`; nothing has to inherit from anything.
+A backend turns an ONNX model and a configuration into a :class:`Prepared` model that runs once per
+call. The harness times ``Prepared.run`` and never looks inside a backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import onnx
+
+__all__ = ["Backend", "BackendConfig", "Benchmarkable", "Prepared"]
+
+
+@runtime_checkable
+class BackendConfig(Protocol):
+    """A frozen, hashable configuration of a backend (threads, device, optimization level...)."""
+
+    @property
+    def config_id(self) -> str:
+        """A stable hash of everything in the configuration, library version included."""
+        ...
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict that ``Backend.config_from_dict`` turns back into the same config."""
+        ...
+
+
+@runtime_checkable
+class Prepared(Protocol):
+    """A model made runnable by a backend: inputs and outputs bound once, ready to be timed."""
+
+    def run(self) -> None:
+        """Run the model once (synchronously: the work is finished when this returns)."""
+        ...
+
+    def close(self) -> None:
+        """Release the session and its buffers."""
+        ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A runtime that can prepare an ONNX model for a configuration and run it.
+
+    Attributes
+    ----------
+    name : str
+        The name stored with every measurement, e.g. ``"onnxruntime"``.
+    """
+
+    name: str
+
+    def default_config(self) -> BackendConfig:
+        """The configuration used when the caller gives none."""
+        ...
+
+    def config_from_dict(self, data: Mapping[str, Any]) -> BackendConfig:
+        """Rebuild a configuration from ``config.to_dict()`` (raises ``InvalidArgumentError``)."""
+        ...
+
+    def check(self, config: BackendConfig) -> None:
+        """Raise ``InvalidArgumentError`` or ``BackendUnavailableError`` if ``config`` cannot run here."""
+        ...
+
+    def worker_env(self, config: BackendConfig) -> dict[str, str]:
+        """Environment variables to set in a worker before it imports the runtime."""
+        ...
+
+    def prepare(self, model: onnx.ModelProto, config: BackendConfig) -> Prepared:
+        """Build a session for ``model`` under ``config``, with inputs and outputs bound once."""
+        ...
+
+    def describe(self, config: BackendConfig) -> dict[str, Any]:
+        """A JSON-safe description of the runtime and configuration (versions, providers...)."""
+        ...
+
+
+@runtime_checkable
+class Benchmarkable(Protocol):
+    """Anything with a stable key that can materialize itself as a standalone ONNX model.
+
+    ``dlbricks.Brick`` and ``dlbricks.ModelGraph`` satisfy it: ``key`` is the brick signature (or
+    the model key) and ``to_onnx()`` returns a model whose ``metadata_props`` may carry
+    ``dlbricks.value_ranges``.
+    """
+
+    @property
+    def key(self) -> str:
+        """What is measured: a brick signature or a model key."""
+        ...
+
+    def to_onnx(self) -> onnx.ModelProto:
+        """The standalone, runnable ONNX model."""
+        ...

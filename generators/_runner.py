@@ -1,0 +1,301 @@
+"""The parent side of isolation: a long-lived worker subprocess, replaced when an item kills it.
+
+:class:`Runner` sends one item at a time to a worker (``python -m dlbricks.generators._worker``),
+waits for the answer at most ``budget.timeout`` seconds, and turns every way an item can go wrong
+into a :class:`Measurement` with ``status`` ``"failed"`` or ``"timeout"`` and a one-line reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from dlbricks._errors import BackendError, InvalidArgumentError
+from dlbricks.generators._budget import Budget
+from dlbricks.generators._harness import Timing
+from dlbricks.generators._ipc import WorkerDiedError, WorkerTimeoutError, read_message, write_message
+from dlbricks.generators._items import FLOOR_KEY, Item, resolve_item
+from dlbricks.generators._measurement import Measurement, failed_measurement
+from dlbricks.generators._protocols import Backend, BackendConfig
+from dlbricks.generators._registry import get_backend, portable_registry
+from dlbricks.generators._util import one_line
+
+__all__ = ["Runner", "resolve_config"]
+
+STARTUP_TIMEOUT_S = 120.0
+EXIT_GRACE_S = 5.0
+WORKER_MODULE = "dlbricks.generators._worker"
+
+
+def resolve_config(backend: Backend, config: Any) -> BackendConfig:
+    """``config`` as the backend's config object: None gives the default, a mapping is parsed."""
+    if config is None:
+        return backend.default_config()
+    if isinstance(config, Mapping):
+        return backend.config_from_dict(config)
+    return config
+
+
+class _Worker:
+    """One worker subprocess and its pipes; its stderr goes to a temporary file."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the worker
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", WORKER_MODULE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+        )
+        init = {"sys_path": list(sys.path), "registry": portable_registry()}
+        try:
+            status, reply = self.request(("init", init), STARTUP_TIMEOUT_S)
+        except (WorkerDiedError, WorkerTimeoutError) as e:
+            reason = self.death_reason() if isinstance(e, WorkerDiedError) else "did not start in time"
+            self.kill()
+            raise BackendError(f"The benchmark worker failed to start: {reason}.") from e
+        if status != "ok":
+            self.kill()
+            raise BackendError(f"The benchmark worker failed to start: {reply}.")
+
+    def request(self, message: tuple[str, Any], timeout: float) -> tuple[str, Any]:
+        """Send ``message`` and wait at most ``timeout`` seconds for the answer."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            write_message(self.proc.stdin, message)
+        except (BrokenPipeError, OSError) as e:
+            raise WorkerDiedError() from e
+        return read_message(self.proc.stdout.fileno(), timeout)
+
+    def death_reason(self) -> str:
+        """Why the worker is gone: its exit signal or code, and its last line of stderr."""
+        try:
+            code = self.proc.wait(timeout=EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            return "worker closed its output but is still running"
+        if code < 0:
+            try:
+                reason = f"worker killed by signal {signal.Signals(-code).name}"
+            except ValueError:
+                reason = f"worker killed by signal {-code}"
+        else:
+            reason = f"worker exited with code {code}"
+        tail = self._stderr_tail()
+        return f"{reason} (stderr: {tail})" if tail else reason
+
+    def _stderr_tail(self) -> str:
+        """The last non-empty line the worker wrote to stderr."""
+        self._stderr.seek(0, os.SEEK_END)
+        size = self._stderr.tell()
+        self._stderr.seek(max(0, size - 4096))
+        lines = [x.strip() for x in self._stderr.read().decode(errors="replace").splitlines()]
+        lines = [x for x in lines if x]
+        return lines[-1][:300] if lines else ""
+
+    def kill(self) -> None:
+        """Kill the worker at once and reap it."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._close_files()
+
+    def close(self) -> None:
+        """Ask the worker to exit; kill it if it does not within a few seconds."""
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                write_message(self.proc.stdin, ("exit", None))
+                self.proc.wait(timeout=EXIT_GRACE_S)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+
+    def _close_files(self) -> None:
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        self._stderr.close()
+
+
+class Runner:
+    """Measure items one at a time in an isolated, long-lived worker subprocess.
+
+    Parameters
+    ----------
+    backend : str, default "onnxruntime"
+        A registered backend name, or an import path ``"module:attr"`` to a backend factory.
+    config : BackendConfig or mapping, optional
+        The backend configuration (default: the backend's default).
+    budget : Budget, optional
+        Default: ``Budget()``.
+    keep_samples : bool, default False
+        Keep the raw per-call samples in each measurement.
+    floor : bool, default True
+        Calibrate the floor once (before the first item) and record it in every measurement.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If the backend, configuration or budget is not valid.
+    BackendUnavailableError
+        If the configuration cannot run on this machine (CUDA without the CUDA provider).
+
+    Examples
+    --------
+    >>> from dlbricks.generators import Budget, Runner, floor_model
+    >>> with Runner(budget=Budget.quick()) as runner:
+    ...     runner.measure(floor_model()).status
+    'ok'
+    """
+
+    def __init__(
+        self,
+        backend: str = "onnxruntime",
+        config: BackendConfig | Mapping[str, Any] | None = None,
+        budget: Budget | None = None,
+        *,
+        keep_samples: bool = False,
+        floor: bool = True,
+    ) -> None:
+        if not isinstance(backend, str):
+            raise InvalidArgumentError(
+                "The 'backend' of a Runner must be a registered name or a 'module:attr' path "
+                f"(the worker imports it). Got {type(backend).__name__} instead."
+            )
+        if budget is not None and not isinstance(budget, Budget):
+            raise InvalidArgumentError(f"'budget' must be a Budget. Got {type(budget).__name__} instead.")
+        self.backend_name = backend
+        self.backend = get_backend(backend)
+        self.config = resolve_config(self.backend, config)
+        self.backend.check(self.config)
+        self.budget = Budget() if budget is None else budget
+        self.keep_samples = keep_samples
+        self._calibrate = floor
+        self._floor: Measurement | None = None
+        self._worker: _Worker | None = None
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The process id of the current worker, or None when none is running."""
+        return None if self._worker is None else self._worker.proc.pid
+
+    def close(self) -> None:
+        """Stop the worker (a later measurement starts a new one)."""
+        if self._worker is not None:
+            worker, self._worker = self._worker, None
+            worker.close()
+
+    def floor(self) -> Measurement:
+        """The floor measurement of this configuration, calibrated once and cached."""
+        if self._floor is None:
+            payload = {"backend": self.backend_name, "config": self.config, "budget": self.budget}
+            self._floor, _ = self._request(FLOOR_KEY, "floor", payload)
+            if not self._floor.ok:
+                warnings.warn(
+                    f"Floor calibration failed ({self._floor.error}); measurements get floor_s=None.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+        return self._floor
+
+    def measure(self, item: Any) -> Measurement:
+        """Measure one item (model, bytes or Benchmarkable) in the worker."""
+        return self.measure_detailed(item)[0]
+
+    def measure_detailed(self, item: Any) -> tuple[Measurement, Timing | None]:
+        """Measure one item; also return the harness :class:`Timing` (None if it failed)."""
+        resolved = item if isinstance(item, Item) else resolve_item(item)
+        floor_s = self._floor_s()
+        self._ensure_worker()
+        start = time.perf_counter()
+        try:
+            model = resolved.load()
+        except Exception as e:  # a brick that cannot materialize is a failed item
+            return self._failure(resolved.key, "failed", one_line(e), start, floor_s), None
+        payload = {
+            "key": resolved.key,
+            "model": model,
+            "backend": self.backend_name,
+            "config": self.config,
+            "budget": self.budget,
+            "keep_samples": self.keep_samples,
+            "floor_s": floor_s,
+        }
+        return self._request(resolved.key, "measure", payload, start=start, floor_s=floor_s)
+
+    def _floor_s(self) -> float | None:
+        """The floor's median, calibrating it first if asked to; None if it failed."""
+        if not self._calibrate:
+            return None
+        return self.floor().median_s
+
+    def _ensure_worker(self) -> _Worker:
+        """The running worker, started if there is none."""
+        if self._worker is None:
+            env = dict(os.environ)
+            env.update(self.backend.worker_env(self.config))
+            self._worker = _Worker(env)
+        return self._worker
+
+    def _request(
+        self,
+        key: str,
+        kind: str,
+        payload: dict[str, Any],
+        *,
+        start: float | None = None,
+        floor_s: float | None = None,
+    ) -> tuple[Measurement, Timing | None]:
+        """Send a measure/floor request; map crashes, timeouts and errors to measurements."""
+        worker = self._ensure_worker()
+        start = time.perf_counter() if start is None else start
+        timeout = self.budget.timeout
+        try:
+            status, reply = worker.request((kind, payload), timeout)
+        except WorkerTimeoutError:
+            self._replace_worker()
+            return self._failure(key, "timeout", f"timed out after {timeout:g} s", start, floor_s), None
+        except WorkerDiedError:
+            reason = worker.death_reason()
+            self._replace_worker()
+            return self._failure(key, "failed", reason, start, floor_s), None
+        if status != "ok":
+            return self._failure(key, "failed", str(reply), start, floor_s), None
+        measurement, timing = reply
+        wall = time.perf_counter() - start
+        return dataclasses.replace(measurement, wall_time_s=wall), timing
+
+    def _replace_worker(self) -> None:
+        """Kill the current worker; the next request starts a fresh one."""
+        if self._worker is not None:
+            worker, self._worker = self._worker, None
+            worker.kill()
+
+    def _failure(self, key: str, status: str, error: str, start: float, floor_s: float | None) -> Measurement:
+        """A failed or timed-out measurement of ``key``."""
+        return failed_measurement(
+            key,
+            status,
+            error,
+            wall_time_s=time.perf_counter() - start,
+            backend=self.backend.name,
+            config=self.config,
+            floor_s=floor_s,
+        )

@@ -1,0 +1,117 @@
+"""The worker subprocess: ``python -m dlbricks.generators._worker``.
+
+It reads length-prefixed pickled requests on stdin and answers on the original stdout, which it
+keeps for itself: file descriptor 1 is pointed at stderr so that whatever a runtime prints cannot
+corrupt the protocol. The parent sets the thread variables in its environment before it starts, so
+they are in place before any runtime is imported. A request that raises is answered with the
+exception's one-line text; a crash or a hang is the parent's business (it kills and replaces us).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any, BinaryIO
+
+__all__ = ["main"]
+
+
+class _State:
+    """The worker's caches: backends by name, floor measurements by configuration."""
+
+    def __init__(self) -> None:
+        self.backends: dict[str, Any] = {}
+        self.floors: dict[tuple[str, str, Any], Any] = {}
+
+
+def main() -> int:
+    """Serve requests until end of input or an ``exit`` request."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    from dlbricks.generators._ipc import read_message_blocking, write_message
+
+    stdin: BinaryIO = sys.stdin.buffer
+    state = _State()
+    while True:
+        request = read_message_blocking(stdin)
+        if request is None or request[0] == "exit":
+            return 0
+        write_message(out, _answer(state, request))
+
+
+def _answer(state: _State, request: tuple[str, Any]) -> tuple[str, Any]:
+    """``("ok", result)`` or ``("error", "Type: message")`` for one request."""
+    from dlbricks.generators._util import one_line
+
+    kind, payload = request
+    try:
+        if kind == "init":
+            return "ok", _init(payload)
+        if kind == "measure":
+            return "ok", _measure(state, payload)
+        if kind == "floor":
+            return "ok", _floor(state, payload)
+        raise ValueError(f"unknown request {kind!r}")
+    except Exception as e:  # every failure of an item is reported, not fatal
+        return "error", one_line(e)
+
+
+def _init(payload: dict[str, Any]) -> dict[str, Any]:
+    """Adopt the parent's ``sys.path`` and backend registrations; import the heavy modules now."""
+    import scipy.stats  # noqa: F401 - so that the first measurement does not pay for it
+
+    from dlbricks.generators._registry import register_backend
+
+    for entry in reversed(payload["sys_path"]):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    for name, factory in payload["registry"].items():
+        register_backend(name, factory, replace=True)
+    return {"pid": os.getpid()}
+
+
+def _backend(state: _State, name: str) -> Any:
+    """The backend named ``name``, built once per worker."""
+    from dlbricks.generators._registry import get_backend
+
+    if name not in state.backends:
+        state.backends[name] = get_backend(name)
+    return state.backends[name]
+
+
+def _measure(state: _State, payload: dict[str, Any]) -> Any:
+    """Prepare and time one model; returns ``(Measurement, Timing)``."""
+    import onnx
+
+    from dlbricks.generators._harness import measure_model
+
+    model = onnx.load_from_string(payload["model"])
+    backend = _backend(state, payload["backend"])
+    return measure_model(
+        model,
+        payload["key"],
+        backend,
+        payload["config"],
+        payload["budget"],
+        floor_s=payload.get("floor_s"),
+        keep_samples=payload.get("keep_samples", False),
+    )
+
+
+def _floor(state: _State, payload: dict[str, Any]) -> Any:
+    """The floor measurement of a configuration, measured once per worker."""
+    from dlbricks.generators._floor import measure_floor
+
+    config = payload["config"]
+    cache_key = (payload["backend"], config.config_id, payload["budget"])
+    if cache_key not in state.floors:
+        backend = _backend(state, payload["backend"])
+        state.floors[cache_key] = measure_floor(backend, config, payload["budget"], details=True)
+    return state.floors[cache_key]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,259 @@
+"""The harness's stopping rules (fake clock, fake backend), statistics, records and registry."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dlbricks import BackendError, InvalidArgumentError
+from dlbricks.generators import (
+    Backend,
+    Budget,
+    Measurement,
+    OpaqueConfig,
+    OrtConfig,
+    available_backends,
+    floor_model,
+    get_backend,
+    measure,
+    median_ci,
+    register_backend,
+    summarize,
+    time_calls,
+    unregister_backend,
+)
+from tests.gen_fake_backends import FakeBackend, FakeClock, FakeConfig
+
+US = 1_000
+MS = 1_000_000
+
+
+def _budget(**changes: float) -> Budget:
+    base = Budget(
+        warmup_time=0.001,
+        min_time=0.01,
+        min_runs=10,
+        max_time=0.5,
+        rel_ci=0.02,
+        timeout=10.0,
+        sample_time=5e-5,
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def _fake(duration_ns) -> tuple[FakeClock, FakeBackend]:
+    clock = FakeClock()
+    return clock, FakeBackend(clock, duration_ns)
+
+
+def test_converges_on_steady_timings() -> None:
+    rng = np.random.default_rng(0)
+    clock, backend = _fake(lambda: int(10 * US * (1 + 0.001 * rng.standard_normal())))
+    m = measure(floor_model(), backend, budget=_budget(), clock=clock)
+    assert m.status == "ok" and m.converged
+    assert m.median_s == pytest.approx(10e-6, rel=0.01)
+    assert m.ci_low_s <= m.median_s <= m.ci_high_s
+    assert (m.ci_high_s - m.ci_low_s) / m.median_s <= 0.02
+    assert m.n >= 10
+    assert m.wall_time_s < 0.5  # stopped long before max_time
+
+
+def test_noisy_timings_stop_at_max_time_unconverged() -> None:
+    rng = np.random.default_rng(1)
+    clock, backend = _fake(lambda: int(rng.uniform(0.5, 1.5) * MS))
+    budget = _budget(max_time=0.3)
+    start = clock()
+    m = measure(floor_model(), backend, budget=budget, clock=clock)
+    assert m.status == "ok" and not m.converged
+    elapsed_s = (clock() - start) / 1e9
+    assert 0.3 <= elapsed_s <= 0.3 + 0.01 + 0.01  # max_time + warm-up + one sample
+    assert m.n >= 200
+
+
+def test_min_runs_respected_for_slow_items() -> None:
+    clock, backend = _fake(lambda: 50 * MS)
+    m = measure(floor_model(), backend, budget=_budget(min_time=0.01, min_runs=10, max_time=5.0), clock=clock)
+    assert m.converged and m.n == 10
+
+
+def test_min_time_respected_for_fast_items() -> None:
+    clock, backend = _fake(lambda: 1 * MS)
+    budget = _budget(min_time=0.2, min_runs=2, max_time=5.0, sample_time=1e-6)
+    timing = time_calls(backend.prepare(floor_model(), FakeConfig()).run, budget, clock)
+    assert timing.converged
+    assert timing.timed_s >= 0.2 and len(timing.samples_s) >= 200
+
+
+def test_max_time_wins_over_min_runs() -> None:
+    clock, backend = _fake(lambda: 100 * MS)
+    m = measure(floor_model(), backend, budget=_budget(min_runs=50, max_time=1.0), clock=clock)
+    assert not m.converged and 10 <= m.n <= 11
+
+
+def test_small_calls_are_timed_in_batches() -> None:
+    clock, backend = _fake(lambda: 1 * US)
+    run = backend.prepare(floor_model(), FakeConfig()).run
+    timing = time_calls(run, _budget(sample_time=5e-5), clock)
+    assert timing.inner == 50
+    assert timing.samples_s[0] == pytest.approx(1e-6)
+    assert timing.timed_s == pytest.approx(len(timing.samples_s) * 50e-6)
+
+
+def test_warm_up_runs_at_least_warmup_time() -> None:
+    clock, backend = _fake(lambda: 1 * MS)
+    timing = time_calls(backend.prepare(floor_model(), FakeConfig()).run, _budget(warmup_time=0.02), clock)
+    assert timing.warmup_calls == 20 and timing.warmup_s == pytest.approx(0.02)
+
+
+def test_keep_samples_records_per_call_samples() -> None:
+    clock, backend = _fake(itertools.cycle([10 * US, 12 * US]).__next__)
+    m = measure(
+        floor_model(), backend, budget=_budget(sample_time=1e-6, rel_ci=0.5), keep_samples=True, clock=clock
+    )
+    assert m.samples_s is not None and len(m.samples_s) == m.n
+    assert min(m.samples_s) == pytest.approx(10e-6) and max(m.samples_s) == pytest.approx(12e-6)
+
+
+@pytest.mark.parametrize("n", [6, 7, 10, 31, 100, 1001])
+def test_median_ci_matches_scipy_quantile_test(n: int) -> None:
+    x = np.random.default_rng(n).lognormal(size=n)
+    ci = stats.quantile_test(x, q=np.median(x), p=0.5).confidence_interval(0.95)
+    assert median_ci(x) == pytest.approx((ci.low, ci.high))
+
+
+def test_median_ci_needs_six_samples() -> None:
+    assert median_ci(np.arange(5.0)) is None
+    assert summarize(np.arange(5.0)).ci_low_s is None
+
+
+def test_summary_statistics() -> None:
+    x = np.arange(1.0, 101.0)
+    s = summarize(x)
+    assert (s.n, s.min_s, s.median_s, s.mean_s) == (100, 1.0, 50.5, 50.5)
+    assert s.p90_s == pytest.approx(np.percentile(x, 90))
+    assert s.iqr_s == pytest.approx(stats.iqr(x))
+    assert s.std_s == pytest.approx(np.std(x, ddof=1))
+
+
+def test_budget_validation_is_one_line() -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        Budget(min_time=-1, min_runs=0)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "'min_time' must be positive. Got -1" in message and "'min_runs'" in message
+    with pytest.raises(InvalidArgumentError, match="must not exceed 'max_time'"):
+        Budget(min_time=5.0, max_time=1.0)
+
+
+def test_budget_round_trip_and_quick() -> None:
+    quick = Budget.quick()
+    assert quick.max_time < Budget().max_time
+    assert Budget.from_dict(json.loads(json.dumps(quick.to_dict()))) == quick
+
+
+def _ok_measurement(config) -> Measurement:
+    return Measurement(
+        key="k",
+        status="ok",
+        error=None,
+        n=3,
+        min_s=1e-6,
+        median_s=2e-6,
+        mean_s=2e-6,
+        p90_s=3e-6,
+        p99_s=3e-6,
+        std_s=1e-7,
+        iqr_s=1e-7,
+        ci_low_s=None,
+        ci_high_s=None,
+        wall_time_s=0.5,
+        converged=True,
+        backend="onnxruntime",
+        config=config,
+        floor_s=1e-6,
+        samples_s=(1e-6, 2e-6, 3e-6),
+    )
+
+
+def test_measurement_json_round_trip() -> None:
+    m = _ok_measurement(OrtConfig(intra_op_num_threads=2))
+    data = json.loads(json.dumps(m.to_dict()))
+    assert data["config_id"] == m.config.config_id
+    assert Measurement.from_dict(data) == m
+
+
+def test_measurement_of_unknown_backend_keeps_its_config() -> None:
+    m = dataclasses.replace(_ok_measurement(FakeConfig("x")), backend="not-installed-here")
+    back = Measurement.from_dict(json.loads(json.dumps(m.to_dict())))
+    assert isinstance(back.config, OpaqueConfig)
+    assert back.config.config_id == m.config.config_id
+    assert back.config.to_dict() == m.config.to_dict()
+
+
+def test_measurement_is_frozen_and_validates_status() -> None:
+    m = _ok_measurement(FakeConfig())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.n = 4  # type: ignore[misc]
+    with pytest.raises(InvalidArgumentError, match="status"):
+        dataclasses.replace(m, status="great")
+
+
+def test_registry_holds_builtins_and_fakes() -> None:
+    assert "onnxruntime" in available_backends()
+    assert isinstance(get_backend("onnxruntime"), Backend)
+    clock = FakeClock()
+    register_backend("gen-test-fake", lambda: FakeBackend(clock, lambda: 1 * US))
+    try:
+        assert get_backend("gen-test-fake").name == "fake"
+        with pytest.raises(InvalidArgumentError, match="already registered"):
+            register_backend("gen-test-fake", FakeConfig)
+        m = measure(floor_model(), "gen-test-fake", budget=_budget(), clock=clock)
+        assert m.ok and m.backend == "fake"
+    finally:
+        unregister_backend("gen-test-fake")
+    assert "gen-test-fake" not in available_backends()
+
+
+def test_registry_errors_are_clear() -> None:
+    with pytest.raises(InvalidArgumentError, match="Unknown backend 'nope'; registered backends"):
+        get_backend("nope")
+    with pytest.raises(InvalidArgumentError, match="Cannot import backend"):
+        get_backend("tests.gen_fake_backends:Missing")
+    register_backend("gen-test-bad", FakeConfig)
+    try:
+        with pytest.raises(BackendError, match="does not implement"):
+            get_backend("gen-test-bad")
+    finally:
+        unregister_backend("gen-test-bad")
+
+
+def test_public_api_is_pinned() -> None:
+    import dlbricks.generators as generators
+
+    assert sorted(generators.__all__) == sorted(
+        [
+            "benchmark", "measure", "Runner", "calibrate_floor", "measure_floor", "floor_model",
+            "Budget", "ProgressCallback", "Measurement", "OpaqueConfig", "SystemInfo",
+            "collect_system_info", "Backend", "BackendConfig", "Benchmarkable", "Prepared",
+            "BackendFactory", "register_backend", "unregister_backend", "get_backend",
+            "available_backends", "OrtBackend", "OrtConfig", "OrtPrepared", "VALUE_RANGES_KEY",
+            "value_ranges", "random_inputs", "time_calls", "Timing", "Clock", "Summary", "summarize",
+            "median_ci",
+        ]
+    )  # fmt: skip
+    assert all(hasattr(generators, name) for name in generators.__all__)
+
+
+@pytest.mark.parametrize("module", ["_budget", "_ort", "_registry", "_system", "_api", "_runner"])
+def test_docstring_examples_run(module: str) -> None:
+    import doctest
+    import importlib
+
+    mod = importlib.import_module(f"dlbricks.generators.{module}")
+    result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0

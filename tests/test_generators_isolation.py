@@ -1,0 +1,91 @@
+"""Isolation: items that crash, raise or hang in the worker are recorded; the batch goes on.
+
+These run real worker subprocesses with the FaultyBackend of ``tests/gen_fake_backends.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+
+from dlbricks import InvalidArgumentError
+from dlbricks.generators import Budget, Runner, benchmark, register_backend, unregister_backend
+from tests.gen_fake_backends import FakeBrick, FaultyBackend, behavior_model
+
+FAULTY = "tests.gen_fake_backends:FaultyBackend"
+BUDGET = dataclasses.replace(Budget.quick(), timeout=1.5)
+
+
+def test_crash_raise_and_hang_are_recorded_and_the_batch_goes_on() -> None:
+    behaviors = ["ok", "kill", "ok", "raise", "ok", "hang", "ok", "segv", "exit", "ok"]
+    items = [behavior_model(b, tag=str(i)) for i, b in enumerate(behaviors)]
+    results = list(benchmark(items, backend=FAULTY, budget=BUDGET))
+    assert len(results) == len(items)
+    by_behavior = dict(zip(behaviors, results, strict=True))
+    for m, behavior in zip(results, behaviors, strict=True):
+        if behavior == "ok":
+            assert m.status == "ok" and m.median_s > 0 and m.n >= BUDGET.min_runs, m
+            assert m.floor_s is not None
+    assert by_behavior["kill"].status == "failed"
+    assert by_behavior["kill"].error == "worker killed by signal SIGKILL"
+    assert by_behavior["segv"].status == "failed"
+    assert by_behavior["segv"].error.startswith("worker killed by signal SIGSEGV")
+    assert by_behavior["exit"].error == "worker exited with code 7"
+    assert by_behavior["raise"].status == "failed"
+    assert by_behavior["raise"].error == "RuntimeError: boom: this brick always fails"
+    assert by_behavior["hang"].status == "timeout"
+    assert by_behavior["hang"].error == "timed out after 1.5 s"
+    assert 1.5 <= by_behavior["hang"].wall_time_s < 3.0
+    for m in results:
+        assert m.backend == "faulty"
+        if not m.ok:
+            assert m.n == 0 and m.median_s is None and not m.converged and "\n" not in m.error
+
+
+def test_worker_is_replaced_after_a_crash_but_kept_after_an_exception() -> None:
+    with Runner(FAULTY, budget=BUDGET) as runner:
+        runner.measure(behavior_model("ok"))
+        first = runner.worker_pid
+        assert runner.measure(behavior_model("raise")).status == "failed"
+        assert runner.worker_pid == first
+        assert runner.measure(behavior_model("kill")).status == "failed"
+        assert runner.worker_pid is None
+        assert runner.measure(behavior_model("ok", tag="again")).ok
+        assert runner.worker_pid not in (None, first)
+    assert runner.worker_pid is None
+
+
+def test_registered_backend_reaches_the_worker_with_its_thread_env() -> None:
+    register_backend("gen-faulty", FaultyBackend)
+    try:
+        (m,) = benchmark([behavior_model("env")], backend="gen-faulty", budget=BUDGET)
+    finally:
+        unregister_backend("gen-faulty")
+    assert m.status == "failed" and m.error == "RuntimeError: OMP_NUM_THREADS=3"
+
+
+def test_benchmarkable_items_use_their_key_and_failing_to_onnx_is_recorded() -> None:
+    bricks = [FakeBrick("sig-ok", behavior_model("ok")), FakeBrick("sig-broken", None)]
+    ok, broken = benchmark(bricks, backend=FAULTY, budget=BUDGET)
+    assert (ok.key, ok.status) == ("sig-ok", "ok")
+    assert (broken.key, broken.status) == ("sig-broken", "failed")
+    assert broken.error == "ValueError: brick sig-broken cannot be materialized"
+
+
+def test_bad_items_are_rejected_at_once() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"Item 1 to benchmark must be an onnx\.ModelProto"):
+        benchmark([behavior_model("ok"), 42], backend=FAULTY)
+    with pytest.raises(InvalidArgumentError, match="'progress' must be callable"):
+        benchmark([], backend=FAULTY, progress="yes")
+
+
+def test_closing_the_iterator_stops_the_worker() -> None:
+    items = [behavior_model("pid"), behavior_model("ok")]
+    it = benchmark(items, backend=FAULTY, budget=BUDGET)
+    pid = int(next(it).error.rpartition("=")[2])
+    os.kill(pid, 0)  # alive while the batch runs
+    it.close()  # the generator's finally closes the runner, which reaps its worker
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

@@ -1,0 +1,219 @@
+"""The onnxruntime backend on real single-node models, its configuration, and the system info."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from dlbricks import (
+    BackendUnavailableError,
+    InvalidArgumentError,
+    ShapeInferenceError,
+    UnrunnableBrickError,
+)
+from dlbricks.generators import (
+    VALUE_RANGES_KEY,
+    Budget,
+    OrtBackend,
+    OrtConfig,
+    SystemInfo,
+    benchmark,
+    collect_system_info,
+    measure,
+    measure_floor,
+    random_inputs,
+)
+
+HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
+
+
+def _model(nodes, inputs, outputs, initializers=(), ranges=None) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    if ranges is not None:
+        model.metadata_props.add(key=VALUE_RANGES_KEY, value=json.dumps(ranges))
+    return model
+
+
+def _f32(name: str, shape: list) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def conv_model() -> onnx.ModelProto:
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 8, 3, 3), np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+    return _model([node], [_f32("x", [1, 8, 14, 14])], [_f32("y", [1, 16, 14, 14])], [w])
+
+
+def matmul_model() -> onnx.ModelProto:
+    node = helper.make_node("MatMul", ["a", "b"], ["y"])
+    return _model([node], [_f32("a", [4, 32, 64]), _f32("b", [64, 48])], [_f32("y", [4, 32, 48])])
+
+
+def gather_model(high: int | None = 1000) -> onnx.ModelProto:
+    table = numpy_helper.from_array(np.ones((1000, 32), np.float32), "table")
+    node = helper.make_node("Gather", ["table", "idx"], ["y"], axis=0)
+    idx = helper.make_tensor_value_info("idx", TensorProto.INT64, [8, 16])
+    ranges = None if high is None else {"idx": [0, high]}
+    return _model([node], [idx], [_f32("y", [8, 16, 32])], [table], ranges)
+
+
+def softmax_model() -> onnx.ModelProto:
+    node = helper.make_node("Softmax", ["x"], ["y"], axis=-1)
+    return _model([node], [_f32("x", [2, 4, 64, 64])], [_f32("y", [2, 4, 64, 64])])
+
+
+MODELS = {
+    "conv": (conv_model, [(1, 16, 14, 14)]),
+    "matmul": (matmul_model, [(4, 32, 48)]),
+    "gather": (gather_model, [(8, 16, 32)]),
+    "softmax": (softmax_model, [(2, 4, 64, 64)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_single_node_models_run_and_are_timed(name: str) -> None:
+    build, shapes = MODELS[name]
+    prepared = OrtBackend().prepare(build(), OrtConfig())
+    prepared.run()
+    assert [out.shape for out in prepared.outputs()] == shapes
+    prepared.close()
+    budget = Budget.quick()
+    m = measure(build(), budget=budget)
+    assert m.status == "ok" and m.error is None
+    assert m.median_s > 0 and m.min_s <= m.median_s <= m.p99_s
+    assert m.n >= budget.min_runs
+    assert m.backend == "onnxruntime" and m.config == OrtConfig()
+
+
+def test_softmax_outputs_are_computed_into_bound_buffers() -> None:
+    prepared = OrtBackend().prepare(softmax_model(), OrtConfig())
+    prepared.run()
+    (y,) = prepared.outputs()
+    np.testing.assert_allclose(y.sum(axis=-1), 1.0, rtol=1e-5)
+
+
+def test_gather_indices_follow_the_value_range_metadata() -> None:
+    idx = random_inputs(gather_model())["idx"]
+    assert idx.dtype == np.int64 and idx.min() >= 0 and idx.max() < 1000 and idx.max() >= 2
+    default = random_inputs(gather_model(high=None))["idx"]
+    assert set(np.unique(default)) <= {0, 1}
+    with pytest.raises(UnrunnableBrickError, match="cannot run"):
+        OrtBackend().prepare(gather_model(high=5000), OrtConfig())  # indices out of the table
+
+
+def test_bad_value_range_metadata_is_one_line() -> None:
+    model = gather_model(high=None)
+    model.metadata_props.add(key=VALUE_RANGES_KEY, value=json.dumps({"idx": [3, 3]}))
+    with pytest.raises(InvalidArgumentError, match=r"input 'idx'.*low < high. Got \[3, 3\]"):
+        random_inputs(model)
+
+
+def test_symbolic_input_shape_is_rejected() -> None:
+    node = helper.make_node("Relu", ["x"], ["y"])
+    model = _model([node], [_f32("x", ["N", 8])], [_f32("y", ["N", 8])])
+    with pytest.raises(ShapeInferenceError, match=r"Input 'x'.*\[N, 8\]"):
+        OrtBackend().prepare(model, OrtConfig())
+
+
+@pytest.mark.parametrize("level", ["disable", "basic", "extended", "all"])
+def test_optimization_levels_and_options(level: str) -> None:
+    config = OrtConfig(
+        graph_optimization_level=level,
+        allow_spinning=False,
+        enable_cpu_mem_arena=False,
+        execution_mode="parallel",
+        inter_op_num_threads=2,
+    )
+    m = measure(conv_model(), config=config, budget=Budget.quick())
+    assert m.ok and m.config is config
+
+
+def test_config_validation_is_one_clear_line() -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        OrtConfig(device="tpu", intra_op_num_threads=-2, graph_optimization_level="max")
+    message = str(info.value)
+    assert "\n" not in message and message.startswith("Invalid OrtConfig: ")
+    assert "'device' must be one of 'cpu', 'cuda'. Got 'tpu' instead" in message
+    assert "'intra_op_num_threads' must be an int >= 0. Got -2 instead" in message
+    assert "'graph_optimization_level' must be one of 'disable', 'basic', 'extended', 'all'" in message
+    with pytest.raises(InvalidArgumentError, match="unknown fields \\['threads'\\]"):
+        OrtConfig.from_dict({"threads": 4})
+    with pytest.raises(InvalidArgumentError, match="needs an OrtConfig"):
+        OrtBackend().check({"device": "cpu"})
+
+
+def test_config_id_is_stable_and_covers_every_field() -> None:
+    base = OrtConfig()
+    assert base.config_id == OrtConfig().config_id and len(base.config_id) == 16
+    assert base.onnxruntime_version == ort.__version__
+    others = [
+        OrtConfig(intra_op_num_threads=2),
+        OrtConfig(graph_optimization_level="all"),
+        OrtConfig(allow_spinning=False),
+        OrtConfig(provider_options={"arena_extend_strategy": "kSameAsRequested"}),
+        OrtConfig(onnxruntime_version="1.0.0"),
+    ]
+    assert len({base.config_id, *(c.config_id for c in others)}) == 6
+    data = json.loads(json.dumps(others[3].to_dict()))
+    assert OrtConfig.from_dict(data) == others[3]
+    assert OrtConfig.from_dict(data).config_id == others[3].config_id
+
+
+def test_config_for_another_onnxruntime_version_is_refused() -> None:
+    with pytest.raises(BackendUnavailableError, match=r"for onnxruntime 1\.0\.0 but"):
+        OrtBackend().check(OrtConfig(onnxruntime_version="1.0.0"))
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="this machine has the CUDA provider")
+def test_cuda_unavailable_is_one_clear_line() -> None:
+    expected = (
+        "CUDA requested but onnxruntime has no CUDAExecutionProvider "
+        f"(available: {ort.get_available_providers()}); "
+        "install the 'gpu' extra: pip install dlbricks[gpu]"
+    )
+    config = OrtConfig(device="cuda", cudnn_conv_algo_search="HEURISTIC", device_id=0)
+    with pytest.raises(BackendUnavailableError) as info:
+        OrtBackend().prepare(conv_model(), config)
+    assert str(info.value) == expected
+    with pytest.raises(BackendUnavailableError, match="CUDA requested"):
+        benchmark([conv_model()], config=config)  # raised at once, before any worker starts
+
+
+def test_worker_env_pins_thread_pools() -> None:
+    env = OrtBackend().worker_env(OrtConfig(intra_op_num_threads=4))
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "4"
+
+
+def test_floor_in_process_is_small_and_positive() -> None:
+    floor = measure_floor(config=OrtConfig(), budget=Budget.quick())
+    assert floor.ok and 0 < floor.median_s < 1e-3 and floor.floor_s == floor.median_s
+
+
+def test_benchmark_in_a_worker_records_the_floor() -> None:
+    seen = []
+    models = [conv_model(), softmax_model().SerializeToString()]
+    results = list(benchmark(models, budget=Budget.quick(), progress=lambda *a: seen.append(a)))
+    assert [m.status for m in results] == ["ok", "ok"]
+    assert [(done, total) for done, total, _ in seen] == [(1, 2), (2, 2)]
+    assert results[0].key == hashlib.sha256(models[0].SerializeToString()).hexdigest()
+    floor = results[0].floor_s
+    assert floor is not None and 0 < floor < results[0].median_s
+    assert all(m.floor_s == floor for m in results)
+    assert all(m.wall_time_s > 0 for m in results)
+
+
+def test_system_info_fingerprint() -> None:
+    info = collect_system_info()
+    assert isinstance(info, SystemInfo)
+    assert info.logical_cores >= info.physical_cores >= 1
+    assert info.cpu_model and info.python_version and info.onnxruntime_version == ort.__version__
+    data = json.loads(json.dumps(info.to_dict()))
+    assert data["fingerprint"] == info.fingerprint == collect_system_info().fingerprint
+    assert len(info.fingerprint) == 16
