@@ -124,13 +124,14 @@ def _print_tables(bs: BrickSet, problems: dict[str, str], checked: bool) -> None
                f"{summary.shared_across_models}")
 
 
-def _attach_plugins() -> None:
-    """Attach the command groups of the later stages (each registers like a plugin would)."""
-    try:
-        from dlbricks.model_zoo.cli import zoo
-    except ImportError:  # the zoo's CLI is optional while it is being built
-        return
-    main.add_command(zoo)
+def _attach_stage_commands() -> None:
+    """Attach the commands of the later stages; each stage owns its commands, the CLI gathers them."""
+    from dlbricks.benchmarks_db.cli import bench, db
+    from dlbricks.estimator.cli import COMMANDS
+    from dlbricks.model_zoo.cli import zoo
+
+    for command in (zoo, bench, db, *COMMANDS):
+        main.add_command(command)
 
 
-_attach_plugins()
+_attach_stage_commands()

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import ModuleType
@@ -16,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from onnx import helper
 
 from dlbricks._errors import BackendError, BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
 from dlbricks.generators._inputs import random_inputs
@@ -28,6 +31,8 @@ EXECUTION_MODES = ("sequential", "parallel")
 OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
 CUDNN_CONV_ALGO_SEARCHES = ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+CACHE_STATES = ("warm", "cold", "cold-weights")
+MAX_COLD_COPIES = 16
 
 
 def _ort() -> ModuleType:
@@ -70,6 +75,14 @@ class OrtConfig:
         CUDA provider option.
     provider_options : mapping of str to str, default empty
         Further CUDA provider options, stored as a sorted tuple of pairs.
+    cache : {"cold", "cold-weights", "warm"}, default "cold"
+        Cache state a *brick* (a model carrying ``dlbricks.signature`` metadata) meets; whole
+        models always run as users run them, one session again and again. ``"cold"``: the state of
+        a layer inside a model: several copies of the brick's session (their own weights and output
+        buffers, one shared input) run round-robin, enough copies that their footprint is twice the
+        last-level cache, so each run meets cold weights and output lines but a warm input.
+        ``"cold-weights"``: the same with one output buffer shared by the copies. ``"warm"``: the
+        same session again and again (weights stay in cache: bricks run faster than in a model).
     onnxruntime_version : str, default the installed version
         Part of the configuration: results of another version are another configuration.
 
@@ -92,6 +105,7 @@ class OrtConfig:
     device_id: int = 0
     cudnn_conv_algo_search: str = "EXHAUSTIVE"
     provider_options: tuple[tuple[str, str], ...] = ()
+    cache: str = "cold"
     onnxruntime_version: str = field(default_factory=installed_ort_version)
 
     def __post_init__(self) -> None:
@@ -134,6 +148,7 @@ def _config_problems(cfg: OrtConfig) -> list[str]:
         "execution_mode": EXECUTION_MODES,
         "graph_optimization_level": OPTIMIZATION_LEVELS,
         "cudnn_conv_algo_search": CUDNN_CONV_ALGO_SEARCHES,
+        "cache": CACHE_STATES,
     }
     for name, allowed in choices.items():
         value = getattr(cfg, name)
@@ -159,42 +174,62 @@ def _config_problems(cfg: OrtConfig) -> list[str]:
 
 
 class OrtPrepared:
-    """A session with its inputs and outputs bound once, run by ``run_with_iobinding``.
+    """Sessions with their inputs and outputs bound once, run by ``run_with_iobinding``.
 
     Attributes
     ----------
     session : onnxruntime.InferenceSession
+        The first copy.
     binding : onnxruntime.IOBinding
+        The first copy's binding.
+    copies : int
+        Sessions run round-robin (1 unless ``cache="cold"``).
     run : callable
-        One synchronous run; on CPU it is ``session.run_with_iobinding`` bound to ``binding``.
+        One synchronous run; on CPU with one copy it is ``session.run_with_iobinding`` bound to
+        ``binding``.
     """
 
-    def __init__(self, session: Any, binding: Any, values: list[Any], on_cuda: bool) -> None:
-        self.session = session
-        self.binding = binding
+    def __init__(self, sessions: list[Any], bindings: list[Any], values: list[Any], on_cuda: bool) -> None:
+        self.session = sessions[0]
+        self.binding = bindings[0]
+        self.copies = len(sessions)
+        self._sessions = sessions
         self._values = values  # keeps bound inputs and outputs (and their numpy buffers) alive
-        run_with_iobinding = session.run_with_iobinding
-        if on_cuda:
-            synchronize = binding.synchronize_outputs
+        runs = [_one_run(s, b, on_cuda) for s, b in zip(sessions, bindings, strict=True)]
+        if len(runs) == 1:
+            self.run = runs[0]
+        else:
+            cycle = itertools.cycle(runs)
 
             def run() -> None:
-                run_with_iobinding(binding)
-                synchronize()
+                next(cycle)()
 
             self.run = run
-        else:
-            self.run = functools.partial(run_with_iobinding, binding)
 
     def outputs(self) -> list[np.ndarray]:
         """The bound outputs of the last run, copied to host memory."""
         return list(self.binding.copy_outputs_to_cpu())
 
     def close(self) -> None:
-        """Release the binding, buffers and session."""
+        """Release the bindings, buffers and sessions."""
         self.binding = None
         self._values = []
+        self._sessions = []
         self.session = None
         self.run = _closed
+
+
+def _one_run(session: Any, binding: Any, on_cuda: bool) -> Any:
+    run_with_iobinding = session.run_with_iobinding
+    if not on_cuda:
+        return functools.partial(run_with_iobinding, binding)
+    synchronize = binding.synchronize_outputs
+
+    def run() -> None:
+        run_with_iobinding(binding)
+        synchronize()
+
+    return run
 
 
 def _closed() -> None:
@@ -278,7 +313,11 @@ class OrtBackend:
             raise UnrunnableBrickError(
                 f"onnxruntime cannot run model {model.graph.name!r}: {one_line(e)}"
             ) from e
-        return _bind(ort, session, inputs, first, config)
+        sessions = [session]
+        if config.cache in ("cold", "cold-weights") and _is_brick(model):
+            copies = cold_copies(model, first)
+            sessions += [_make_session(ort, model, config) for _ in range(copies - 1)]
+        return _bind(ort, sessions, inputs, first, config)
 
 
 def _make_session(ort: ModuleType, model: onnx.ModelProto, config: OrtConfig) -> Any:
@@ -335,27 +374,63 @@ def _providers(config: OrtConfig) -> list[Any]:
     return [("CUDAExecutionProvider", cuda_options), "CPUExecutionProvider"]
 
 
+def _is_brick(model: onnx.ModelProto) -> bool:
+    """Whether ``model`` is a dlbricks brick (it carries its signature), not a whole model."""
+    return any(p.key == "dlbricks.signature" for p in model.metadata_props)
+
+
+def cold_copies(model: onnx.ModelProto, outputs: list[Any], llc_bytes: int | None = None) -> int:
+    """Copies of a session whose weights and outputs together span twice the last-level cache."""
+    llc = llc_bytes if llc_bytes is not None else last_level_cache_bytes()
+    weights = sum(
+        math.prod(t.dims) * np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+        for t in model.graph.initializer
+        if t.data_type != onnx.TensorProto.STRING
+    )
+    footprint = max(weights + sum(np.asarray(o).nbytes for o in outputs), 1)
+    return int(min(MAX_COLD_COPIES, max(1, math.ceil(2 * llc / footprint))))
+
+
+def last_level_cache_bytes() -> int:
+    """Size of the largest cache of this machine (32 MiB when the OS does not tell)."""
+    from dlbricks.generators._system import _cache_sizes
+
+    sizes = [size for _, size in _cache_sizes()]
+    return max(sizes) if sizes else 32 << 20
+
+
 def _bind(
     ort: ModuleType,
-    session: Any,
+    sessions: list[Any],
     inputs: dict[str, np.ndarray],
     first_outputs: list[Any],
     config: OrtConfig,
 ) -> OrtPrepared:
-    """Bind inputs and pre-allocated outputs on the configured device, once."""
+    """Bind inputs (shared by every copy) and pre-allocated outputs (one set per copy), once."""
     device = config.device
-    binding = session.io_binding()
     values: list[Any] = list(inputs.values())
+    input_values = {}
     for name, array in inputs.items():
-        value = ort.OrtValue.ortvalue_from_numpy(array, device, config.device_id)
-        binding.bind_ortvalue_input(name, value)
-        values.append(value)
-    for meta, array in zip(session.get_outputs(), first_outputs, strict=True):
-        array = np.asarray(array)
-        value = ort.OrtValue.ortvalue_from_shape_and_type(array.shape, array.dtype, device, config.device_id)
-        binding.bind_ortvalue_output(meta.name, value)
-        values.append(value)
-    if device == "cuda":
-        binding.synchronize_inputs()
-        binding.synchronize_outputs()
-    return OrtPrepared(session, binding, values, on_cuda=device == "cuda")
+        input_values[name] = ort.OrtValue.ortvalue_from_numpy(array, device, config.device_id)
+        values.append(input_values[name])
+    bindings = []
+    shared_outputs: list[Any] | None = None
+    for session in sessions:
+        binding = session.io_binding()
+        for name, value in input_values.items():
+            binding.bind_ortvalue_input(name, value)
+        outputs = shared_outputs or [
+            ort.OrtValue.ortvalue_from_shape_and_type(np.asarray(a).shape, np.asarray(a).dtype, device,
+                                                      config.device_id)
+            for a in first_outputs
+        ]
+        if config.cache == "cold-weights":
+            shared_outputs = outputs
+        for meta, value in zip(session.get_outputs(), outputs, strict=True):
+            binding.bind_ortvalue_output(meta.name, value)
+            values.append(value)
+        if device == "cuda":
+            binding.synchronize_inputs()
+            binding.synchronize_outputs()
+        bindings.append(binding)
+    return OrtPrepared(sessions, bindings, values, on_cuda=device == "cuda")

@@ -1,0 +1,55 @@
+"""Writing query results as CSV or JSON (no SQL here: rows come from :mod:`._sql`)."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from typing import IO, Any
+
+from dlbricks._errors import InvalidArgumentError
+
+__all__ = ["FORMATS", "JSON_COLUMNS", "write_rows"]
+
+FORMATS = ("csv", "json")
+#: Columns holding JSON text; the JSON export nests them as values instead of strings.
+JSON_COLUMNS = frozenset({"samples", "budget", "details", "options", "op_types", "inputs", "outputs",
+                          "constants", "attributes", "source", "nodes"})
+
+
+@contextlib.contextmanager
+def _stream(out: Any) -> Iterator[IO[str]]:
+    if hasattr(out, "write"):
+        yield out
+        return
+    try:
+        with open(os.fspath(out), "w", newline="", encoding="utf-8") as f:
+            yield f
+    except OSError as e:
+        raise InvalidArgumentError(f"Cannot write {out}: {e.strerror}; choose a writable path.") from e
+
+
+def write_rows(out: Any, fmt: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
+    """Write ``rows`` to ``out`` (a path or a text stream) as CSV with a header, or as a JSON array
+    of objects; return the number of rows."""
+    if fmt not in FORMATS:
+        raise InvalidArgumentError(f"'fmt' must be one of {FORMATS}. Got {fmt!r} instead.")
+    count = 0
+    with _stream(out) as f:
+        if fmt == "csv":
+            writer = csv.writer(f)
+            writer.writerow(columns)
+            for row in rows:
+                writer.writerow(row)
+                count += 1
+            return count
+        f.write("[")
+        for row in rows:
+            obj = {c: json.loads(v) if c in JSON_COLUMNS and isinstance(v, str) else v
+                   for c, v in zip(columns, row, strict=True)}
+            f.write(("\n" if count == 0 else ",\n") + json.dumps(obj))
+            count += 1
+        f.write("\n]\n" if count else "]\n")
+    return count

@@ -1,0 +1,178 @@
+"""The schema of the brick database, as numbered migrations.
+
+Each migration is a function ``(db) -> None`` that moves the schema from version ``n - 1`` to
+``n``; :data:`MIGRATIONS` lists them in order. The version is kept in ``PRAGMA user_version`` (what
+the code checks) and, readable in Datasette, in the ``schema_migrations`` table (one row per
+applied migration). A database whose version is newer than :data:`SCHEMA_VERSION` is refused.
+
+Conventions of the tables: times in seconds (columns ending in ``_s``), timestamps as ISO 8601 UTC
+text, JSON as TEXT checked with ``json_valid`` (never pickles), the brick's compact ONNX the only
+blob (``bricks.onnx``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlite_utils
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "APPLICATION_ID", "DLBRICKS_TABLES"]
+
+#: ``PRAGMA application_id`` of a dlbricks database ("dlbr").
+APPLICATION_ID = 0x646C6272
+
+_STATS = """
+    n INTEGER NOT NULL,
+    min_s REAL, median_s REAL, mean_s REAL, p90_s REAL, p99_s REAL, std_s REAL, iqr_s REAL,
+    ci_low_s REAL, ci_high_s REAL,
+    wall_time_s REAL NOT NULL,
+    converged INTEGER NOT NULL,
+    floor_s REAL,
+    samples TEXT CHECK (samples IS NULL OR json_valid(samples)),
+    budget TEXT CHECK (budget IS NULL OR json_valid(budget)),
+    created_at TEXT NOT NULL"""
+
+_V1 = f"""
+CREATE TABLE schema_migrations (
+    version INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    applied_at TEXT NOT NULL
+);
+CREATE TABLE systems (
+    fingerprint TEXT PRIMARY KEY,
+    cpu TEXT NOT NULL,
+    cores INTEGER,
+    logical_cores INTEGER,
+    memory INTEGER,
+    os TEXT,
+    gpu TEXT,
+    details TEXT NOT NULL CHECK (json_valid(details)),
+    first_seen TEXT NOT NULL
+);
+CREATE TABLE backends (
+    config_id TEXT PRIMARY KEY,
+    runtime TEXT NOT NULL,
+    version TEXT,
+    device TEXT,
+    options TEXT NOT NULL CHECK (json_valid(options)),
+    first_seen TEXT NOT NULL
+);
+CREATE TABLE bricks (
+    signature TEXT PRIMARY KEY,
+    granularity TEXT NOT NULL,
+    op_type TEXT NOT NULL,
+    op_types TEXT NOT NULL CHECK (json_valid(op_types)),
+    inputs TEXT NOT NULL CHECK (json_valid(inputs)),
+    outputs TEXT NOT NULL CHECK (json_valid(outputs)),
+    constants TEXT NOT NULL CHECK (json_valid(constants)),
+    attributes TEXT NOT NULL CHECK (json_valid(attributes)),
+    flops INTEGER,
+    bytes_moved INTEGER NOT NULL,
+    onnx BLOB NOT NULL,
+    added_at TEXT NOT NULL
+);
+CREATE INDEX bricks_op_type ON bricks (op_type);
+CREATE TABLE models (
+    key TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    source TEXT CHECK (source IS NULL OR json_valid(source)),
+    inputs TEXT NOT NULL CHECK (json_valid(inputs)),
+    layers INTEGER NOT NULL,
+    added_at TEXT NOT NULL
+);
+CREATE INDEX models_name ON models (name);
+CREATE TABLE model_bricks (
+    model TEXT NOT NULL REFERENCES models (key),
+    granularity TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    signature TEXT NOT NULL REFERENCES bricks (signature),
+    nodes TEXT NOT NULL CHECK (json_valid(nodes)),
+    inputs TEXT NOT NULL CHECK (json_valid(inputs)),
+    outputs TEXT NOT NULL CHECK (json_valid(outputs)),
+    PRIMARY KEY (model, granularity, idx)
+);
+CREATE INDEX model_bricks_signature ON model_bricks (signature);
+CREATE TABLE model_edges (
+    model TEXT NOT NULL REFERENCES models (key),
+    granularity TEXT NOT NULL,
+    src INTEGER NOT NULL,
+    dst INTEGER NOT NULL,
+    PRIMARY KEY (model, granularity, src, dst)
+);
+CREATE TABLE measurements (
+    id INTEGER PRIMARY KEY,
+    signature TEXT NOT NULL REFERENCES bricks (signature),
+    system TEXT NOT NULL REFERENCES systems (fingerprint),
+    config_id TEXT NOT NULL REFERENCES backends (config_id),
+    status TEXT NOT NULL CHECK (status IN ('ok', 'failed', 'timeout')),
+    error TEXT,{_STATS}
+);
+CREATE UNIQUE INDEX measurements_item ON measurements (signature, system, config_id);
+CREATE INDEX measurements_system_config ON measurements (system, config_id, status);
+CREATE TABLE model_measurements (
+    id INTEGER PRIMARY KEY,
+    model TEXT NOT NULL REFERENCES models (key),
+    system TEXT NOT NULL REFERENCES systems (fingerprint),
+    config_id TEXT NOT NULL REFERENCES backends (config_id),
+    status TEXT NOT NULL CHECK (status IN ('ok', 'failed', 'timeout')),
+    error TEXT,{_STATS}
+);
+CREATE UNIQUE INDEX model_measurements_item ON model_measurements (model, system, config_id);
+CREATE TABLE claims (
+    item TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    system TEXT NOT NULL,
+    config_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    claimed_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    PRIMARY KEY (item, system, config_id)
+);
+CREATE VIEW brick_timings AS
+SELECT m.id, m.signature, b.op_type, b.flops, b.bytes_moved, m.system, s.cpu, m.config_id,
+       be.runtime, be.version, be.device, m.status, m.error, m.n, m.min_s, m.median_s, m.mean_s,
+       m.p90_s, m.p99_s, m.std_s, m.iqr_s, m.ci_low_s, m.ci_high_s, m.floor_s, m.converged,
+       m.wall_time_s, m.created_at
+FROM measurements AS m
+JOIN bricks AS b ON b.signature = m.signature
+JOIN systems AS s ON s.fingerprint = m.system
+JOIN backends AS be ON be.config_id = m.config_id;
+"""
+
+#: Tables that a dlbricks database has (any other table means another application's file).
+DLBRICKS_TABLES = frozenset({"schema_migrations", "systems", "backends", "bricks", "models",
+                             "model_bricks", "model_edges", "measurements", "model_measurements",
+                             "claims", "peaks"})
+
+
+_V2 = """
+CREATE TABLE peaks (
+    system TEXT PRIMARY KEY REFERENCES systems (fingerprint),
+    flops_per_s REAL NOT NULL,
+    bytes_per_s REAL NOT NULL,
+    details TEXT NOT NULL CHECK (json_valid(details)),
+    measured_at TEXT NOT NULL
+);
+"""
+
+
+def _m0001_initial(db: sqlite_utils.Database) -> None:
+    """Tables, indexes and the ``brick_timings`` view of the first release."""
+    db.executescript(_V1)
+
+
+def _m0002_peaks(db: sqlite_utils.Database) -> None:
+    """``peaks``: a machine's measured peak FLOP/s and memory bandwidth (the roofline)."""
+    db.executescript(_V2)
+
+
+#: ``(name, migration)`` in order; migration ``i`` (0-based) brings the schema to version ``i + 1``.
+MIGRATIONS: tuple[tuple[str, Callable[[sqlite_utils.Database], None]], ...] = (
+    ("0001_initial", _m0001_initial),
+    ("0002_peaks", _m0002_peaks),
+)
+
+#: The schema version this code writes and reads.
+SCHEMA_VERSION = len(MIGRATIONS)

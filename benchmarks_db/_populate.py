@@ -1,0 +1,212 @@
+"""Fill a database: measure the bricks of models that are not measured yet, one at a time.
+
+:func:`populate` is what ``dlbricks bench`` runs. For each backend configuration it lists the
+bricks without a measurement for this system, then for each one: claims it (a lease row, in a
+write transaction), measures it in the generators' isolated worker, and records the measurement
+and drops the claim in one transaction. So a killed run loses at most the brick it was measuring,
+a re-run resumes, and several processes on one file never measure a brick twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dlbricks._decompose import Decomposition
+from dlbricks.benchmarks_db._records import ClaimStatus, RecordOutcome
+from dlbricks.benchmarks_db._store import Store
+
+__all__ = ["BenchProgress", "BenchReport", "populate", "lease_for"]
+
+#: Seconds a claim outlives the longest a measurement may take (worker start, floor, timeout).
+LEASE_MARGIN_S = 180.0
+
+
+@dataclass(frozen=True, slots=True)
+class BenchProgress:
+    """Where a :func:`populate` run stands after one item.
+
+    ``done`` counts the items handled so far (measured, found measured, or held by another
+    process) out of ``total``; ``eta_s`` extrapolates the mean time per measured item.
+    """
+
+    done: int
+    total: int
+    kind: str
+    key: str
+    label: str
+    config_id: str
+    status: str
+    median_s: float | None
+    outcome: RecordOutcome | ClaimStatus
+    elapsed_s: float
+    eta_s: float | None
+
+    @property
+    def left(self) -> int:
+        """Items not handled yet."""
+        return self.total - self.done
+
+
+@dataclass(frozen=True, slots=True)
+class BenchReport:
+    """What a :func:`populate` run did.
+
+    ``measured`` items got a new measurement (``failed`` of them not ok); ``already`` were found
+    measured when claimed (by an earlier run or another process); ``held`` were left to another
+    live process; ``duplicates`` counts recordings that met an existing row (0 unless leases
+    expired while a brick was being measured); ``interrupted`` is true if ``should_stop`` ended it.
+    """
+
+    system: str
+    configs: tuple[str, ...]
+    bricks: int
+    todo: int
+    measured: int
+    failed: int
+    already: int
+    held: int
+    duplicates: int
+    interrupted: bool
+    elapsed_s: float
+
+
+def lease_for(budget: Any) -> float:
+    """A lease long enough for one measurement under ``budget``: its worker may start, calibrate
+    the floor and time the item, each bounded by ``budget.timeout``."""
+    return 2.0 * float(budget.timeout) + LEASE_MARGIN_S
+
+
+@dataclass(frozen=True, slots=True)
+class _Task:
+    kind: str
+    key: str
+    label: str
+    item: Any
+    config: Any
+
+
+def populate(store: Store, decompositions: Iterable[Decomposition], configs: Sequence[Any] | None = None,
+             *, backend: str = "onnxruntime", budget: Any = None, system: Any = None,
+             system_id: str | None = None, store_models: bool = True, whole_models: Sequence[Any] = (),
+             retry_failed: bool = False, keep_samples: bool = False, lease_s: float | None = None,
+             progress: Callable[[BenchProgress], object] | None = None,
+             should_stop: Callable[[], bool] | None = None,
+             runner_factory: Callable[..., Any] | None = None) -> BenchReport:
+    """Measure every brick of ``decompositions`` not yet measured for this system, per configuration.
+
+    Parameters
+    ----------
+    store : Store
+    decompositions : iterable of Decomposition
+        Their unique bricks, in order of first use, are what gets measured.
+    configs : sequence of backend configurations or mappings, optional
+        Default: the backend's default configuration. Each is measured in turn (a sweep).
+    backend : str, default "onnxruntime"
+        A registered ``dlbricks.generators`` backend.
+    budget : dlbricks.generators.Budget, optional
+        Default ``Budget()``; stored with each measurement.
+    system : SystemInfo, optional
+        Default: ``collect_system_info()``.
+    system_id : str, optional
+        Record under this id instead of the machine's fingerprint (tests, labelling machines).
+    store_models : bool, default True
+        Store the models and bricks first (pass False if the caller stored them with sources).
+    whole_models : sequence of ModelGraph, optional
+        Also time these whole models (for validation); their decompositions must be stored.
+    retry_failed : bool, default False
+        Measure again bricks whose stored measurement failed or timed out.
+    keep_samples : bool, default False
+        Store the raw samples of each measurement.
+    lease_s : float, optional
+        Claim duration; default :func:`lease_for` the budget.
+    progress : callable, optional
+        Called with a :class:`BenchProgress` after each item.
+    should_stop : callable, optional
+        Checked before each item; when it returns true the run stops (``interrupted``).
+    runner_factory : callable, optional
+        ``runner_factory(backend, config, budget, keep_samples)`` returning an object with
+        ``measure(item)`` and ``close()``; default ``dlbricks.generators.Runner`` (tests pass fakes).
+
+    Returns
+    -------
+    BenchReport
+    """
+    from dlbricks.generators import Budget, collect_system_info, get_backend
+    from dlbricks.generators._runner import resolve_config
+
+    started = time.monotonic()
+    budget = Budget() if budget is None else budget
+    lease = lease_for(budget) if lease_s is None else lease_s
+    decs = list(decompositions)
+    backend_obj = get_backend(backend)
+    cfgs = [resolve_config(backend_obj, c) for c in (configs or [None])]
+    for cfg in cfgs:
+        backend_obj.check(cfg)
+    sys_key = store.record_system(system or collect_system_info(), fingerprint=system_id).fingerprint
+    if store_models:
+        for dec in decs:
+            store.add_decomposition(dec)
+    bricks = {sig: b for dec in decs for sig, b in dec.bricks.items()}
+    tasks: list[_Task] = []
+    for cfg in cfgs:
+        store.record_backend(cfg, backend_obj.name, version=backend_obj.describe(cfg).get("version"))
+        todo = store.unmeasured(sys_key, cfg.config_id, list(bricks), retry_failed=retry_failed)
+        tasks += [_Task("brick", s, bricks[s].op_type, bricks[s], cfg) for s in todo]
+        measured_models = {r.key for r in store.model_measurements(system=sys_key, config_id=cfg.config_id)
+                           if r.ok or not retry_failed}
+        tasks += [_Task("model", g.key, g.name, g, cfg) for g in whole_models if g.key not in measured_models]
+    factory = runner_factory or _default_runner
+    runners: dict[str, Any] = {}
+    counts = {"measured": 0, "failed": 0, "already": 0, "held": 0, "duplicates": 0}
+    interrupted = False
+    spent = 0.0
+    try:
+        for done, task in enumerate(tasks, start=1):
+            if should_stop is not None and should_stop():
+                interrupted = True
+                break
+            cid = task.config.config_id
+            state = store.claim(task.key, sys_key, cid, lease_s=lease, kind=task.kind,
+                                retry_failed=retry_failed)
+            median = None
+            status = state.value
+            outcome: RecordOutcome | ClaimStatus = state
+            if state is ClaimStatus.CLAIMED:
+                t0 = time.monotonic()
+                runner = runners.get(cid)
+                if runner is None:
+                    runner = runners[cid] = factory(backend, task.config, budget, keep_samples)
+                try:
+                    m = runner.measure(task.item)
+                except BaseException:
+                    store.release(task.key, sys_key, cid)
+                    raise
+                record = store.record if task.kind == "brick" else store.record_model
+                outcome = record(m, sys_key, budget=budget, release=store.owner)
+                spent += time.monotonic() - t0
+                counts["measured"] += 1
+                counts["failed"] += not m.ok
+                counts["duplicates"] += outcome is not RecordOutcome.INSERTED and not retry_failed
+                status, median = m.status, m.median_s
+            else:
+                counts["already" if state is ClaimStatus.MEASURED else "held"] += 1
+            if progress is not None:
+                eta = spent / counts["measured"] * (len(tasks) - done) if counts["measured"] else None
+                progress(BenchProgress(done, len(tasks), task.kind, task.key, task.label, cid, status,
+                                       median, outcome, time.monotonic() - started, eta))
+    finally:
+        for runner in runners.values():
+            runner.close()
+        store.release_all()
+    return BenchReport(sys_key, tuple(c.config_id for c in cfgs), len(bricks), len(tasks),
+                       counts["measured"], counts["failed"], counts["already"], counts["held"],
+                       counts["duplicates"], interrupted, time.monotonic() - started)
+
+
+def _default_runner(backend: str, config: Any, budget: Any, keep_samples: bool) -> Any:
+    from dlbricks.generators import Runner
+
+    return Runner(backend, config, budget, keep_samples=keep_samples)

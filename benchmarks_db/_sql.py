@@ -1,0 +1,511 @@
+"""Every SQL statement of the brick database, as small typed functions over a sqlite-utils Database.
+
+Nothing else in the package writes SQL: :class:`~dlbricks.benchmarks_db.Store` converts records
+and calls these functions (the schema itself is in :mod:`._migrations`). Writes run in short
+``BEGIN IMMEDIATE`` transactions through :func:`write`, which retries when another process holds
+the write lock beyond the busy timeout; reads run in autocommit mode and never block writers
+(WAL).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import sqlite_utils
+
+from dlbricks._errors import DatabaseError
+from dlbricks.benchmarks_db._migrations import APPLICATION_ID, DLBRICKS_TABLES, MIGRATIONS, SCHEMA_VERSION
+from dlbricks.benchmarks_db._records import STAT_FIELDS, RecordOutcome
+
+__all__ = ["connect", "write", "MERGE_RULES", "MEASUREMENT_TABLES"]
+
+T = TypeVar("T")
+Row = dict[str, Any]
+
+#: Write transactions retried this many times when the lock stays busy past the busy timeout.
+WRITE_ATTEMPTS = 8
+#: Measurement tables and the column naming the measured item.
+MEASUREMENT_TABLES = {"measurements": "signature", "model_measurements": "model"}
+#: The columns written for a measurement (besides its item, system and config_id).
+MEASUREMENT_COLUMNS = ("status", "error", "n", *STAT_FIELDS, "wall_time_s", "converged", "floor_s",
+                       "samples", "budget", "created_at")
+#: When a new row replaces an existing row of the same (item, system, config_id); ``cur`` is the
+#: existing row, ``excluded`` the new one.
+MERGE_RULES: Mapping[str, str] = {
+    # ok beats failed/timeout; then more samples; then the newer measurement
+    "best": ("(excluded.status = 'ok') > (cur.status = 'ok') OR ((excluded.status = 'ok') = "
+             "(cur.status = 'ok') AND (excluded.n > cur.n OR (excluded.n = cur.n AND "
+             "excluded.created_at > cur.created_at)))"),
+    "newest": "excluded.created_at > cur.created_at",
+    "keep": "0",
+    "replace": "1",
+}
+
+
+# --------------------------------------------------------------------------------- connection
+def connect(path: str, *, create: bool, readonly: bool, busy_timeout_s: float) -> sqlite_utils.Database:
+    """Open ``path``, check that it is a dlbricks database this code can read, set WAL and the
+    busy timeout, and bring its schema up to date.
+
+    Nothing is written (and no file is created) when the path is a folder, its folder is
+    missing, the file is not SQLite, belongs to another application, or has a newer schema.
+    """
+    memory = path == ":memory:"
+    conn = sqlite3.connect(":memory:", isolation_level=None) if memory else _open_file(
+        path, create=create, readonly=readonly, busy_timeout_s=busy_timeout_s)
+    try:
+        _check_header(conn, path, readonly)
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        if readonly:
+            conn.execute("PRAGMA query_only = ON")
+        else:
+            if not memory:
+                _retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
+            conn.execute("PRAGMA synchronous = NORMAL")  # WAL: durable across process crashes
+        db = sqlite_utils.Database(conn, execute_plugins=False)
+        if not readonly:
+            write(db, lambda: _migrate(db))
+    except sqlite3.Error as e:
+        conn.close()
+        raise DatabaseError(f"Cannot use database {path}: {e}; check that the file and its folder "
+                            f"are writable.") from e
+    except DatabaseError:
+        conn.close()
+        raise
+    return db
+
+
+def _open_file(path: str, *, create: bool, readonly: bool, busy_timeout_s: float) -> sqlite3.Connection:
+    p = Path(path)
+    if p.is_dir():
+        raise DatabaseError(f"Cannot open database {path}: it is a folder; give a file path such "
+                            f"as {p / 'dlbricks.db'}.")
+    if not p.exists():
+        if not create or readonly:
+            raise DatabaseError(f"No database at {path}; fill one with 'dlbricks bench MODEL --db "
+                                f"{path}'.")
+        if not p.parent.is_dir():
+            raise DatabaseError(f"Cannot create database {path}: the folder {p.parent} does not "
+                                f"exist.")
+    mode = "ro" if readonly else ("rwc" if create else "rw")
+    uri = f"file:{quote(str(p.absolute()))}?mode={mode}"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, isolation_level=None)
+        conn.execute("PRAGMA schema_version").fetchone()  # opens the file for real
+    except sqlite3.DatabaseError as e:
+        raise _not_sqlite(path, e) from e
+    return conn
+
+
+def _not_sqlite(path: str, e: sqlite3.Error) -> DatabaseError:
+    if "not a database" in str(e):
+        return DatabaseError(f"{path} is not a SQLite database ({e}); give the path of a dlbricks "
+                             f"database or of a new file.")
+    return DatabaseError(f"Cannot open database {path}: {e}; check that its folder exists and is "
+                         f"writable.")
+
+
+def _check_header(conn: sqlite3.Connection, path: str, readonly: bool) -> None:
+    """Refuse files that are not SQLite, not dlbricks', or from a newer dlbricks."""
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        tables = {r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+    except sqlite3.DatabaseError as e:
+        raise _not_sqlite(path, e) from e
+    foreign = app_id not in (0, APPLICATION_ID) or (app_id == 0 and bool(tables))
+    if foreign and not tables <= DLBRICKS_TABLES | {"_counts"}:
+        raise DatabaseError(f"{path} is a SQLite database of another application (tables: "
+                            f"{', '.join(sorted(tables)[:5])}); give a dlbricks database or a new "
+                            f"file.")
+    if version > SCHEMA_VERSION:
+        raise DatabaseError(f"{path} has schema version {version}, newer than version "
+                            f"{SCHEMA_VERSION} that this dlbricks knows; upgrade dlbricks to use it.")
+    if readonly and version < SCHEMA_VERSION:
+        raise DatabaseError(f"{path} has schema version {version} (current: {SCHEMA_VERSION}); open "
+                            f"it once for writing (e.g. 'dlbricks db stats --db {path}') to migrate it.")
+
+
+def _migrate(db: sqlite_utils.Database) -> None:
+    """Apply the missing migrations inside the caller's write transaction."""
+    version = db.conn.execute("PRAGMA user_version").fetchone()[0]
+    for number in range(version + 1, SCHEMA_VERSION + 1):
+        name, migration = MIGRATIONS[number - 1]
+        migration(db)
+        db.conn.execute("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, "
+                        "strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))", (number, name))
+    if version < SCHEMA_VERSION:
+        db.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+
+
+def schema_version(db: sqlite_utils.Database) -> int:
+    """The database's ``PRAGMA user_version``."""
+    return int(db.conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def integrity_check(db: sqlite_utils.Database) -> str:
+    """``PRAGMA integrity_check``'s first line (``"ok"`` when the file is sound)."""
+    return str(db.conn.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+# --------------------------------------------------------------------------------- transactions
+def _is_busy(e: sqlite3.OperationalError) -> bool:
+    name = getattr(e, "sqlite_errorname", "") or ""
+    return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(e) or "busy" in str(e)
+
+
+def _retry_busy(fn: Callable[[], T], attempts: int = WRITE_ATTEMPTS) -> T:
+    delay = 0.02
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except sqlite3.OperationalError as e:
+            if not _is_busy(e) or attempt == attempts:
+                raise
+            time.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 1.0)
+    raise AssertionError("unreachable")
+
+
+def write(db: sqlite_utils.Database, fn: Callable[[], T]) -> T:
+    """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction and commit; roll back if it raises.
+
+    Inside an open transaction ``fn`` simply joins it. When the write lock stays busy past the
+    busy timeout, the whole transaction is retried with a jittered backoff.
+    """
+    conn = db.conn
+    if conn.in_transaction:
+        return fn()
+
+    def attempt() -> T:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = fn()
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return result
+
+    return _retry_busy(attempt)
+
+
+# --------------------------------------------------------------------------------- writes
+def insert_ignore(db: sqlite_utils.Database, table: str, rows: Sequence[Row]) -> None:
+    """Insert rows whose primary key is not there yet (bricks, systems, backends are immutable)."""
+    if rows:
+        db[table].insert_all(rows, ignore=True, batch_size=200)
+
+
+def upsert(db: sqlite_utils.Database, table: str, row: Row, pk: str, keep: Sequence[str] = ()) -> None:
+    """Insert a row, or update the existing row with the same primary key except the ``keep``
+    columns (e.g. when it was first added)."""
+    db[table].insert_all([row], ignore=True)
+    changes = {k: v for k, v in row.items() if k != pk and k not in keep}
+    if changes:
+        db[table].update(row[pk], changes)
+
+
+def existing_signatures(db: sqlite_utils.Database, signatures: Sequence[str]) -> set[str]:
+    """The signatures among ``signatures`` that ``bricks`` already holds."""
+    rows = db.conn.execute("SELECT signature FROM bricks WHERE signature IN (SELECT value FROM "
+                           "json_each(?))", (json.dumps(list(signatures)),))
+    return {r[0] for r in rows}
+
+
+def replace_model_graph(db: sqlite_utils.Database, model: str, granularity: str,
+                        occurrences: Sequence[Row], edges: Sequence[Row]) -> None:
+    """Replace the occurrences and brick-DAG edges of one model at one granularity."""
+    for table in ("model_bricks", "model_edges"):
+        db.conn.execute(f"DELETE FROM {table} WHERE model = ? AND granularity = ?", (model, granularity))
+    if occurrences:
+        db["model_bricks"].insert_all(occurrences, batch_size=500)
+    if edges:
+        db["model_edges"].insert_all(edges, batch_size=500)
+
+
+@functools.cache
+def _upsert_sql(table: str, rule: str) -> str:
+    item = MEASUREMENT_TABLES[table]
+    cols = (item, "system", "config_id", *MEASUREMENT_COLUMNS)
+    sets = ", ".join(f"{c} = excluded.{c}" for c in MEASUREMENT_COLUMNS)
+    return (f"INSERT INTO {table} AS cur ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+            f"ON CONFLICT ({item}, system, config_id) DO UPDATE SET {sets} WHERE {MERGE_RULES[rule]}")
+
+
+def upsert_measurement(db: sqlite_utils.Database, table: str, row: Row, rule: str) -> RecordOutcome:
+    """Insert a measurement, or resolve a duplicate (item, system, config_id) by ``rule``."""
+    item = MEASUREMENT_TABLES[table]
+    key = (row[item], row["system"], row["config_id"])
+    existing = db.conn.execute(f"SELECT id FROM {table} WHERE {item} = ? AND system = ? AND "
+                               f"config_id = ?", key).fetchone()
+    values = [*key, *(row[c] for c in MEASUREMENT_COLUMNS)]
+    cursor = db.conn.execute(_upsert_sql(table, rule), values)
+    if existing is None:
+        return RecordOutcome.INSERTED
+    return RecordOutcome.REPLACED if cursor.rowcount == 1 else RecordOutcome.KEPT
+
+
+def measured_status(db: sqlite_utils.Database, table: str, item: str, system: str,
+                    config_id: str) -> str | None:
+    """The status of the stored measurement of an item, or None if there is none."""
+    row = db.conn.execute(f"SELECT status FROM {table} WHERE {MEASUREMENT_TABLES[table]} = ? AND "
+                          f"system = ? AND config_id = ?", (item, system, config_id)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def get_claim(db: sqlite_utils.Database, item: str, system: str, config_id: str) -> Row | None:
+    """The claim row on an item, or None."""
+    rows = list(db.query("SELECT * FROM claims WHERE item = ? AND system = ? AND config_id = ?",
+                         (item, system, config_id)))
+    return rows[0] if rows else None
+
+
+def put_claim(db: sqlite_utils.Database, row: Row) -> None:
+    """Create or take over the claim on ``row``'s item."""
+    db.conn.execute(
+        "INSERT INTO claims (item, kind, system, config_id, owner, host, pid, claimed_at, expires_at) "
+        "VALUES (:item, :kind, :system, :config_id, :owner, :host, :pid, :claimed_at, :expires_at) "
+        "ON CONFLICT (item, system, config_id) DO UPDATE SET kind = excluded.kind, owner = "
+        "excluded.owner, host = excluded.host, pid = excluded.pid, claimed_at = excluded.claimed_at, "
+        "expires_at = excluded.expires_at", row)
+
+
+def delete_claim(db: sqlite_utils.Database, item: str, system: str, config_id: str, owner: str) -> None:
+    """Drop ``owner``'s claim on an item (no-op if someone else holds it)."""
+    db.conn.execute("DELETE FROM claims WHERE item = ? AND system = ? AND config_id = ? AND owner = ?",
+                    (item, system, config_id, owner))
+
+
+def get_peaks(db: sqlite_utils.Database, system: str) -> Row | None:
+    """The ``peaks`` row of a system, or None."""
+    rows = list(db.query("SELECT * FROM peaks WHERE system = ?", (system,)))
+    return rows[0] if rows else None
+
+
+def delete_owner_claims(db: sqlite_utils.Database, owner: str) -> None:
+    """Drop every claim of ``owner``."""
+    db.conn.execute("DELETE FROM claims WHERE owner = ?", (owner,))
+
+
+# --------------------------------------------------------------------------------- queries
+def select(db: sqlite_utils.Database, table: str, order: str) -> list[Row]:
+    """Every row of a small table (systems, backends, models, claims), ordered."""
+    return list(db.query(f"SELECT * FROM {table} ORDER BY {order}"))
+
+
+def find_models(db: sqlite_utils.Database, name_or_key: str) -> list[Row]:
+    """Models whose key, name or key prefix (6+ characters) is ``name_or_key``."""
+    return list(db.query(
+        "SELECT * FROM models WHERE key = :q OR name = :q OR (length(:q) >= 6 AND key LIKE :q || '%') "
+        "ORDER BY name, key", {"q": name_or_key}))
+
+
+def model_granularities(db: sqlite_utils.Database, model: str) -> list[str]:
+    """The granularities at which a model's occurrences are stored."""
+    rows = db.conn.execute("SELECT DISTINCT granularity FROM model_bricks WHERE model = ? ORDER BY 1",
+                           (model,))
+    return [r[0] for r in rows]
+
+
+def bricks_of(db: sqlite_utils.Database, model: str, granularity: str) -> list[Row]:
+    """The unique bricks of a model (with their occurrence ``count``), in order of first use."""
+    return list(db.query(
+        "SELECT b.signature, b.granularity, b.op_type, b.op_types, b.inputs, b.outputs, b.constants, "
+        "b.attributes, b.flops, b.bytes_moved, COUNT(*) AS count FROM model_bricks AS mb JOIN bricks "
+        "AS b ON b.signature = mb.signature WHERE mb.model = ? AND mb.granularity = ? "
+        "GROUP BY b.signature ORDER BY MIN(mb.idx)", (model, granularity)))
+
+
+def brick_rows(db: sqlite_utils.Database, signatures: Sequence[str] | None) -> list[Row]:
+    """Rows of ``bricks`` (without the ONNX bytes), all or the given ones."""
+    cols = ("signature, granularity, op_type, op_types, inputs, outputs, constants, attributes, "
+            "flops, bytes_moved")
+    if signatures is None:
+        return list(db.query(f"SELECT {cols} FROM bricks ORDER BY op_type, signature"))
+    return list(db.query(f"SELECT {cols} FROM bricks WHERE signature IN (SELECT value FROM "
+                         f"json_each(?)) ORDER BY op_type, signature", (json.dumps(list(signatures)),)))
+
+
+def brick_onnx(db: sqlite_utils.Database, signature: str) -> bytes | None:
+    """The compact ONNX bytes of a brick, or None."""
+    row = db.conn.execute("SELECT onnx FROM bricks WHERE signature = ?", (signature,)).fetchone()
+    return None if row is None else bytes(row[0])
+
+
+def occurrences(db: sqlite_utils.Database, model: str, granularity: str) -> list[Row]:
+    """The occurrences of a model, in order."""
+    return list(db.query("SELECT idx, signature, nodes, inputs, outputs FROM model_bricks WHERE "
+                         "model = ? AND granularity = ? ORDER BY idx", (model, granularity)))
+
+
+def edges(db: sqlite_utils.Database, model: str, granularity: str) -> list[tuple[int, int]]:
+    """The brick-DAG edges of a model."""
+    rows = db.conn.execute("SELECT src, dst FROM model_edges WHERE model = ? AND granularity = ? "
+                           "ORDER BY src, dst", (model, granularity))
+    return [(int(a), int(b)) for a, b in rows]
+
+
+def unmeasured(db: sqlite_utils.Database, system: str, config_id: str,
+               signatures: Sequence[str] | None, ok_only: bool) -> list[str]:
+    """Signatures without a measurement (or, with ``ok_only``, without an ok one), in order."""
+    done = ("SELECT 1 FROM measurements AS m WHERE m.signature = {col} AND m.system = :system AND "
+            "m.config_id = :config_id" + (" AND m.status = 'ok'" if ok_only else ""))
+    params = {"system": system, "config_id": config_id}
+    if signatures is None:
+        sql = (f"SELECT b.signature FROM bricks AS b WHERE NOT EXISTS ({done.format(col='b.signature')}) "
+               f"ORDER BY b.signature")
+    else:
+        params["sigs"] = json.dumps(list(signatures))
+        sql = (f"SELECT j.value FROM json_each(:sigs) AS j WHERE NOT EXISTS "
+               f"({done.format(col='j.value')}) ORDER BY j.key")
+    return [r[0] for r in db.conn.execute(sql, params)]
+
+
+def measurements(db: sqlite_utils.Database, table: str, *, items: Sequence[str] | None = None,
+                 model: str | None = None, system: str | None = None, config_id: str | None = None,
+                 status: str | None = None) -> list[Row]:
+    """Measurement rows (with ``runtime`` from ``backends``) matching every filter given."""
+    item = MEASUREMENT_TABLES[table]
+    where, params = [], {}
+    for column, value in (("system", system), ("config_id", config_id), ("status", status)):
+        if value is not None:
+            where.append(f"m.{column} = :{column}")
+            params[column] = value
+    if items is not None:
+        where.append(f"m.{item} IN (SELECT value FROM json_each(:items))")
+        params["items"] = json.dumps(list(items))
+    if model is not None:
+        where.append("m.signature IN (SELECT signature FROM model_bricks WHERE model = :model)"
+                     if table == "measurements" else "m.model = :model")
+        params["model"] = model
+    clause = f"WHERE {' AND '.join(where)}" if where else ""
+    return list(db.query(f"SELECT m.*, be.runtime FROM {table} AS m JOIN backends AS be ON "
+                         f"be.config_id = m.config_id {clause} ORDER BY m.id", params))
+
+
+def measured_pairs(db: sqlite_utils.Database) -> list[tuple[str, str]]:
+    """Every (system, config_id) that has brick measurements."""
+    rows = db.conn.execute("SELECT DISTINCT system, config_id FROM measurements ORDER BY 1, 2")
+    return [(a, b) for a, b in rows]
+
+
+def op_summary(db: sqlite_utils.Database, system: str, config_id: str, model: str | None,
+               granularity: str) -> list[Row]:
+    """Per op type: bricks, occurrences, measured and failed bricks, summed medians and FLOPs."""
+    join = ("LEFT JOIN measurements AS m ON m.signature = b.signature AND m.system = :system AND "
+            "m.config_id = :config_id")
+    ok_median = "TOTAL(CASE WHEN m.status = 'ok' THEN m.median_s END)"
+    if model is None:
+        sql = (f"SELECT b.op_type, COUNT(*) AS bricks, TOTAL((SELECT COUNT(*) FROM model_bricks AS mb "
+               f"WHERE mb.signature = b.signature)) AS occurrences, TOTAL(m.status = 'ok') AS measured, "
+               f"TOTAL(m.status != 'ok') AS failed, {ok_median} AS total_median_s, TOTAL(b.flops) AS "
+               f"total_flops FROM bricks AS b {join} GROUP BY b.op_type")
+    else:
+        sql = (f"SELECT b.op_type, COUNT(DISTINCT b.signature) AS bricks, COUNT(*) AS occurrences, "
+               f"COUNT(DISTINCT CASE WHEN m.status = 'ok' THEN b.signature END) AS measured, "
+               f"COUNT(DISTINCT CASE WHEN m.status != 'ok' THEN b.signature END) AS failed, "
+               f"{ok_median} AS total_median_s, TOTAL(b.flops) AS total_flops FROM model_bricks AS mb "
+               f"JOIN bricks AS b ON b.signature = mb.signature {join} WHERE mb.model = :model AND "
+               f"mb.granularity = :granularity GROUP BY b.op_type")
+    params = {"system": system, "config_id": config_id, "model": model, "granularity": granularity}
+    return list(db.query(f"{sql} ORDER BY total_median_s DESC, op_type", params))
+
+
+def coverage(db: sqlite_utils.Database, system: str | None, config_id: str | None) -> list[Row]:
+    """Per model and granularity: unique bricks and occurrences, and how many are measured."""
+    return list(db.query(
+        "SELECT mo.key AS model, mo.name, mb.granularity, COUNT(DISTINCT mb.signature) AS unique_bricks, "
+        "COUNT(DISTINCT CASE WHEN m.status = 'ok' THEN mb.signature END) AS measured, "
+        "COUNT(DISTINCT CASE WHEN m.status != 'ok' THEN mb.signature END) AS failed, "
+        "COUNT(*) AS occurrences, TOTAL(m.status = 'ok') AS occurrences_measured "
+        "FROM models AS mo JOIN model_bricks AS mb ON mb.model = mo.key LEFT JOIN measurements AS m "
+        "ON m.signature = mb.signature AND m.system = :system AND m.config_id = :config_id "
+        "GROUP BY mo.key, mb.granularity ORDER BY mo.name, mo.key, mb.granularity",
+        {"system": system, "config_id": config_id}))
+
+
+def counts(db: sqlite_utils.Database, now: float) -> Row:
+    """Row counts of the main tables, and live claims at time ``now``."""
+    tables = ("bricks", "models", "measurements", "model_measurements")
+    parts = ", ".join(f"(SELECT COUNT(*) FROM {t}) AS {t}" for t in tables)
+    return next(db.query(f"SELECT {parts}, (SELECT COUNT(*) FROM measurements WHERE status = 'ok') AS "
+                         f"measurements_ok, (SELECT COUNT(*) FROM claims WHERE expires_at > :now) AS "
+                         f"live_claims", {"now": now}))
+
+
+# --------------------------------------------------------------------------------- merge
+def attach(db: sqlite_utils.Database, path: str) -> None:
+    """Attach another database read-only as ``src`` (outside any transaction)."""
+    uri = f"file:{quote(str(Path(path).absolute()))}?mode=ro"
+    db.conn.execute("ATTACH DATABASE ? AS src", (uri,))
+
+
+def detach(db: sqlite_utils.Database) -> None:
+    """Detach ``src``."""
+    db.conn.execute("DETACH DATABASE src")
+
+
+def _columns(db: sqlite_utils.Database, table: str) -> list[str]:
+    return [r[1] for r in db.conn.execute(f"PRAGMA main.table_info({table})") if r[1] != "id"]
+
+
+def copy_missing(db: sqlite_utils.Database, table: str) -> int:
+    """Copy the rows of ``src.table`` whose key ``table`` lacks; return how many."""
+    cols = ", ".join(_columns(db, table))
+    cursor = db.conn.execute(f"INSERT OR IGNORE INTO main.{table} ({cols}) SELECT {cols} FROM "
+                             f"src.{table}")
+    return max(cursor.rowcount, 0)
+
+
+def merge_measurements(db: sqlite_utils.Database, table: str, rule: str) -> tuple[int, int, int]:
+    """Merge ``src.table`` by ``rule``; return (added, replaced, kept)."""
+    item = MEASUREMENT_TABLES[table]
+    total = db.conn.execute(f"SELECT COUNT(*) FROM src.{table}").fetchone()[0]
+    clashes = db.conn.execute(
+        f"SELECT COUNT(*) FROM src.{table} AS s JOIN main.{table} AS t ON t.{item} = s.{item} AND "
+        f"t.system = s.system AND t.config_id = s.config_id").fetchone()[0]
+    cols = (item, "system", "config_id", *MEASUREMENT_COLUMNS)
+    sets = ", ".join(f"{c} = excluded.{c}" for c in MEASUREMENT_COLUMNS)
+    cursor = db.conn.execute(
+        f"INSERT INTO main.{table} AS cur ({', '.join(cols)}) SELECT {', '.join(cols)} FROM "
+        f"src.{table} WHERE true ON CONFLICT ({item}, system, config_id) DO UPDATE SET {sets} "
+        f"WHERE {MERGE_RULES[rule]}")
+    added = total - clashes
+    replaced = max(cursor.rowcount, 0) - added
+    return added, replaced, clashes - replaced
+
+
+# --------------------------------------------------------------------------------- export
+EXPORT_QUERIES: Mapping[str, str] = {
+    "measurements": "SELECT t.*, m.samples, m.budget FROM brick_timings AS t JOIN measurements AS m "
+                    "ON m.id = t.id ORDER BY t.id",
+    "model_measurements": "SELECT mm.*, mo.name, be.runtime, be.device FROM model_measurements AS mm "
+                          "JOIN models AS mo ON mo.key = mm.model JOIN backends AS be ON "
+                          "be.config_id = mm.config_id ORDER BY mm.id",
+    "bricks": "SELECT signature, granularity, op_type, op_types, inputs, outputs, constants, "
+              "attributes, flops, bytes_moved, added_at FROM bricks ORDER BY op_type, signature",
+    "models": "SELECT * FROM models ORDER BY name, key",
+    "model_bricks": "SELECT * FROM model_bricks ORDER BY model, granularity, idx",
+    "systems": "SELECT * FROM systems ORDER BY fingerprint",
+    "peaks": "SELECT * FROM peaks ORDER BY system",
+    "backends": "SELECT * FROM backends ORDER BY config_id",
+}
+
+
+def export_rows(db: sqlite_utils.Database, table: str) -> tuple[list[str], Iterable[tuple[Any, ...]]]:
+    """Column names and rows of one of :data:`EXPORT_QUERIES`."""
+    cursor = db.conn.execute(EXPORT_QUERIES[table])
+    return [d[0] for d in cursor.description], cursor

@@ -1,0 +1,411 @@
+"""The ``bench`` command and the ``db`` group: thin click layers over :mod:`dlbricks.benchmarks_db`.
+
+``dlbricks.cli.main`` attaches :data:`bench` and :data:`db`; :data:`cli` groups both for
+``python -m dlbricks.benchmarks_db``. Library errors become one-line messages with exit code 2;
+an interrupted ``bench`` exits with code 130 after saying how to resume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import json
+import signal
+import sys
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import click
+
+from dlbricks._cliutil import format_table, handle_errors, iter_models, model_options, parse_input_shapes
+from dlbricks._decompose import GRANULARITIES, decompose
+from dlbricks._errors import InvalidArgumentError
+from dlbricks.benchmarks_db._export import FORMATS
+from dlbricks.benchmarks_db._populate import BenchProgress, BenchReport, populate
+from dlbricks.benchmarks_db._records import ClaimStatus
+from dlbricks.benchmarks_db._sql import EXPORT_QUERIES
+from dlbricks.benchmarks_db._store import DEFAULT_PATH, Store
+
+__all__ = ["bench", "db", "cli", "EXIT_INTERRUPTED"]
+
+#: Exit code of a ``bench`` stopped by Ctrl-C (128 + SIGINT, as shells report it).
+EXIT_INTERRUPTED = 130
+#: ``--sweep``/option names of configuration fields (any field name works too).
+CONFIG_ALIASES = {"threads": "intra_op_num_threads", "inter-threads": "inter_op_num_threads",
+                  "opt-level": "graph_optimization_level", "device": "device",
+                  "mode": "execution_mode", "spinning": "allow_spinning"}
+BUDGET_NAMES = ("quick", "default", "thorough")
+
+_db_option = click.option("--db", "db_path", default=DEFAULT_PATH, show_default=True, metavar="FILE",
+                          help="The brick database (SQLite).")
+
+
+def _budget(name: str, min_time: float | None, max_time: float | None, timeout: float | None) -> Any:
+    from dlbricks.generators import Budget
+
+    presets = {"quick": Budget.quick, "default": Budget,
+               "thorough": lambda: Budget(warmup_time=0.2, min_time=1.0, min_runs=20, max_time=10.0,
+                                          rel_ci=0.01)}
+    budget = presets[name]()
+    changes = {k: v for k, v in (("min_time", min_time), ("max_time", max_time), ("timeout", timeout))
+               if v is not None}
+    if "min_time" in changes and "max_time" not in changes and changes["min_time"] > budget.max_time:
+        changes["max_time"] = changes["min_time"]
+    return dataclasses.replace(budget, **changes)
+
+
+def _configs(backend: str, fixed: dict[str, str], sweeps: Sequence[str]) -> list[dict[str, Any]]:
+    """One configuration dict per point of the ``--sweep`` grid, on top of the fixed options."""
+    from dlbricks.generators import get_backend
+
+    base = get_backend(backend).default_config().to_dict()
+    axes: dict[str, list[str]] = {}
+    for text in sweeps:
+        name, sep, values = text.partition("=")
+        choices = [v.strip() for v in values.split(",") if v.strip()]
+        if not sep or not name.strip() or not choices:
+            raise InvalidArgumentError(f"--sweep {text!r} is not KEY=V1,V2,...; e.g. --sweep "
+                                       f"opt-level=disable,all or --sweep threads=1,2.")
+        key = name.strip()
+        axes[CONFIG_ALIASES.get(key, key.replace("-", "_"))] = choices
+    points = [dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())]
+    return [config_overrides(base, {**fixed, **point}) for point in points]
+
+
+def config_overrides(base: Mapping[str, Any], overrides: Mapping[str, str]) -> dict[str, Any]:
+    """``base`` (a config's ``to_dict()``) with string ``overrides`` parsed to each field's type."""
+    out = dict(base)
+    for name, text in overrides.items():
+        if name not in base:
+            raise InvalidArgumentError(f"The backend configuration has no field {name!r}; fields: "
+                                       f"{', '.join(sorted(base))}.")
+        current = base[name]
+        try:
+            if isinstance(current, bool):
+                lowered = text.strip().lower()
+                if lowered not in ("1", "0", "true", "false", "on", "off", "yes", "no"):
+                    raise ValueError(text)
+                out[name] = lowered in ("1", "true", "on", "yes")
+            elif isinstance(current, int):
+                out[name] = int(text)
+            elif isinstance(current, float):
+                out[name] = float(text)
+            else:
+                out[name] = text
+        except ValueError as e:
+            raise InvalidArgumentError(f"Cannot set {name} to {text!r}: expected a "
+                                       f"{type(current).__name__}.") from e
+    return out
+
+
+def _fmt_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
+
+
+def _fmt_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+class _Progress:
+    """One progress line per item on stderr (rewritten in place on a terminal)."""
+
+    def __init__(self) -> None:
+        self.stream = sys.stderr
+        self.tty = self.stream.isatty()
+        self.pending = False
+        self.measured = 0
+
+    def __call__(self, p: BenchProgress) -> None:
+        if p.outcome is ClaimStatus.MEASURED:
+            result = "measured elsewhere"
+        elif p.outcome is ClaimStatus.HELD:
+            result = "busy elsewhere"
+        else:
+            self.measured += 1
+            result = _fmt_time(p.median_s) if p.status == "ok" else p.status
+        line = (f"[{p.done}/{p.total}] {p.kind} {p.key[:12]} {p.label[:24]:<24} {result:>18} | "
+                f"{p.done} done, {p.left} left, ETA {_fmt_eta(p.eta_s)}")
+        if self.tty:
+            self.stream.write("\r\x1b[K" + line)
+            self.pending = True
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.pending:
+            self.stream.write("\n")
+            self.pending = False
+
+
+class _StopFlag:
+    """First Ctrl-C: stop after the current item. Second: raise KeyboardInterrupt at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __call__(self) -> bool:
+        return self.requested
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        click.echo("\nStopping after the current brick (press Ctrl-C again to abort it).", err=True)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.signal(signal.SIGINT, self._handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _resume_hint(db_path: str, measured: int) -> str:
+    return (f"Interrupted: {measured} new measurement(s) are saved in {db_path}. Run the same command "
+            f"again to resume; finished bricks are not measured again.")
+
+
+def _summary(report: BenchReport, db_path: str) -> str:
+    if report.todo == 0:
+        return (f"Nothing to measure: the {report.bricks} bricks are measured for system "
+                f"{report.system} and the {len(report.configs)} configuration(s). Database: {db_path}")
+    return (f"Measured {report.measured} item(s) ({report.failed} failed) on system {report.system} "
+            f"for {len(report.configs)} configuration(s) in {report.elapsed_s:.1f} s; "
+            f"{report.already} found already measured, {report.held} left to other processes. "
+            f"Database: {db_path}")
+
+
+@click.command("bench")
+@model_options
+@_db_option
+@click.option("--granularity", type=click.Choice(GRANULARITIES), default="layer", show_default=True)
+@click.option("--backend", default="onnxruntime", show_default=True, help="A registered backend.")
+@click.option("--threads", type=int, default=None, help="intra_op_num_threads (default 1).")
+@click.option("--opt-level", type=click.Choice(("disable", "basic", "extended", "all")), default=None,
+              help="Graph optimization level (default disable).")
+@click.option("--device", type=click.Choice(("cpu", "cuda")), default=None, help="Default cpu.")
+@click.option("--budget", "budget_name", type=click.Choice(BUDGET_NAMES), default="default",
+              show_default=True, help="Time budget per brick.")
+@click.option("--min-time", type=float, default=None, help="Seconds of timed runs at least.")
+@click.option("--max-time", type=float, default=None, help="Seconds of timed runs at most.")
+@click.option("--timeout", type=float, default=None, help="Seconds before a brick is killed.")
+@click.option("--sweep", multiple=True, metavar="KEY=V1,V2",
+              help="Measure every value of a configuration field (repeatable: grid), e.g. "
+                   "opt-level=disable,all or threads=1,2.")
+@click.option("--retry-failed", is_flag=True, help="Measure again bricks that failed or timed out.")
+@click.option("--whole-model", is_flag=True, help="Also time each whole model (for validation).")
+@click.option("--keep-samples", is_flag=True, help="Store the raw samples of each measurement.")
+@click.option("--system-id", envvar="DLBRICKS_SYSTEM_ID", default=None, metavar="ID",
+              help="Record under this id instead of the machine's fingerprint (for tests, or to "
+                   "label a machine); env DLBRICKS_SYSTEM_ID.")
+@click.option("--dry-run", is_flag=True, help="Store models and bricks; print what is left to measure.")
+@click.pass_context
+@handle_errors
+def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_size: int | None,
+          input_shape: tuple[str, ...], db_path: str, granularity: str, backend: str,
+          threads: int | None, opt_level: str | None, device: str | None, budget_name: str,
+          min_time: float | None, max_time: float | None, timeout: float | None,
+          sweep: tuple[str, ...], retry_failed: bool, whole_model: bool, keep_samples: bool,
+          system_id: str | None, dry_run: bool) -> None:
+    """Benchmark the bricks of models and store the results in a database.
+
+    MODEL is an ONNX file or a zoo model name. Bricks already measured for this system and
+    configuration are skipped, so a re-run resumes an interrupted one and several processes can
+    fill one database. Ctrl-C stops after the current brick (exit code 130).
+    """
+    if batch_size is not None and batch_size <= 0:
+        raise InvalidArgumentError(f"--batch-size must be a positive int. Got {batch_size} instead.")
+    shapes = parse_input_shapes(input_shape)
+    budget = _budget(budget_name, min_time, max_time, timeout)
+    fixed = {k: str(v) for k, v in (("intra_op_num_threads", threads), ("device", device),
+                                    ("graph_optimization_level", opt_level)) if v is not None}
+    configs = _configs(backend, fixed, sweep)
+    with Store.open(db_path) as store:
+        decompositions, graphs = [], []
+        for graph in iter_models(models, zoo, batch_size, shapes):
+            dec = decompose(graph, granularity=granularity)
+            store.add_decomposition(dec, source=graph.source)
+            decompositions.append(dec)
+            graphs.append(graph)
+        if dry_run:
+            _print_plan(store, decompositions, configs, backend, system_id)
+            return
+        stop, progress = _StopFlag(), _Progress()
+        with stop.installed():
+            try:
+                report = populate(store, decompositions, configs, backend=backend, budget=budget,
+                                  system_id=system_id, store_models=False,
+                                  whole_models=graphs if whole_model else (),
+                                  retry_failed=retry_failed, keep_samples=keep_samples,
+                                  progress=progress, should_stop=stop)
+            except KeyboardInterrupt:
+                progress.finish()
+                click.echo(_resume_hint(db_path, progress.measured), err=True)
+                ctx.exit(EXIT_INTERRUPTED)
+        progress.finish()
+        click.echo(_summary(report, db_path))
+        if report.interrupted:
+            click.echo(_resume_hint(db_path, report.measured), err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+
+
+def _print_plan(store: Store, decompositions: Sequence[Any], configs: Sequence[dict[str, Any]],
+                backend: str, system_id: str | None) -> None:
+    from dlbricks.generators import collect_system_info, get_backend
+
+    backend_obj = get_backend(backend)
+    system = system_id or collect_system_info().fingerprint
+    signatures = list(dict.fromkeys(s for d in decompositions for s in d.bricks))
+    rows = []
+    for cfg_dict in configs:
+        cfg = backend_obj.config_from_dict(cfg_dict)
+        left = len(store.unmeasured(system, cfg.config_id, signatures))
+        rows.append([cfg.config_id, _options_text(cfg_dict, backend), str(len(signatures)), str(left)])
+    click.echo(format_table(["config", "options", "bricks", "to measure"], rows, right={2, 3}))
+
+
+def _options_text(options: dict[str, Any], runtime: str) -> str:
+    """The options that differ from the runtime's defaults, as ``k=v``."""
+    try:
+        from dlbricks.generators import get_backend
+
+        defaults = get_backend(runtime).default_config().to_dict()
+    except Exception:  # noqa: BLE001 - a runtime not installed here: show everything
+        defaults = {}
+    diff = {k: v for k, v in options.items() if defaults.get(k, object()) != v and v not in ({}, None)}
+    return " ".join(f"{k}={v}" for k, v in diff.items()) or "(defaults)"
+
+
+# ------------------------------------------------------------------------------------- db
+@click.group("db")
+def db() -> None:
+    """Inspect, merge and export brick databases."""
+
+
+@db.command("stats")
+@_db_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@handle_errors
+def stats_cmd(db_path: str, as_json: bool) -> None:
+    """Systems, backends, counts, and per-model coverage of a database."""
+    with Store.open(db_path, create=False) as store:
+        stats = store.stats()
+    if as_json:
+        click.echo(json.dumps(dataclasses.asdict(stats), indent=2, default=str))
+        return
+    click.echo(f"Database {stats.path} (schema version {stats.schema_version})")
+    click.echo(f"bricks: {stats.bricks}  models: {stats.models}  measurements: {stats.measurements} "
+               f"({stats.measurements_ok} ok)  model measurements: {stats.model_measurements}  "
+               f"live claims: {stats.live_claims}\n")
+    peaks = {p.system: p for p in stats.peaks}
+
+    def peak(system: str, index: int) -> str:
+        return f"{peaks[system][index] / 1e9:.1f}" if system in peaks else "-"
+
+    click.echo(format_table(
+        ["system", "cpu", "cores", "memory GiB", "os", "gpu", "peak GFLOP/s", "peak GB/s"],
+        [[s.fingerprint, s.cpu, str(s.cores), f"{(s.memory_bytes or 0) / 2**30:.0f}", s.os or "-",
+          s.gpu or "-", peak(s.fingerprint, 0), peak(s.fingerprint, 1)] for s in stats.systems],
+        right={2, 3, 6, 7}))
+    click.echo("")
+    click.echo(format_table(
+        ["config", "runtime", "version", "device", "options"],
+        [[b.config_id, b.runtime, b.version or "-", b.device or "-",
+          _options_text(dict(b.options), b.runtime)]
+         for b in stats.backends]))
+    click.echo("")
+    click.echo(format_table(
+        ["model", "granularity", "system", "config", "measured", "bricks", "coverage", "failed"],
+        [[c.name, c.granularity, c.system or "-", c.config_id or "-", str(c.measured),
+          str(c.unique_bricks), f"{100 * c.fraction:.0f}%", str(c.failed)] for c in stats.coverage],
+        right={4, 5, 6, 7}))
+
+
+@db.command("ops")
+@_db_option
+@click.option("--model", default=None, help="Summarize one model's occurrences (name or key).")
+@click.option("--system", default=None, help="System fingerprint (needed if several).")
+@click.option("--config", "config_id", default=None, help="Backend config id (needed if several).")
+@handle_errors
+def ops_cmd(db_path: str, model: str | None, system: str | None, config_id: str | None) -> None:
+    """Time per op type: bricks, occurrences, measured, total median time."""
+    with Store.open(db_path, create=False) as store:
+        rows = store.op_summary(system=system, config_id=config_id, model=model)
+    total = sum(r.total_median_s for r in rows) or 1.0
+    click.echo(format_table(
+        ["op", "bricks", "occurrences", "measured", "failed", "total median", "share"],
+        [[r.op_type, str(r.bricks), str(r.occurrences), str(r.measured), str(r.failed),
+          _fmt_time(r.total_median_s), f"{100 * r.total_median_s / total:.1f}%"] for r in rows],
+        right={1, 2, 3, 4, 5, 6}))
+
+
+@db.command("merge")
+@click.argument("sources", nargs=-1, required=True, metavar="DB...")
+@click.option("-o", "--out", "out", required=True, metavar="FILE", help="The merged database.")
+@click.option("--rule", type=click.Choice(("best", "newest", "keep")), default="best", show_default=True,
+              help="Which of two measurements of a brick on one system and configuration wins: best "
+                   "(ok over failed, then more samples, then newer), newest, or keep (first seen).")
+@handle_errors
+def merge_cmd(sources: tuple[str, ...], out: str, rule: str) -> None:
+    """Merge databases (e.g. from several machines) into OUT, each brick stored once."""
+    for source in sources:  # check them all before writing anything
+        Store.open(source, create=False, readonly=True).close()
+    with Store.open(out) as store:
+        for source in sources:
+            r = store.merge_from(source, rule=rule)
+            click.echo(f"{source}: +{r.systems} systems, +{r.backends} backends, +{r.bricks} bricks, "
+                       f"+{r.models} models; measurements {r.measurements_added} added, "
+                       f"{r.measurements_replaced} replaced, {r.measurements_kept} kept; model "
+                       f"measurements {r.model_measurements_added} added, "
+                       f"{r.model_measurements_replaced} replaced, {r.model_measurements_kept} kept")
+        stats = store.stats()
+    click.echo(f"{out}: {len(stats.systems)} systems, {stats.bricks} bricks, {stats.measurements} "
+               f"measurements")
+
+
+@db.command("export")
+@_db_option
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="csv", show_default=True)
+@click.option("--table", type=click.Choice(sorted(EXPORT_QUERIES)), default="measurements",
+              show_default=True, help="measurements: each with its op type, CPU and runtime.")
+@click.option("--out", default="-", show_default=True, metavar="FILE", help="Output file ('-': stdout).")
+@handle_errors
+def export_cmd(db_path: str, fmt: str, table: str, out: str) -> None:
+    """Export a table as CSV or JSON."""
+    with Store.open(db_path, create=False) as store:
+        if out == "-":
+            store.export(fmt, sys.stdout, table=table)
+        else:
+            count = store.export(fmt, out, table=table)
+            click.echo(f"Wrote {count} rows to {out}", err=True)
+
+
+@click.group("dlbricks-db", context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """Fill and query dlbricks brick databases (the 'bench' and 'db' commands of dlbricks)."""
+
+
+cli.add_command(bench)
+cli.add_command(db)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run :data:`cli` as ``python -m dlbricks.benchmarks_db``."""
+    cli.main(args=list(argv) if argv is not None else sys.argv[1:],
+             prog_name="python -m dlbricks.benchmarks_db")

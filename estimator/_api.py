@@ -1,0 +1,170 @@
+"""Estimating models from a brick database, and validating estimates against whole-model runs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dlbricks import Brick, Decomposition, ModelGraph, decompose, load_model
+from dlbricks._errors import InvalidArgumentError
+from dlbricks.benchmarks_db import Store
+from dlbricks.estimator._estimate import Estimate, Peaks, estimate_decomposition
+from dlbricks.estimator._predict import LatencyPredictor
+from dlbricks.generators import Budget, Measurement, OrtConfig, benchmark, collect_system_info
+
+__all__ = ["estimate", "validate", "Validation", "open_store"]
+
+def open_store(db: Store | str | os.PathLike[str]) -> Store:
+    """The Store for ``db`` (a Store is returned as it is)."""
+    return db if isinstance(db, Store) else Store.open(db)
+
+
+def _decomposition(model: Any, store: Store, granularity: str) -> Decomposition:
+    if isinstance(model, Decomposition):
+        return model
+    if isinstance(model, str) and not os.path.exists(model) and not model.endswith(".onnx"):
+        try:
+            return store.decomposition(model, granularity)
+        except InvalidArgumentError:
+            from dlbricks.model_zoo import build
+
+            return decompose(load_model(build(model), name=model), granularity)
+    graph = model if isinstance(model, ModelGraph) else load_model(model)
+    return decompose(graph, granularity)
+
+
+def _system_key(system: Any) -> Any:
+    return system if system is not None else collect_system_info()
+
+
+def _lookup(store: Store, dec: Decomposition, system: Any, config_id: str) -> dict[str, Measurement]:
+    found = {}
+    for sig in dec.bricks:
+        m = store.measurement(sig, system, config_id)
+        if m is not None:
+            found[sig] = m
+    return found
+
+
+def _alternatives(store: Store, dec: Decomposition, system: Any, config: OrtConfig,
+                  ) -> dict[str, list[Measurement]]:
+    """Measurements of the bricks under every configuration of this system with the same threads."""
+    out: dict[str, list[Measurement]] = {}
+    for rec in store.backends():
+        options = rec.options if isinstance(rec.options, Mapping) else {}
+        if rec.config_id == config.config_id or options.get("intra_op_num_threads") != config.intra_op_num_threads:
+            continue
+        for sig, m in _lookup(store, dec, system, rec.config_id).items():
+            out.setdefault(sig, []).append(m)
+    return out
+
+
+def _predictor(store: Store, system: Any, config_id: str) -> LatencyPredictor:
+    records = [r for r in store.measurements(system=system, config_id=config_id, status="ok")]
+    latency = {r.key: r.median_s - (r.floor_s or 0.0) for r in records if r.median_s is not None}
+    bricks = [store.brick(sig) for sig in latency]
+    return LatencyPredictor().fit(bricks, latency)
+
+
+def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = None,
+             config: OrtConfig | None = None, granularity: str = "layer", on_missing: str = "error",
+             budget: Budget | None = None, peaks: Peaks | None = None) -> Estimate:
+    """Estimate a model's latency from the brick database.
+
+    Parameters
+    ----------
+    model : path, ModelProto, ModelGraph, Decomposition or name
+        A model, or the name of a model stored in the db (or of a zoo model).
+    db : Store or path
+        The brick database.
+    system : SystemInfo or fingerprint, optional
+        Whose measurements to use; default: this machine.
+    config : OrtConfig, optional
+        The configuration to estimate (default: 1 thread, optimizations off, bricks measured in
+        their in-model cache state).
+    on_missing : {"error", "predict", "measure"}
+        Bricks without a measurement: refuse, predict them from measured bricks of the same op
+        type, or measure them now (and store them).
+    budget : Budget, optional
+        For ``on_missing="measure"``.
+    peaks : Peaks, optional
+        Default: the peaks stored for the system by ``dlbricks calibrate``.
+    """
+    store = open_store(db)
+    system = _system_key(system)
+    cfg = config or OrtConfig()
+    dec = _decomposition(model, store, granularity)
+    measured = _lookup(store, dec, system, cfg.config_id)
+
+    def measure(bricks: Sequence[Brick]) -> dict[str, Measurement]:
+        store.add_bricks(bricks)
+        out = {}
+        for m in benchmark(bricks, config=cfg, budget=budget):
+            store.record(m, system, budget=budget)
+            out[m.key] = m
+        return out
+
+    missing = [s for s in dec.bricks if s not in measured]
+    predictor = _predictor(store, system, cfg.config_id) if missing and on_missing == "predict" else None
+    if peaks is None:
+        peaks = store_peaks(store, system)
+    return estimate_decomposition(
+        dec, measured, config_id=cfg.config_id, on_missing=on_missing, predictor=predictor,
+        measure=measure, alternatives=_alternatives(store, dec, system, cfg), peaks=peaks)
+
+
+def store_peaks(store: Store, system: Any) -> Peaks | None:
+    """The peaks stored for a system by ``dlbricks calibrate``, if any."""
+    getter = getattr(store, "peaks", None)
+    if getter is None:
+        return None
+    found = getter(system)
+    return None if found is None else Peaks(found[0], found[1])
+
+
+@dataclass(frozen=True, slots=True)
+class Validation:
+    """An estimate beside the whole model's measured latency (seconds)."""
+
+    estimate: Estimate
+    measured: Measurement
+
+    @property
+    def error(self) -> float:
+        """Relative error of the sequential estimate: estimate / measured - 1."""
+        return self.estimate.sequential_s / self.measured.median_s - 1.0  # type: ignore[operator]
+
+    @property
+    def bounds_hold(self) -> bool:
+        """roofline <= lower bound <= measured."""
+        lb = self.estimate.lower_bound_s
+        roof = self.estimate.roofline_s
+        ok = lb <= (self.measured.median_s or 0.0)
+        return ok and (roof is None or roof <= lb)
+
+
+def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = None,
+             config: OrtConfig | None = None, granularity: str = "layer", budget: Budget | None = None,
+             on_missing: str = "measure") -> Validation:
+    """Measure the whole model with the same harness, store the run, and compare with the estimate."""
+    store = open_store(db)
+    system = _system_key(system)
+    graph = model if isinstance(model, ModelGraph) else None
+    if graph is None:
+        if isinstance(model, str) and not os.path.exists(model) and not model.endswith(".onnx"):
+            from dlbricks.model_zoo import build
+
+            graph = load_model(build(model), name=model)
+        else:
+            graph = load_model(model)
+    dec = decompose(graph, granularity)
+    store.add_decomposition(dec, graph.source)
+    (whole,) = benchmark([graph], config=config or OrtConfig(), budget=budget)
+    store.record_model(whole, system, budget=budget)
+    if not whole.ok:
+        raise InvalidArgumentError(f"model '{graph.name}' could not be measured whole: {whole.error}")
+    est = estimate(dec, store, system=system, config=config, granularity=granularity,
+                   on_missing=on_missing, budget=budget)
+    return Validation(est, whole)

@@ -1,0 +1,159 @@
+"""CLI commands of the estimator: estimate, validate, calibrate, evaluate (the main job)."""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dlbricks._cliutil import format_table, handle_errors
+from dlbricks.estimator._api import estimate, open_store, validate
+from dlbricks.estimator._calibrate import calibrate_peaks
+from dlbricks.estimator._estimate import ON_MISSING, Estimate
+from dlbricks.estimator._evaluate import EVALUATE_BUDGET, Evaluation, evaluate, suite_models
+from dlbricks.generators import OrtConfig
+
+__all__ = ["COMMANDS"]
+
+_OPT_LEVELS = ("disable", "basic", "extended", "all")
+
+
+def _config_options(fn: Any) -> Any:
+    fn = click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
+                      help="intra_op_num_threads.")(fn)
+    fn = click.option("--opt-level", type=click.Choice(_OPT_LEVELS), default="disable", show_default=True,
+                      help="onnxruntime graph optimization level.")(fn)
+    return click.option("--db", "db", default="dlbricks.db", show_default=True,
+                        type=click.Path(dir_okay=False), help="The brick database.")(fn)
+
+
+def _config(threads: int, opt_level: str) -> OrtConfig:
+    return OrtConfig(intra_op_num_threads=threads, graph_optimization_level=opt_level)
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{1e3 * seconds:.3f}"
+
+
+def _print_estimate(est: Estimate, top: int) -> None:
+    click.echo(f"model {est.model}: {est.layers} layers, {est.unique_bricks} unique bricks, "
+               f"granularity {est.granularity}, configuration {est.config_id}")
+    click.echo(f"  sequential estimate  {_ms(est.sequential_s)} ms  "
+               f"(95% CI {_ms(est.ci_low_s)} - {_ms(est.ci_high_s)} ms)")
+    click.echo(f"  parallel estimate    {_ms(est.parallel_s)} ms (critical path)")
+    click.echo(f"  lower bound          {_ms(est.lower_bound_s)} ms sequential, "
+               f"{_ms(est.lower_bound_parallel_s)} ms parallel")
+    click.echo(f"  roofline             {_ms(est.roofline_s)} ms"
+               + ("" if est.roofline_s is not None else " (run 'dlbricks calibrate' first)"))
+    click.echo(f"  coverage {100 * est.coverage:.1f}% of occurrences measured; "
+               f"{len(est.predicted)} bricks predicted ({100 * est.predicted_share:.1f}% of the time)")
+    rows = [[c.signature[:12], c.op_type, str(c.count), f"{1e6 * c.latency_s:.1f}",
+             _ms(c.total_s), f"{100 * c.share:.1f}", c.source] for c in est.breakdown[:top]]
+    click.echo(format_table(["signature", "op", "count", "us each", "ms total", "share %", "source"], rows,
+                            right={2, 3, 4, 5}))
+
+
+@click.command("estimate")
+@click.argument("model")
+@_config_options
+@click.option("--on-missing", type=click.Choice(ON_MISSING), default="error", show_default=True,
+              help="Bricks without a measurement: refuse, predict, or measure now.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--top", type=int, default=15, show_default=True, help="Breakdown rows to print.")
+@handle_errors
+def estimate_cmd(model: str, db: str, threads: int, opt_level: str, on_missing: str, as_json: bool,
+                 top: int) -> None:
+    """Estimate MODEL's latency from the brick database (a file, or a stored or zoo model name)."""
+    with open_store(db) as store:
+        est = estimate(model, store, config=_config(threads, opt_level), on_missing=on_missing)
+    if as_json:
+        click.echo(json.dumps(est.to_dict(), indent=2))
+    else:
+        _print_estimate(est, top)
+
+
+@click.command("validate")
+@click.argument("models", nargs=-1, required=True)
+@_config_options
+@handle_errors
+def validate_cmd(models: tuple[str, ...], db: str, threads: int, opt_level: str) -> None:
+    """Measure MODELs whole, store the runs, and compare with their estimates."""
+    rows = []
+    with open_store(db) as store:
+        for model in models:
+            v = validate(model, store, config=_config(threads, opt_level), budget=EVALUATE_BUDGET)
+            rows.append([v.estimate.model, _ms(v.measured.median_s), _ms(v.estimate.sequential_s),
+                         f"{100 * v.error:+.1f}", _ms(v.estimate.lower_bound_s), _ms(v.estimate.roofline_s),
+                         "yes" if v.bounds_hold else "NO"])
+    click.echo(format_table(["model", "measured ms", "estimated ms", "error %", "lower bound ms",
+                             "roofline ms", "bounds hold"], rows, right={1, 2, 3, 4, 5}))
+
+
+@click.command("calibrate")
+@_config_options
+@handle_errors
+def calibrate_cmd(db: str, threads: int, opt_level: str) -> None:
+    """Measure this machine's peak FLOP/s and memory bandwidth and store them (roofline)."""
+    cal = calibrate_peaks(_config(threads, opt_level))
+    with open_store(db) as store:
+        from dlbricks.generators import collect_system_info
+
+        store.record_peaks(collect_system_info(), cal.peaks.flops_per_s, cal.peaks.bytes_per_s,
+                           {"gemm": cal.gemm, "stream": cal.stream, "threads": threads})
+    click.echo(f"peak {cal.peaks.flops_per_s / 1e9:.1f} GFLOP/s (MatMul), "
+               f"{cal.peaks.bytes_per_s / 1e9:.1f} GB/s (Add), {threads} thread(s); stored in {db}")
+
+
+def _print_evaluation(ev: Evaluation) -> None:
+    rows = [[r.model, str(r.layers), str(r.unique_bricks), _ms(r.measured_s), _ms(r.estimated_s),
+             f"{100 * r.error:+.1f}", _ms(r.parallel_s), _ms(r.lower_bound_s), _ms(r.roofline_s),
+             "yes" if r.bounds_hold else "NO"] for r in ev.rows]
+    click.echo(format_table(["model", "layers", "unique", "measured ms", "estimated ms", "error %",
+                             "parallel ms", "lower bound ms", "roofline ms", "bounds"], rows,
+                            right=set(range(1, 9))))
+    s = ev.system
+    click.echo("")
+    click.echo(f"machine: {s.cpu_model}, {s.physical_cores} cores, Python {platform.python_version()}, "
+               f"onnxruntime {s.onnxruntime_version}; {ev.config.intra_op_num_threads} thread(s), "
+               f"optimizations {ev.config.graph_optimization_level}, layer granularity")
+    click.echo(f"suite: {len(ev.rows)} models, {ev.layers} layers, {ev.unique_bricks} unique bricks "
+               f"({ev.layers / max(ev.unique_bricks, 1):.2f} layers per brick)")
+    click.echo(f"benchmarking time: unique bricks {ev.brick_time_s:.1f} s, whole models "
+               f"{ev.whole_time_s:.1f} s: speedup {ev.speedup:.2f}x (same stopping rule)")
+    click.echo(f"error: mean |error| {100 * ev.mean_abs_error:.2f}%, max |error| "
+               f"{100 * ev.max_abs_error:.2f}%; within +-5%: "
+               f"{sum(abs(r.error) <= 0.05 for r in ev.rows)}/{len(ev.rows)}")
+    click.echo(f"elapsed: {ev.elapsed_s:.0f} s")
+
+
+@click.command("evaluate")
+@click.option("--suite", default="default", show_default=True,
+              help="default, full (every zoo model), or a comma-separated list of zoo models.")
+@_config_options
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write PNG figures there (needs the 'plot' extra).")
+@click.option("--quiet", is_flag=True, help="No progress lines.")
+@handle_errors
+def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, plot_dir: Path | None, quiet: bool) -> None:
+    """The main job: benchmark the suite's unique bricks, estimate every model, validate.
+
+    Prints, per model, layers, unique bricks, measured and estimated latency, error, parallel
+    estimate, lower bound and roofline; for the suite, the benchmarking time of bricks vs whole
+    models and the error figures.
+    """
+    models = suite_models(suite)
+    say = (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
+    with open_store(db) as store:
+        ev = evaluate(models, store, config=_config(threads, opt_level), say=say)
+    _print_evaluation(ev)
+    if plot_dir is not None:
+        from dlbricks.estimator._plot import plot_evaluation
+
+        for path in plot_evaluation(ev, plot_dir):
+            click.echo(f"wrote {path}")
+
+
+COMMANDS = (estimate_cmd, validate_cmd, calibrate_cmd, evaluate_cmd)

@@ -1,0 +1,214 @@
+"""The ``bench`` command and the ``db`` group (in-process, with click's CliRunner), and
+:func:`populate` with a fake runner."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sqlite3
+import sys
+from pathlib import Path
+
+import click
+import onnx
+import pytest
+from click.testing import CliRunner
+
+from dlbricks.benchmarks_db import ClaimStatus, Store, populate
+from dlbricks.benchmarks_db.cli import bench, cli, db
+from tests._models import unrunnable_model
+from tests.test_db_support import config, decompositions, measurement, system_info, write_models
+
+SYS = system_info()
+
+
+def invoke(*args: str) -> click.testing.Result:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_every_command_has_help() -> None:
+    def walk(cmd: click.Command, path: list[str]) -> list[list[str]]:
+        paths = [path]
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                paths += walk(sub, [*path, name])
+        return paths
+
+    for path in walk(cli, []):
+        result = invoke(*path, "--help")
+        assert result.exit_code == 0 and "Usage:" in result.output, path
+    assert {"bench", "db"} == set(cli.commands) and bench.name == "bench" and db.name == "db"
+
+
+# ----------------------------------------------------------------------------------- bad --db
+def _newer(path: Path) -> None:
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 42")
+    conn.execute("PRAGMA application_id = 1684824690")
+    conn.commit()
+    conn.close()
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("command", [["bench", "{model}", "--batch-size", "1"], ["db", "stats"],
+                                     ["db", "export"]])
+def test_bad_db_is_one_line_exit_2_and_nothing_written(tmp_path: Path, command: list[str]) -> None:
+    model = str(write_models(tmp_path)["res16"])
+    text = tmp_path / "notes.txt"
+    text.write_text("these are not the bricks you are looking for\n" * 50)
+    newer = tmp_path / "newer.db"
+    _newer(newer)
+    bad = {"not sqlite": (text, "not a SQLite database"), "newer schema": (newer, "newer than"),
+           "missing folder": (tmp_path / "nope" / "x.db", r"does not exist|No database"),
+           "a folder": (tmp_path, "is a folder")}
+    if Path("/proc/self").exists():
+        bad["unwritable"] = (Path("/proc/dlbricks-test.db"), "")
+    for case, (path, message) in bad.items():
+        before = {p: _digest(p) for p in tmp_path.iterdir() if p.is_file()}
+        result = CliRunner().invoke(cli, [c.format(model=model) for c in command] + ["--db", str(path)])
+        lines = result.output.strip().splitlines()
+        assert result.exit_code == 2, (case, result.output)
+        assert len(lines) == 1 and lines[0].startswith("Error: "), (case, lines)
+        assert re.search(message, lines[0]), (case, lines)
+        assert "Traceback" not in result.output
+        assert {p: _digest(p) for p in tmp_path.iterdir() if p.is_file()} == before, case
+    assert not Path("/proc/dlbricks-test.db").exists()
+
+
+def test_bad_options_are_one_line_errors(tmp_path: Path) -> None:
+    model = str(write_models(tmp_path)["res16"])
+    dbfile = str(tmp_path / "x.db")
+    for extra, message in ((["--sweep", "threads"], "is not KEY=V1,V2"),
+                           (["--sweep", "colour=red"], "no field 'colour'"),
+                           (["--sweep", "threads=two"], "expected a int"),
+                           (["--min-time", "5", "--max-time", "1"], "must not exceed")):
+        result = CliRunner().invoke(cli, ["bench", model, "--batch-size", "1", "--db", dbfile, *extra])
+        assert result.exit_code == 2 and message in result.output, (extra, result.output)
+        assert len(result.output.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------------- bench
+def test_bench_measures_resumes_and_sweeps(tmp_path: Path) -> None:
+    paths = write_models(tmp_path)
+    dbfile = tmp_path / "b.db"
+    common = ["bench", str(paths["res16"]), str(paths["res16b"]), "--batch-size", "1", "--db", str(dbfile),
+              "--budget", "quick", "--system-id", "test-box"]
+    first = invoke(*common, "--whole-model")
+    assert first.exit_code == 0, first.output
+    assert "Measured 10 item(s) (0 failed)" in first.output  # 8 unique bricks + 2 whole models
+    assert "[1/10] brick" in first.output and "ETA" in first.output
+    again = invoke(*common)
+    assert "Nothing to measure" in again.output
+    sweep = invoke(*common, "--sweep", "opt-level=disable,all", "--sweep", "threads=1,2")
+    assert "Measured 24 item(s)" in sweep.output and "4 configuration(s)" in sweep.output
+    with Store(dbfile) as s:
+        assert len(s.backends()) == 4 and [x.fingerprint for x in s.systems()] == ["test-box"]
+        assert len(s.measurements()) == 32 and len(s.model_measurements()) == 2
+        assert s.systems()[0].details["fingerprint_override"] is True
+    plan = invoke(*common, "--dry-run", "--sweep", "opt-level=basic,all")
+    assert plan.exit_code == 0 and "graph_optimization_level=basic" in plan.output
+    stats = invoke("db", "stats", "--db", str(dbfile))
+    assert "test-box" in stats.output and "100%" in stats.output
+    data = json.loads(invoke("db", "stats", "--db", str(dbfile), "--json").output)
+    assert data["measurements"] == 32
+    ops = invoke("db", "ops", "--db", str(dbfile))
+    assert ops.exit_code == 2 and "give both" in ops.output  # four configurations
+    cfg = data["backends"][0]["config_id"]
+    ops = invoke("db", "ops", "--db", str(dbfile), "--config", cfg, "--model", "res16")
+    assert ops.exit_code == 0 and "Conv" in ops.output
+    out = tmp_path / "m.csv"
+    exported = invoke("db", "export", "--db", str(dbfile), "--out", str(out))
+    assert exported.exit_code == 0 and len(out.read_text().splitlines()) == 33
+
+
+def test_failed_bricks_are_recorded_and_retried_on_request(tmp_path: Path) -> None:
+    model = tmp_path / "unrunnable.onnx"
+    onnx.save(unrunnable_model(), model)
+    dbfile = tmp_path / "f.db"
+    common = ["bench", str(model), "--db", str(dbfile), "--budget", "quick"]
+    first = invoke(*common)
+    assert first.exit_code == 0 and "(1 failed)" in first.output, first.output
+    with Store(dbfile) as s:
+        (failed,) = s.measurements(status="failed")
+        assert failed.error and s.brick(failed.key).signature == failed.key
+    assert "Nothing to measure" in invoke(*common).output
+    retry = invoke(*common, "--retry-failed")
+    assert "Measured 1 item(s) (1 failed)" in retry.output
+    with Store(dbfile) as s:
+        (again,) = s.measurements(status="failed")
+        assert again.id == failed.id and again.created_at > failed.created_at
+
+
+def test_db_merge_command(tmp_path: Path) -> None:
+    dbs = []
+    for name in ("a", "b"):
+        path = tmp_path / f"{name}.db"
+        with Store(path) as s:
+            s.add_decomposition(decompositions()[0])
+            s.record_many([measurement(x) for x in decompositions()[0].bricks], system_info(name))
+        dbs.append(str(path))
+    result = invoke("db", "merge", *dbs, "-o", str(tmp_path / "c.db"))
+    assert result.exit_code == 0, result.output
+    assert "2 systems, 8 bricks, 16 measurements" in result.output
+    bad = CliRunner().invoke(cli, ["db", "merge", dbs[0], str(tmp_path / "none.db"), "-o",
+                                   str(tmp_path / "d.db")])
+    assert bad.exit_code == 2 and not (tmp_path / "d.db").exists()
+
+
+# ----------------------------------------------------------------------------------- populate
+class FakeRunner:
+    """Measures instantly; counts what it measured."""
+
+    measured: list[str] = []
+
+    def __init__(self, backend: str, cfg: object, budget: object, keep_samples: bool) -> None:
+        self.cfg = cfg
+
+    def measure(self, item: object) -> object:
+        FakeRunner.measured.append(item.key)
+        return measurement(item.key, cfg=self.cfg)
+
+    def close(self) -> None:
+        pass
+
+
+def test_populate_stops_resumes_and_skips_held_bricks() -> None:
+    FakeRunner.measured = []
+    dec = decompositions()[1]
+    sigs = list(dec.bricks)
+    with Store(":memory:") as store:
+        store.add_decomposition(dec)
+        store.record_system(SYS)
+        store.record_backend(config())
+        assert store.claim(sigs[4], SYS, config().config_id, "someone-else") is ClaimStatus.CLAIMED
+        seen = []
+        report = populate(store, [dec], [config()], system=SYS, runner_factory=FakeRunner,
+                          progress=seen.append, should_stop=lambda: len(seen) >= 3)
+        assert report.interrupted and report.measured == 3 and FakeRunner.measured == sigs[:3]
+        assert [p.done for p in seen] == [1, 2, 3] and seen[-1].left == len(sigs) - 3
+        report = populate(store, [dec], [config()], system=SYS, runner_factory=FakeRunner)
+        assert not report.interrupted and report.held == 1 and report.duplicates == 0
+        assert report.measured == len(sigs) - 4
+        assert sorted(FakeRunner.measured) == sorted(set(sigs) - {sigs[4]})
+        assert [c.owner for c in store.claims()] == ["someone-else"]  # ours were all released
+        assert store.unmeasured(SYS, config().config_id, sigs) == [sigs[4]]
+
+
+def test_populate_releases_the_claim_when_interrupted_mid_brick() -> None:
+    class Interrupting(FakeRunner):
+        def measure(self, item: object) -> object:
+            raise KeyboardInterrupt
+
+    with Store(":memory:") as store:
+        with pytest.raises(KeyboardInterrupt):
+            populate(store, decompositions()[:1], [config()], system=SYS, runner_factory=Interrupting)
+        assert store.claims(live_only=False) == []
+        assert store.measurements() == []
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))

@@ -1,0 +1,96 @@
+"""Real processes on one database file: kill -9 and resume, Ctrl-C, three benches at once."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_db_support import bench_command, env, rows, run, write_models
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="signals and kill -9")
+
+MEASURED = "SELECT signature, id, created_at FROM measurements ORDER BY id"
+
+
+def _wait_for_measurements(db: Path, proc: subprocess.Popen[str], at_least: int) -> int:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        count = len(rows(db, MEASURED))
+        if count >= at_least:
+            return count
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.01)
+    raise AssertionError("bench made no progress")
+
+
+def _check_complete(db: Path) -> None:
+    """Every brick has exactly one measurement; no claim is left; the file is sound."""
+    bricks = {r[0] for r in rows(db, "SELECT signature FROM bricks")}
+    per_brick = dict(rows(db, "SELECT signature, COUNT(*) FROM measurements GROUP BY signature, "
+                              "system, config_id"))
+    assert set(per_brick) == bricks and set(per_brick.values()) == {1}
+    assert rows(db, "SELECT COUNT(*) FROM claims") == [(0,)]
+    assert rows(db, "PRAGMA integrity_check") == [("ok",)]
+
+
+def test_kill_9_midway_loses_nothing_finished_and_resumes(tmp_path: Path) -> None:
+    paths = write_models(tmp_path)
+    db = tmp_path / "crash.db"
+    cmd = bench_command(db, paths["res16"], paths["tr"], extra=("--min-time", "0.05"))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    _wait_for_measurements(db, proc, 5)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    before = {sig: (i, created) for sig, i, created in rows(db, MEASURED)}
+    total = rows(db, "SELECT COUNT(*) FROM bricks")[0][0]
+    assert 5 <= len(before) < total == 32
+    # the killed process still holds the lease on the brick it was measuring: dead, so stale
+    assert len(rows(db, "SELECT * FROM claims")) <= 1
+
+    rerun = run(cmd)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"Measured {total - len(before)} item(s)" in rerun.stdout
+    after = {sig: (i, created) for sig, i, created in rows(db, MEASURED)}
+    assert all(after[sig] == before[sig] for sig in before)  # nothing finished was measured again
+    _check_complete(db)
+
+
+def test_ctrl_c_stops_after_the_current_brick_and_says_how_to_resume(tmp_path: Path) -> None:
+    paths = write_models(tmp_path)
+    db = tmp_path / "int.db"
+    cmd = bench_command(db, paths["tr"], extra=("--min-time", "0.05"))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    _wait_for_measurements(db, proc, 3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Run the same command again to resume" in err and "Traceback" not in err
+    done = len(rows(db, MEASURED))
+    assert 3 <= done < 24 and rows(db, "SELECT COUNT(*) FROM claims") == [(0,)]
+    rerun = run(cmd)
+    assert rerun.returncode == 0 and f"Measured {24 - done} item(s)" in rerun.stdout
+    _check_complete(db)
+
+
+def test_three_processes_share_one_file(tmp_path: Path) -> None:
+    paths = write_models(tmp_path)
+    db = tmp_path / "shared.db"
+    jobs = [(paths["res16"], paths["tr"]), (paths["tr"], paths["res8"]), (paths["res8"], paths["res16b"])]
+    procs = [subprocess.Popen(bench_command(db, *models), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env()) for models in jobs]
+    results = [p.communicate(timeout=300) for p in procs]
+    for proc, (_, err) in zip(procs, results, strict=True):
+        assert proc.returncode == 0, err
+        assert "locked" not in err and "Traceback" not in err
+    measured = [int(re.search(r"Measured (\d+) item", out).group(1)) for out, _ in results]
+    total = rows(db, "SELECT COUNT(*) FROM bricks")[0][0]
+    assert total == 8 + 24 + 8
+    assert sum(measured) == total  # no brick was measured twice
+    _check_complete(db)
