@@ -42,6 +42,7 @@ class LayerNode:
     outputs: tuple[str, ...]
     implicit_inputs: tuple[str, ...] = ()
     proto: onnx.NodeProto = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+    index: int = -1  # position of the node in the source graph (-1: not from a graph node)
 
     @property
     def all_inputs(self) -> tuple[str, ...]:

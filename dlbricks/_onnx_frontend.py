@@ -422,7 +422,7 @@ def _layers(nodes: list[onnx.NodeProto], folded: set[int]) -> tuple[LayerNode, .
         used.add(name)
         layers.append(LayerNode(name=name, op_type=node.op_type, domain=node.domain or "",
                                 inputs=tuple(node.input), outputs=tuple(node.output),
-                                implicit_inputs=_implicit_inputs(node), proto=node))
+                                implicit_inputs=_implicit_inputs(node), proto=node, index=i))
     return tuple(layers)
 
 

@@ -4,6 +4,8 @@ Composition (sequential sum, critical path), Benanza-style lower bounds, rooflin
 of bricks never measured, and estimates with uncertainty, coverage and a per-brick breakdown.
 """
 
+from dlbricks.estimator._api import Validation, estimate, open_store, validate
+from dlbricks.estimator._calibrate import Calibration, calibrate_peaks
 from dlbricks.estimator._compose import combined_halfwidth, critical_path, sequential
 from dlbricks.estimator._estimate import (
     ON_MISSING,
@@ -12,9 +14,25 @@ from dlbricks.estimator._estimate import (
     Peaks,
     estimate_decomposition,
 )
+from dlbricks.estimator._evaluate import DEFAULT_SUITE, Evaluation, EvaluationRow, evaluate, measure_whole
 from dlbricks.estimator._predict import LatencyPredictor, OpModel
+from dlbricks.estimator._profile import in_model_times
 
 __all__ = [
+    # estimating from a database
+    "estimate",
+    "validate",
+    "Validation",
+    "evaluate",
+    "Evaluation",
+    "EvaluationRow",
+    "DEFAULT_SUITE",
+    "measure_whole",
+    "calibrate_peaks",
+    "Calibration",
+    "in_model_times",
+    "open_store",
+    # composition
     "estimate_decomposition",
     "Estimate",
     "BrickContribution",

@@ -126,10 +126,16 @@ def store_peaks(store: Store, system: Any) -> Peaks | None:
 
 @dataclass(frozen=True, slots=True)
 class Validation:
-    """An estimate beside the whole model's measured latency (seconds)."""
+    """An estimate beside the whole model's measured latency (seconds).
+
+    ``in_model`` (with ``per_brick=True``): per occurrence index, the in-model time of its layers
+    from onnxruntime's profiler, to set beside each brick's own time.
+    """
 
     estimate: Estimate
     measured: Measurement
+    decomposition: Decomposition
+    in_model: Mapping[int, float] | None = None
 
     @property
     def error(self) -> float:
@@ -147,8 +153,11 @@ class Validation:
 
 def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = None,
              config: OrtConfig | None = None, granularity: str = "layer", budget: Budget | None = None,
-             on_missing: str = "measure") -> Validation:
-    """Measure the whole model with the same harness, store the run, and compare with the estimate."""
+             on_missing: str = "measure", per_brick: bool = False) -> Validation:
+    """Measure the whole model with the same harness, store the run, and compare with the estimate.
+
+    With ``per_brick``, also profile the model in onnxruntime to give each occurrence's in-model time.
+    """
     store = open_store(db)
     system = _system_key(system)
     graph = model if isinstance(model, ModelGraph) else None
@@ -161,10 +170,19 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
             graph = load_model(model)
     dec = decompose(graph, granularity)
     store.add_decomposition(dec, graph.source)
-    (whole,) = benchmark([graph], config=config or OrtConfig(), budget=budget)
+    from dlbricks.estimator._evaluate import EVALUATE_BUDGET, measure_whole
+
+    budget = budget or EVALUATE_BUDGET
+    whole = measure_whole(graph, config or OrtConfig(), budget)
     store.record_model(whole, system, budget=budget)
     if not whole.ok:
         raise InvalidArgumentError(f"model '{graph.name}' could not be measured whole: {whole.error}")
     est = estimate(dec, store, system=system, config=config, granularity=granularity,
                    on_missing=on_missing, budget=budget)
-    return Validation(est, whole)
+    in_model = None
+    if per_brick:
+        from dlbricks.estimator._profile import in_model_times
+
+        times = in_model_times(graph, config)
+        in_model = {o.index: sum(times.get(n, 0.0) for n in o.nodes) for o in dec.occurrences}
+    return Validation(est, whole, dec, in_model)

@@ -14,7 +14,7 @@ from dlbricks.estimator._api import estimate, open_store, validate
 from dlbricks.estimator._calibrate import calibrate_peaks
 from dlbricks.estimator._estimate import ON_MISSING, Estimate
 from dlbricks.estimator._evaluate import EVALUATE_BUDGET, Evaluation, evaluate, suite_models
-from dlbricks.generators import OrtConfig
+from dlbricks.generators import Budget, OrtConfig
 
 __all__ = ["COMMANDS"]
 
@@ -28,6 +28,12 @@ def _config_options(fn: Any) -> Any:
                       help="onnxruntime graph optimization level.")(fn)
     return click.option("--db", "db", default="dlbricks.db", show_default=True,
                         type=click.Path(dir_okay=False), help="The brick database.")(fn)
+
+
+_BUDGETS = {"quick": Budget.quick, "default": lambda: EVALUATE_BUDGET,
+            "thorough": lambda: Budget(warmup_time=0.2, min_time=1.0, min_runs=20, max_time=10.0, rel_ci=0.01)}
+_budget_option = click.option("--budget", "budget_name", type=click.Choice(tuple(_BUDGETS)), default="default",
+                              show_default=True, help="Stopping rule for bricks and whole models.")
 
 
 def _config(threads: int, opt_level: str) -> OrtConfig:
@@ -78,18 +84,43 @@ def estimate_cmd(model: str, db: str, threads: int, opt_level: str, on_missing: 
 @click.command("validate")
 @click.argument("models", nargs=-1, required=True)
 @_config_options
+@click.option("--per-brick", is_flag=True,
+              help="Also show each brick's time beside its layers' in-model time (onnxruntime profiler).")
+@click.option("--top", type=int, default=15, show_default=True, help="Bricks to show with --per-brick.")
+@_budget_option
 @handle_errors
-def validate_cmd(models: tuple[str, ...], db: str, threads: int, opt_level: str) -> None:
+def validate_cmd(models: tuple[str, ...], db: str, threads: int, opt_level: str, per_brick: bool,
+                 top: int, budget_name: str) -> None:
     """Measure MODELs whole, store the runs, and compare with their estimates."""
-    rows = []
+    rows, validations = [], []
     with open_store(db) as store:
         for model in models:
-            v = validate(model, store, config=_config(threads, opt_level), budget=EVALUATE_BUDGET)
+            v = validate(model, store, config=_config(threads, opt_level), budget=_BUDGETS[budget_name](),
+                         per_brick=per_brick)
+            validations.append(v)
             rows.append([v.estimate.model, _ms(v.measured.median_s), _ms(v.estimate.sequential_s),
                          f"{100 * v.error:+.1f}", _ms(v.estimate.lower_bound_s), _ms(v.estimate.roofline_s),
                          "yes" if v.bounds_hold else "NO"])
     click.echo(format_table(["model", "measured ms", "estimated ms", "error %", "lower bound ms",
                              "roofline ms", "bounds hold"], rows, right={1, 2, 3, 4, 5}))
+    for v in validations:
+        if v.in_model is not None:
+            _print_per_brick(v, top)
+
+
+def _print_per_brick(v: Any, top: int) -> None:
+    """Each brick's own time beside the in-model time of its occurrences (profiler, per run)."""
+    in_model: dict[str, float] = {}
+    for occ in v.decomposition.occurrences:
+        in_model[occ.signature] = in_model.get(occ.signature, 0.0) + v.in_model[occ.index]
+    total_in = sum(in_model.values())
+    click.echo(f"\n{v.estimate.model}: bricks {_ms(v.estimate.sequential_s - v.estimate.floor_s)} ms "
+               f"vs in-model kernels {_ms(total_in)} ms (profiler, which adds its own overhead)")
+    rows = [[c.signature[:12], c.op_type, str(c.count), _ms(c.total_s), _ms(in_model.get(c.signature)),
+             f"{c.total_s / in_model[c.signature]:.2f}" if in_model.get(c.signature) else "-"]
+            for c in v.estimate.breakdown[:top]]
+    click.echo(format_table(["signature", "op", "count", "bricks ms", "in-model ms", "ratio"], rows,
+                            right={2, 3, 4, 5}))
 
 
 @click.command("calibrate")
@@ -136,8 +167,10 @@ def _print_evaluation(ev: Evaluation) -> None:
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write PNG figures there (needs the 'plot' extra).")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
+@_budget_option
 @handle_errors
-def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, plot_dir: Path | None, quiet: bool) -> None:
+def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, plot_dir: Path | None, quiet: bool,
+                 budget_name: str) -> None:
     """The main job: benchmark the suite's unique bricks, estimate every model, validate.
 
     Prints, per model, layers, unique bricks, measured and estimated latency, error, parallel
@@ -147,7 +180,8 @@ def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, plot_dir: Pa
     models = suite_models(suite)
     say = (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
     with open_store(db) as store:
-        ev = evaluate(models, store, config=_config(threads, opt_level), say=say)
+        ev = evaluate(models, store, config=_config(threads, opt_level), budget=_BUDGETS[budget_name](),
+                      say=say)
     _print_evaluation(ev)
     if plot_dir is not None:
         from dlbricks.estimator._plot import plot_evaluation

@@ -1,0 +1,114 @@
+"""The estimator's commands through click's test runner, on small models with quick budgets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+from click.testing import CliRunner
+
+from dlbricks.benchmarks_db import Store
+from dlbricks.cli import main
+from tests import _models
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A small CNN file and a database with its bricks measured (quick budget)."""
+    tmp = tmp_path_factory.mktemp("est")
+    model = tmp / "cnn.onnx"
+    onnx.save(_models.resnet_like(blocks=2, batch=1), model)
+    db = tmp / "b.db"
+    result = CliRunner().invoke(main, ["bench", str(model), "--db", str(db), "--budget", "quick",
+                                       "--sweep", "cache=cold,warm"])
+    assert result.exit_code == 0, result.output
+    return model, db
+
+
+def test_estimate_table_and_json(filled: tuple[Path, Path]) -> None:
+    model, db = filled
+    runner = CliRunner()
+    table = runner.invoke(main, ["estimate", str(model), "--db", str(db)])
+    assert table.exit_code == 0, table.output
+    assert "sequential estimate" in table.output and "coverage 100.0%" in table.output
+    data = json.loads(runner.invoke(main, ["estimate", str(model), "--db", str(db), "--json"]).output)
+    assert data["coverage"] == 1.0 and data["sequential_s"] > 0
+    assert data["lower_bound_s"] <= data["sequential_s"]
+    assert abs(sum(b["share"] for b in data["breakdown"]) - 1.0) < 1e-9
+
+
+def test_estimate_missing_bricks_is_one_line(filled: tuple[Path, Path], tmp_path: Path) -> None:
+    _, db = filled
+    other = tmp_path / "other.onnx"
+    onnx.save(_models.resnet_like(blocks=2, channels=24, batch=1), other)
+    result = CliRunner().invoke(main, ["estimate", str(other), "--db", str(db)])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and "have no measurement" in result.output
+    predicted = CliRunner().invoke(main, ["estimate", str(other), "--db", str(db), "--on-missing", "predict"])
+    assert predicted.exit_code == 0, predicted.output
+    assert "predicted" in predicted.output
+
+
+def test_validate_bounds_hold(filled: tuple[Path, Path]) -> None:
+    model, db = filled
+    result = CliRunner().invoke(main, ["validate", str(model), "--db", str(db), "--budget", "quick",
+                                       "--per-brick", "--top", "3"])
+    assert result.exit_code == 0, result.output
+    assert "in-model" in result.output
+    with Store(db) as store:
+        (rec,) = store.model_measurements(status="ok")
+        assert rec.median_s > 0
+
+
+def test_calibrate_stores_peaks(tmp_path: Path) -> None:
+    db = tmp_path / "p.db"
+    result = CliRunner().invoke(main, ["calibrate", "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    from dlbricks.generators import collect_system_info
+
+    with Store(db) as store:
+        peaks = store.peaks(collect_system_info())
+    assert peaks is not None and peaks[0] > 1e8 and peaks[1] > 1e8
+
+
+def test_evaluate_main_job_on_a_tiny_suite(tmp_path: Path) -> None:
+    db = tmp_path / "e.db"
+    result = CliRunner().invoke(main, ["evaluate", "--suite", "squeezenet1_1", "--db", str(db), "--budget",
+                                       "quick", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "squeezenet1_1" in result.output and "speedup" in result.output and "mean |error|" in result.output
+
+
+def test_bad_db_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "notes.db"
+    bad.write_text("not a database\n" * 100)
+    result = CliRunner().invoke(main, ["estimate", "squeezenet1_1", "--db", str(bad)])
+    assert result.exit_code == 2 and result.output.count("\n") == 1
+
+
+@pytest.mark.parametrize("factory", [lambda: _models.resnet_like(blocks=2, batch=1),
+                                     lambda: _models.transformer_layer(seq=32, hidden=64)])
+def test_bounds_are_bounds(factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """roofline <= lower bound <= measured, with the warm sweep giving each brick its fastest state."""
+    from dataclasses import replace
+
+    import dlbricks
+    from dlbricks.benchmarks_db import populate
+    from dlbricks.estimator import validate
+    from dlbricks.estimator._calibrate import calibrate_peaks
+    from dlbricks.generators import Budget, OrtConfig, collect_system_info
+
+    graph = dlbricks.load_model(factory(), batch_size=1)
+    budget = Budget(min_time=0.05, max_time=0.5)
+    with Store(tmp_path / "b.db") as store:
+        dec = dlbricks.decompose(graph)
+        populate(store, [dec], [OrtConfig(), replace(OrtConfig(), cache="warm")], budget=budget)
+        cal = calibrate_peaks(budget=Budget.quick())
+        store.record_peaks(collect_system_info(), cal.peaks.flops_per_s, cal.peaks.bytes_per_s)
+        v = validate(graph, store, budget=budget)
+    est = v.estimate
+    assert est.roofline_s is not None
+    assert est.roofline_s <= est.lower_bound_s <= v.measured.median_s, (est, v.measured.median_s)
+    assert est.lower_bound_parallel_s <= est.lower_bound_s
