@@ -76,6 +76,7 @@ class Evaluation:
     """The table and the suite's figures."""
 
     rows: tuple[EvaluationRow, ...]
+    op_times: tuple[tuple[str, float], ...]  # op type -> seconds summed over the suite's estimates
     layers: int
     unique_bricks: int
     brick_time_s: float
@@ -155,6 +156,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     brick_time = sum(r.wall_time_s or 0.0 for r in store.measurements(
         system=system, config_id=bricks_cfg.config_id, signatures=list(brickset.bricks)))
     rows, whole_time = [], 0.0
+    op_times: dict[str, float] = {}
     for name in models:
         dec = brickset.models[name]
         measured = store.measurement(dec.model_key, system, whole_cfg.config_id, kind="model")
@@ -163,6 +165,8 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
             store.record_model(measured, system, budget=budget)
         whole_time += measured.wall_time_s
         est = estimate(dec, store, system=system, config=config)
+        for c in est.breakdown:
+            op_times[c.op_type] = op_times.get(c.op_type, 0.0) + c.total_s
         rows.append(EvaluationRow(
             model=name, layers=dec.layers, unique_bricks=len(dec.bricks),
             measured_s=measured.median_s or float("nan"), estimated_s=est.sequential_s,
@@ -170,7 +174,8 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
             ci_low_s=est.ci_low_s, ci_high_s=est.ci_high_s))
         say(f"{name}: measured {1e3 * rows[-1].measured_s:.2f} ms, estimated "
             f"{1e3 * est.sequential_s:.2f} ms ({100 * rows[-1].error:+.1f}%)")
-    return Evaluation(rows=tuple(rows), layers=summary.layers, unique_bricks=summary.unique_bricks,
+    return Evaluation(rows=tuple(rows), op_times=tuple(sorted(op_times.items(), key=lambda kv: -kv[1])),
+                      layers=summary.layers, unique_bricks=summary.unique_bricks,
                       brick_time_s=brick_time, whole_time_s=whole_time, system=system, config=config,
                       elapsed_s=time.perf_counter() - start)
 

@@ -186,7 +186,7 @@ def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, plot_dir: Pa
     if plot_dir is not None:
         from dlbricks.estimator._plot import plot_evaluation
 
-        for path in plot_evaluation(ev, plot_dir):
+        for path in plot_evaluation(ev, plot_dir, dict(ev.op_times)):
             click.echo(f"wrote {path}")
 
 
