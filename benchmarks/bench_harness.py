@@ -17,6 +17,8 @@ Usage: ``python benchmarks/bench_harness.py [--quick] [--threads N]``
 
 from __future__ import annotations
 
+from typing import Any
+
 import argparse
 import statistics
 import time
@@ -132,6 +134,19 @@ def thirty_bricks() -> list[onnx.ModelProto]:
     ]
 
 
+def zoo_bricks(count: int = 30) -> list[Any]:
+    """``count`` unique bricks of ResNet-50, MobileNet-v2 and BERT-base, spread over op types."""
+    import dlbricks
+    from dlbricks.model_zoo import build
+
+    bricks: dict[str, Any] = {}
+    for name in ("resnet50_v1", "mobilenet_v2_1.0", "bert_base"):
+        bricks.update(dlbricks.decompose(dlbricks.load_model(build(name), name=name)).bricks)
+    ordered = sorted(bricks.values(), key=lambda b: (b.op_type, b.signature))
+    step = len(ordered) / count
+    return [ordered[int(i * step)] for i in range(count)]
+
+
 def bare_loop_per_call(prepared, calls: int, repeats: int) -> float:
     """Median per-call seconds of a bare ``run_with_iobinding`` loop."""
     run, binding = prepared.session.run_with_iobinding, prepared.binding
@@ -158,7 +173,7 @@ def overhead(config: OrtConfig, budget: Budget, rounds: int = 5) -> tuple[float,
 
 
 def measure_all(
-    models: list[onnx.ModelProto], config: OrtConfig, budget: Budget, *, control: bool = False
+    models: list[Any], config: OrtConfig, budget: Budget, *, control: bool = False
 ) -> tuple[list[Measurement], float, float, list[Measurement]]:
     """Measure ``models`` in one fresh worker.
 
@@ -198,6 +213,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="use Budget.quick() (smoke run)")
     parser.add_argument("--threads", type=int, default=1, help="intra_op_num_threads (default 1)")
+    parser.add_argument("--inline", action="store_true",
+                        help="30 inline single-node models instead of 30 zoo bricks")
     args = parser.parse_args()
     budget = Budget.quick() if args.quick else Budget()
     config = OrtConfig(intra_op_num_threads=args.threads)
@@ -217,8 +234,8 @@ def main() -> None:
         f"{b * 1e6:.3f} us/call -> ratio {ratio:.3f} (target <= 1.10)"
     )
 
-    models = thirty_bricks()
-    names = [m.graph.name for m in models]
+    models: list[Any] = thirty_bricks() if args.inline else zoo_bricks()
+    names = [m.graph.name if isinstance(m, onnx.ModelProto) else m.op_type for m in models]
     first, wall, timed, again = measure_all(models, config, budget, control=True)
     item_wall = sum(m.wall_time_s for m in first)
     failed = [m.error for m in first if not m.ok]

@@ -22,7 +22,9 @@ from dlbricks._types import TensorSpec, runnable_ir_version
 
 __all__ = ["Occurrence", "Decomposition", "BrickSet", "BrickSetSummary", "decompose", "GRANULARITIES"]
 
-GRANULARITIES = ("layer",)
+GRANULARITIES = ("layer", "fused")
+#: Optimization level of the fused granularity when none is given: onnxruntime's default.
+DEFAULT_FUSION_LEVEL = "all"
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,15 +180,19 @@ class BrickSet:
 
 def decompose(model: ModelLike | ModelGraph, granularity: str = "layer", *, weights: str = "synthetic",
               input_shapes: Mapping[str, Sequence[int]] | None = None,
-              batch_size: int | None = None) -> Decomposition:
+              batch_size: int | None = None, opt_level: str | None = None) -> Decomposition:
     """Cut a model into bricks.
 
     Parameters
     ----------
     model : ModelGraph, path, bytes or onnx.ModelProto
         The model; anything but a ModelGraph is loaded with :func:`load_model`.
-    granularity : {"layer"}
-        ``"layer"``: one node per brick.
+    granularity : {"layer", "fused"}
+        ``"layer"``: one node per brick. ``"fused"``: one brick per kernel that onnxruntime runs at
+        ``opt_level`` (the layers it fuses into one kernel form one brick, read from its optimized
+        graph); the decomposition's granularity is then ``"fused:<opt_level>"``.
+    opt_level : {"basic", "extended", "all"}, optional
+        For ``granularity="fused"`` (default ``"all"``).
     weights : {"synthetic", "real"}
         ``"real"`` keeps the model's weights so bricks can reproduce its intermediate tensors.
 
@@ -209,8 +215,17 @@ def decompose(model: ModelLike | ModelGraph, granularity: str = "layer", *, weig
         raise InvalidArgumentError(f"'weights' must be one of {WEIGHT_MODES}. Got {weights!r} instead.")
     graph = model if isinstance(model, ModelGraph) else load_model(
         model, input_shapes=input_shapes, batch_size=batch_size)
-    groups = [(layer,) for layer in graph.layers]
-    return _decompose_groups(graph, groups, granularity, weights)
+    if granularity == "layer":
+        if opt_level is not None:
+            raise InvalidArgumentError("'opt_level' applies to granularity='fused' only.")
+        return _decompose_groups(graph, [(layer,) for layer in graph.layers], granularity, weights)
+    from dlbricks._fusion import fusion_groups
+
+    level = opt_level or DEFAULT_FUSION_LEVEL
+    plan = fusion_groups(graph, level)
+    by_name = {layer.name: layer for layer in graph.layers}
+    groups = [tuple(by_name[n] for n in group) for group in plan.groups]
+    return _decompose_groups(graph, groups, f"fused:{level}", weights)
 
 
 def _decompose_groups(graph: ModelGraph, groups: Sequence[tuple[LayerNode, ...]], granularity: str,

@@ -33,6 +33,9 @@ def main() -> None:
 @main.command("decompose")
 @model_options
 @click.option("--granularity", type=click.Choice(GRANULARITIES), default="layer", show_default=True)
+@click.option("--opt-level", type=click.Choice(("basic", "extended", "all")), default=None,
+              help="For --granularity fused: the onnxruntime level whose fusions make the bricks "
+                   "(default all).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write each unique brick as DIR/<signature>_<op>.onnx.")
@@ -40,8 +43,8 @@ def main() -> None:
               help="Check that onnxruntime can run every brick.")
 @handle_errors
 def decompose_cmd(models: tuple[str, ...], zoo: str | None, batch_size: int | None,
-                  input_shape: tuple[str, ...], granularity: str, as_json: bool, out: Path | None,
-                  check: bool) -> None:
+                  input_shape: tuple[str, ...], granularity: str, opt_level: str | None, as_json: bool,
+                  out: Path | None, check: bool) -> None:
     """Cut models into bricks and print the unique bricks.
 
     MODEL is an ONNX file or the name of a zoo model (see 'dlbricks zoo list').
@@ -51,7 +54,7 @@ def decompose_cmd(models: tuple[str, ...], zoo: str | None, batch_size: int | No
     shapes = parse_input_shapes(input_shape)
     bs = BrickSet()
     for graph in iter_models(models, zoo, batch_size, shapes):
-        bs.add(decompose(graph, granularity=granularity))
+        bs.add(decompose(graph, granularity=granularity, opt_level=opt_level))
     problems = {sig: b.check_runnable() for sig, b in bs.bricks.items()} if check else {}
     problems = {k: v for k, v in problems.items() if v is not None}
     if out is not None:

@@ -21,18 +21,29 @@ def open_store(db: Store | str | os.PathLike[str]) -> Store:
     return db if isinstance(db, Store) else Store.open(db)
 
 
-def _decomposition(model: Any, store: Store, granularity: str) -> Decomposition:
+def _decompose(graph: ModelGraph, granularity: str, config: OrtConfig) -> Decomposition:
+    """Layer bricks, or fused bricks of the configuration's optimization level."""
+    if granularity == "fused":
+        return decompose(graph, "fused", opt_level=config.graph_optimization_level)
+    return decompose(graph, granularity)
+
+
+def _label(granularity: str, config: OrtConfig) -> str:
+    return f"fused:{config.graph_optimization_level}" if granularity == "fused" else granularity
+
+
+def _decomposition(model: Any, store: Store, granularity: str, config: OrtConfig) -> Decomposition:
     if isinstance(model, Decomposition):
         return model
     if isinstance(model, str) and not os.path.exists(model) and not model.endswith(".onnx"):
         try:
-            return store.decomposition(model, granularity)
+            return store.decomposition(model, _label(granularity, config))
         except InvalidArgumentError:
             from dlbricks.model_zoo import build
 
-            return decompose(load_model(build(model), name=model), granularity)
+            return _decompose(load_model(build(model), name=model), granularity, config)
     graph = model if isinstance(model, ModelGraph) else load_model(model)
-    return decompose(graph, granularity)
+    return _decompose(graph, granularity, config)
 
 
 def _system_key(system: Any) -> Any:
@@ -95,7 +106,7 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     store = open_store(db)
     system = _system_key(system)
     cfg = config or OrtConfig()
-    dec = _decomposition(model, store, granularity)
+    dec = _decomposition(model, store, granularity, cfg)
     measured = _lookup(store, dec, system, cfg.config_id)
 
     def measure(bricks: Sequence[Brick]) -> dict[str, Measurement]:
@@ -168,7 +179,7 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
             graph = load_model(build(model), name=model)
         else:
             graph = load_model(model)
-    dec = decompose(graph, granularity)
+    dec = _decompose(graph, granularity, config or OrtConfig())
     store.add_decomposition(dec, graph.source)
     from dlbricks.estimator._evaluate import EVALUATE_BUDGET, measure_whole
 
@@ -177,7 +188,7 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     store.record_model(whole, system, budget=budget)
     if not whole.ok:
         raise InvalidArgumentError(f"model '{graph.name}' could not be measured whole: {whole.error}")
-    est = estimate(dec, store, system=system, config=config, granularity=granularity,
+    est = estimate(dec, store, system=system, config=config,
                    on_missing=on_missing, budget=budget)
     in_model = None
     if per_brick:

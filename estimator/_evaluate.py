@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from dlbricks import BrickSet, ModelGraph, decompose, load_model
+from dlbricks import BrickSet, InvalidArgumentError, ModelGraph, decompose, load_model
 from dlbricks.benchmarks_db import Store, populate
 from dlbricks.estimator._api import estimate, open_store
 from dlbricks.estimator._calibrate import calibrate_peaks
@@ -84,6 +84,7 @@ class Evaluation:
     system: SystemInfo
     config: OrtConfig
     elapsed_s: float
+    granularity: str = "layer"
 
     @property
     def speedup(self) -> float:
@@ -120,7 +121,7 @@ def measure_whole(graph: ModelGraph, config: OrtConfig, budget: Budget, workers:
 
 def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, config: OrtConfig | None = None,
              budget: Budget | None = None, workers: int = WHOLE_WORKERS, lower_bound_sweep: bool = True,
-             say: Callable[[str], object] = lambda s: None) -> Evaluation:
+             granularity: str = "layer", say: Callable[[str], object] = lambda s: None) -> Evaluation:
     """Run the main job over zoo models (names) and return the table.
 
     Bricks are measured once each in the estimate's configuration, and (``lower_bound_sweep``) once
@@ -135,10 +136,16 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     budget = budget or EVALUATE_BUDGET
     config = config or OrtConfig()
     bricks_cfg = whole_cfg = config
+    if granularity == "fused" and config.graph_optimization_level == "disable":
+        raise InvalidArgumentError("--granularity fused needs an optimization level that fuses: "
+                                   "--opt-level basic, extended or all.")
+    level = config.graph_optimization_level if granularity == "fused" else None
     brickset = BrickSet()
+    label = "layer"
     for name in models:
         graph = load_model(build(name), name=name)
-        dec = decompose(graph)
+        dec = decompose(graph, granularity, opt_level=level)
+        label = dec.granularity
         store.add_decomposition(dec, graph.source)
         brickset.add(dec)
     summary = brickset.summary()
@@ -177,7 +184,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     return Evaluation(rows=tuple(rows), op_times=tuple(sorted(op_times.items(), key=lambda kv: -kv[1])),
                       layers=summary.layers, unique_bricks=summary.unique_bricks,
                       brick_time_s=brick_time, whole_time_s=whole_time, system=system, config=config,
-                      elapsed_s=time.perf_counter() - start)
+                      elapsed_s=time.perf_counter() - start, granularity=label)
 
 
 def _progress_line(p: object) -> str:

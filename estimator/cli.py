@@ -149,7 +149,7 @@ def _print_evaluation(ev: Evaluation) -> None:
     click.echo("")
     click.echo(f"machine: {s.cpu_model}, {s.physical_cores} cores, Python {platform.python_version()}, "
                f"onnxruntime {s.onnxruntime_version}; {ev.config.intra_op_num_threads} thread(s), "
-               f"optimizations {ev.config.graph_optimization_level}, layer granularity")
+               f"optimizations {ev.config.graph_optimization_level}, {ev.granularity} granularity")
     click.echo(f"suite: {len(ev.rows)} models, {ev.layers} layers, {ev.unique_bricks} unique bricks "
                f"({ev.layers / max(ev.unique_bricks, 1):.2f} layers per brick)")
     click.echo(f"benchmarking time: unique bricks {ev.brick_time_s:.1f} s, whole models "
@@ -167,10 +167,12 @@ def _print_evaluation(ev: Evaluation) -> None:
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write PNG figures there (needs the 'plot' extra).")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
+@click.option("--granularity", type=click.Choice(("layer", "fused")), default="layer", show_default=True,
+              help="fused: one brick per kernel onnxruntime runs at --opt-level.")
 @_budget_option
 @handle_errors
 def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, plot_dir: Path | None, quiet: bool,
-                 budget_name: str) -> None:
+                 granularity: str, budget_name: str) -> None:
     """The main job: benchmark the suite's unique bricks, estimate every model, validate.
 
     Prints, per model, layers, unique bricks, measured and estimated latency, error, parallel
@@ -181,7 +183,7 @@ def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, plot_dir: Pa
     say = (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
     with open_store(db) as store:
         ev = evaluate(models, store, config=_config(threads, opt_level), budget=_BUDGETS[budget_name](),
-                      say=say)
+                      granularity=granularity, say=say)
     _print_evaluation(ev)
     if plot_dir is not None:
         from dlbricks.estimator._plot import plot_evaluation
