@@ -55,6 +55,7 @@ class Decomposition:
     occurrences: tuple[Occurrence, ...]
     dag: nx.DiGraph
     instances: tuple[Brick, ...] | None = None  # one brick per occurrence, with weights="real"
+    reorder_bytes: tuple[int, ...] = ()  # fused at "all": bytes of each layout reorder of the model
 
     @property
     def layers(self) -> int:
@@ -225,7 +226,9 @@ def decompose(model: ModelLike | ModelGraph, granularity: str = "layer", *, weig
     plan = fusion_groups(graph, level)
     by_name = {layer.name: layer for layer in graph.layers}
     groups = [tuple(by_name[n] for n in group) for group in plan.groups]
-    return _decompose_groups(graph, groups, f"fused:{level}", weights)
+    dec = _decompose_groups(graph, groups, f"fused:{level}", weights)
+    sizes = tuple(graph.spec(t).nbytes for t in plan.reorder_tensors if t)
+    return replace(dec, reorder_bytes=sizes)
 
 
 def _decompose_groups(graph: ModelGraph, groups: Sequence[tuple[LayerNode, ...]], granularity: str,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -121,9 +122,30 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     predictor = _predictor(store, system, cfg.config_id) if missing and on_missing == "predict" else None
     if peaks is None:
         peaks = store_peaks(store, system)
+    overhead, extra = _reorder_costs(dec, cfg)
     return estimate_decomposition(
         dec, measured, config_id=cfg.config_id, on_missing=on_missing, predictor=predictor,
-        measure=measure, alternatives=_alternatives(store, dec, system, cfg), peaks=peaks)
+        measure=measure, alternatives=_alternatives(store, dec, system, cfg), peaks=peaks,
+        brick_overhead_s=overhead, model_extra_s=extra)
+
+
+@functools.lru_cache(maxsize=16)
+def _reorder_s_per_byte(threads: int) -> float:
+    from dlbricks.estimator._reorders import calibrate_reorder
+
+    return calibrate_reorder(OrtConfig(intra_op_num_threads=threads))
+
+
+def _reorder_costs(dec: Decomposition, config: OrtConfig) -> tuple[dict[str, float], float]:
+    """Fused bricks at "all": each brick's own layout reorders (subtracted) and the model's (added once)."""
+    if dec.granularity != "fused:all" or config.graph_optimization_level != "all":
+        return {}, 0.0
+    from dlbricks.estimator._reorders import brick_reorder_bytes
+
+    per_byte = _reorder_s_per_byte(config.intra_op_num_threads)
+    threads = config.intra_op_num_threads
+    overhead = {sig: per_byte * brick_reorder_bytes(b, "all", threads) for sig, b in dec.bricks.items()}
+    return overhead, per_byte * sum(dec.reorder_bytes)
 
 
 def store_peaks(store: Store, system: Any) -> Peaks | None:

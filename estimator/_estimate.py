@@ -68,7 +68,7 @@ class Estimate:
     lower_bound_s: float
     lower_bound_parallel_s: float
     roofline_s: float | None
-    floor_s: float
+    floor_s: float  # added once per run: the calibrated floor plus the model's own layout reorders
     coverage: float  # share of occurrences whose brick was measured
     predicted_share: float  # share of the sequential estimate that is predicted
     predicted: tuple[str, ...]  # signatures of predicted bricks
@@ -105,6 +105,8 @@ def estimate_decomposition(
     measure: Callable[[Sequence[Brick]], Mapping[str, Measurement]] | None = None,
     alternatives: Mapping[str, Sequence[Measurement]] | None = None,
     peaks: Peaks | None = None,
+    brick_overhead_s: Mapping[str, float] | None = None,
+    model_extra_s: float = 0.0,
 ) -> Estimate:
     """Compose a model's latency from its bricks.
 
@@ -127,6 +129,11 @@ def estimate_decomposition(
         measurement always counts.
     peaks : Peaks, optional
         The machine's peaks (roofline).
+    brick_overhead_s : mapping of signature to seconds, optional
+        Work a brick's own run does that the model does not do per brick (layout reorders of a
+        fused brick at "all"): subtracted from the brick.
+    model_extra_s : float
+        Work the model does once per run that no brick holds (its own layout reorders): added once.
     """
     if on_missing not in ON_MISSING:
         raise InvalidArgumentError(f"'on_missing' must be one of {ON_MISSING}. Got {on_missing!r} instead.")
@@ -140,7 +147,9 @@ def estimate_decomposition(
     if floor_s is None:
         floors = [m.floor_s for m in found.values() if m.floor_s is not None]
         floor_s = min(floors) if floors else 0.0
-    latency = {sig: max(m.median_s - floor_s, 0.0) for sig, m in found.items()}  # type: ignore[operator]
+    overhead = brick_overhead_s or {}
+    latency = {sig: max(m.median_s - floor_s - overhead.get(sig, 0.0), 0.0)  # type: ignore[operator]
+               for sig, m in found.items()}
     halfwidth = {sig: _halfwidth(m) for sig, m in found.items()}
     predicted: list[str] = []
     if missing:
@@ -162,18 +171,20 @@ def estimate_decomposition(
                                                   else 0.5)
             predicted.append(brick.signature)
     every = {sig: [m, *(alternatives or {}).get(sig, ())] for sig, m in found.items()}
-    return _compose(dec, latency, halfwidth, floor_s, config_id, predicted, every, peaks)
+    return _compose(dec, latency, halfwidth, floor_s + model_extra_s, config_id, predicted, every, peaks,
+                    overhead)
 
 
 def _compose(dec: Decomposition, latency: Mapping[str, float], halfwidth: Mapping[str, float],
              floor_s: float, config_id: str, predicted: Sequence[str],
-             alternatives: Mapping[str, Sequence[Measurement]], peaks: Peaks | None) -> Estimate:
+             alternatives: Mapping[str, Sequence[Measurement]], peaks: Peaks | None,
+             overhead: Mapping[str, float]) -> Estimate:
     node_latency = {o.index: latency[o.signature] + floor_s for o in dec.occurrences}
     seq = sequential(dec.dag, node_latency, floor_s)
     par = critical_path(dec.dag, node_latency, floor_s)
     counts = dec.counts()
     hw = combined_halfwidth(counts, halfwidth)
-    lower = _lower_bounds(dec, alternatives, latency, floor_s)
+    lower = _lower_bounds(dec, alternatives, latency, floor_s, overhead)
     roof = {sig: peaks.roofline_s(b) for sig, b in dec.bricks.items()} if peaks else None
     total_work = seq - floor_s
     breakdown = tuple(sorted((
@@ -201,13 +212,15 @@ def _compose(dec: Decomposition, latency: Mapping[str, float], halfwidth: Mappin
 
 
 def _lower_bounds(dec: Decomposition, alternatives: Mapping[str, Sequence[Measurement]],
-                  latency: Mapping[str, float], floor_s: float,
+                  latency: Mapping[str, float], floor_s: float, overhead: Mapping[str, float],
                   ) -> tuple[float, float, dict[str, float]]:
     """Sequential and parallel lower bounds: every brick at its fastest measured configuration
     (its minimum over samples and configurations); predicted bricks count at their prediction."""
     fastest: dict[str, float] = {}
     for sig in dec.bricks:
         value = _fastest(alternatives.get(sig, ()))
+        if value is not None:
+            value = max(value - overhead.get(sig, 0.0), 0.0)
         fastest[sig] = min(value, latency[sig]) if value is not None else latency[sig]
     node = {o.index: fastest[o.signature] + floor_s for o in dec.occurrences}
     return sequential(dec.dag, node, floor_s), critical_path(dec.dag, node, floor_s), fastest

@@ -1,0 +1,232 @@
+"""Fusion groups: onnxruntime's optimized graph mapped back to the layers of the model."""
+
+from __future__ import annotations
+
+import doctest
+from collections.abc import Callable
+
+import networkx as nx
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import dlbricks
+import dlbricks._fusion
+from dlbricks._decompose import _decompose_groups
+from dlbricks._errors import InvalidArgumentError
+from dlbricks._fusion import NCHWC_DOMAIN, OPT_LEVELS, FusionPlan, _Mapper, fusion_groups, optimized_model
+from dlbricks.model_zoo import build
+from tests import _fusion_models, _models
+
+MODELS: dict[str, Callable[[], dlbricks.ModelGraph]] = {
+    "conv_bn_relu": lambda: dlbricks.load_model(_fusion_models.conv_bn_relu_chain()),
+    "nchwc_cnn": lambda: dlbricks.load_model(_fusion_models.nchwc_cnn()),
+    "deleted_nodes": lambda: dlbricks.load_model(_fusion_models.deleted_nodes()),
+    "resnet_like": lambda: dlbricks.load_model(_models.resnet_like(), batch_size=1),
+    "transformer": lambda: dlbricks.load_model(_models.transformer_layer(), batch_size=1),
+    "control_flow": lambda: dlbricks.load_model(_models.control_flow_model()),
+    "lstm": lambda: dlbricks.load_model(_models.lstm_model()),
+    "split": lambda: dlbricks.load_model(_models.split_model()),
+}
+
+
+def _ops(graph: dlbricks.ModelGraph, group: tuple[str, ...]) -> list[str]:
+    layers = {layer.name: layer for layer in graph.layers}
+    return [layers[name].op_type for name in group]
+
+
+def _compute_kernels(graph: dlbricks.ModelGraph, model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """Optimized nodes that run: not reorders, not the shape arithmetic dlbricks folds itself."""
+    return [n for n in model.graph.node
+            if not (n.domain == NCHWC_DOMAIN and n.op_type in ("ReorderInput", "ReorderOutput"))
+            and not all(graph.is_constant(o) for o in n.output if o)]
+
+
+def assert_valid_plan(graph: dlbricks.ModelGraph, plan: FusionPlan) -> None:
+    """Every layer once; each group in topological order; groups in an order of an acyclic DAG."""
+    names = [name for group in plan.groups for name in group]
+    assert sorted(names) == sorted(layer.name for layer in graph.layers)
+    assert len(plan.kernels) == len(plan.groups)
+    index = {layer.name: i for i, layer in enumerate(graph.layers)}
+    owner = {name: g for g, group in enumerate(plan.groups) for name in group}
+    for group in plan.groups:
+        assert [index[n] for n in group] == sorted(index[n] for n in group)
+    quotient = nx.DiGraph()
+    quotient.add_nodes_from(range(len(plan.groups)))
+    quotient.add_edges_from((owner[u], owner[v]) for u, v in graph.dag.edges if owner[u] != owner[v])
+    assert nx.is_directed_acyclic_graph(quotient)
+    assert all(u < v for u, v in quotient.edges)  # the groups' order is topological
+
+
+def test_conv_bn_relu_is_one_group_at_extended() -> None:
+    graph = MODELS["conv_bn_relu"]()
+    plan = fusion_groups(graph, "extended")
+    assert len(plan.groups) == 1
+    assert _ops(graph, plan.groups[0]) == ["Conv", "BatchNormalization", "Relu"]
+    assert "FusedConv" in plan.kernels[0]
+    assert plan.reorders == 0 and plan.opt_level == "extended"
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_disable_leaves_every_layer_alone(name: str) -> None:
+    graph = MODELS[name]()
+    plan = fusion_groups(graph, "disable")
+    assert plan.groups == tuple((layer.name,) for layer in graph.layers)
+    assert all(plan.kernels) and plan.reorders == 0
+
+
+@pytest.mark.parametrize("level", OPT_LEVELS)
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_layer_in_exactly_one_group_of_an_acyclic_dag(name: str, level: str) -> None:
+    graph = MODELS[name]()
+    assert_valid_plan(graph, fusion_groups(graph, level))
+
+
+@pytest.mark.parametrize("level", ["extended", "all"])
+def test_transformer_groups_are_the_kernels_onnxruntime_keeps(level: str) -> None:
+    graph = MODELS["transformer"]()
+    plan = fusion_groups(graph, level)
+    kernels = _compute_kernels(graph, optimized_model(graph, level))
+    # MatMulAddFusion brackets each Gemm with Reshapes to and from 2-D. Those that stand for no
+    # Reshape of the model (neither read nor write what one of its Reshapes does) are helpers:
+    # they absorb no layer and are reported with the Gemm's group.
+    reshapes = {t for layer in graph.layers if layer.op_type == "Reshape"
+                for t in (layer.inputs[0], *layer.outputs)}
+    helpers = [n for n in kernels if n.op_type == "Reshape"
+               and n.input[0] not in reshapes and n.output[0] not in reshapes]
+    assert len(helpers) == 8
+    assert len(plan.groups) == len(kernels) - len(helpers)
+    labels = [label for k in plan.kernels for label in k.split("+")]
+    assert sorted(labels) == sorted(f"{n.domain + '.' if n.domain else ''}{n.op_type}[{n.name}]"
+                                    for n in kernels)  # every kernel reported once
+    by_kernel = {k: _ops(graph, g) for g, k in zip(plan.groups, plan.kernels, strict=True)}
+    gemms = [ops for k, ops in by_kernel.items() if "Gemm[" in k]
+    assert gemms and all(ops == ["MatMul", "Add"] for ops in gemms)
+    skip_ln = [ops for k, ops in by_kernel.items() if "SkipLayerNormalization" in k]
+    assert skip_ln == [["Add", "LayerNormalization"]] * 2
+    gelu = [ops for k, ops in by_kernel.items() if "Gelu" in k]
+    assert gelu == [["Div", "Erf", "Add", "Mul", "Mul"]]
+    assert_valid_plan(graph, plan)
+
+
+def test_reorders_are_counted_not_grouped() -> None:
+    graph = MODELS["nchwc_cnn"]()
+    model = optimized_model(graph, "all")
+    reorders = [n for n in model.graph.node if n.domain == NCHWC_DOMAIN and "Reorder" in n.op_type]
+    assert len(reorders) == 2  # in at the first Conv, out before the Flatten
+    plan = fusion_groups(graph, "all")
+    assert plan.reorders == 2
+    assert plan.reorder_tensors == ("x", graph.layers[_index(graph, "GlobalAveragePool")].outputs[0])
+    assert not any("Reorder" in k for k in plan.kernels)
+    assert [_ops(graph, g) for g in plan.groups] == [
+        ["Conv", "BatchNormalization", "Relu"], ["Conv", "BatchNormalization", "Relu"],
+        ["Conv", "BatchNormalization", "Add", "Relu"],  # the residual Add accumulates in the Conv
+        ["MaxPool"], ["GlobalAveragePool"], ["Flatten"], ["Gemm"]]
+    assert all(k.startswith(f"{NCHWC_DOMAIN}.") for k in plan.kernels[:5])
+
+
+def _index(graph: dlbricks.ModelGraph, op_type: str) -> int:
+    return next(i for i, layer in enumerate(graph.layers) if layer.op_type == op_type)
+
+
+def test_deleted_and_folded_layers_join_a_neighbour() -> None:
+    graph = MODELS["deleted_nodes"]()
+    plan = fusion_groups(graph, "extended")
+    assert [_ops(graph, g) for g in plan.groups] == [
+        ["Transpose", "MatMul"],  # the runtime folds the weight's Transpose into the MatMul
+        ["Identity", "Relu"], ["Dropout", "Add"], ["Sigmoid"]]
+
+
+def test_groups_on_a_cycle_are_split() -> None:
+    graph = dlbricks.load_model(_fusion_models.chain(3))
+    mapper = _Mapper(graph, optimized_model(graph, "disable").graph)
+    a, b, c = (layer.name for layer in graph.layers)
+    mapper.groups, mapper.group_kernels, mapper.group_rank = [[a, c], [b]], [[0, 2], [1]], [0, 1]
+    mapper.group_of = {a: 0, c: 0, b: 1}
+    mapper._split_cycles()
+    plan = mapper._result("disable")
+    assert plan.groups == ((a,), (b,), (c,))
+    assert_valid_plan(graph, plan)
+
+
+def test_zoo_resnet18_at_all() -> None:
+    graph = dlbricks.load_model(build("resnet18_v1"))
+    plan = fusion_groups(graph, "all")
+    assert_valid_plan(graph, plan)
+    ops = [_ops(graph, g) for g in plan.groups]
+    assert ops.count(["Conv", "BatchNormalization", "Relu"]) == 9  # stem + first conv of 8 blocks
+    assert ops.count(["Conv", "BatchNormalization", "Add", "Relu"]) == 8  # second conv of 8 blocks
+    assert ops.count(["Conv", "BatchNormalization"]) == 3  # the downsample shortcuts
+    assert len(plan.groups) == 24 and plan.reorders == 1
+
+
+def _session(model: onnx.ModelProto) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _all_tensors(graph: dlbricks.ModelGraph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    model = graph.to_onnx()
+    names = [t for layer in graph.layers for t in layer.outputs if t]
+    known = {o.name for o in model.graph.output}
+    model.graph.output.extend(graph.spec(n).to_value_info() for n in names if n not in known)
+    return {**feeds, **dict(zip(names, _session(model).run(names, feeds), strict=True))}
+
+
+@pytest.mark.parametrize(("name", "level"), [("conv_bn_relu", "extended"), ("nchwc_cnn", "all"),
+                                             ("deleted_nodes", "all"), ("transformer", "extended"),
+                                             ("resnet_like", "all")])
+def test_fused_bricks_run_and_reproduce_the_model(name: str, level: str) -> None:
+    graph = MODELS[name]()
+    plan = fusion_groups(graph, level)
+    dec = _decompose_groups(graph, plan.layer_groups(graph), "fused", "real")
+    assert dec.granularity == "fused" and dec.layers == len(graph.layers)
+    assert len(dec.occurrences) == len(plan.groups) and nx.is_directed_acyclic_graph(dec.dag)
+    tensors = _all_tensors(graph, dlbricks.random_inputs(graph.inputs, seed=3))
+    assert dec.instances is not None
+    for occ, brick in zip(dec.occurrences, dec.instances, strict=True):
+        outputs = _session(brick.to_onnx(weights="real")).run(
+            None, {f"in{i}": tensors[t] for i, t in enumerate(occ.inputs)})
+        for tensor, got in zip(occ.outputs, outputs, strict=True):
+            np.testing.assert_allclose(got, tensors[tensor], rtol=1e-4, atol=1e-5,
+                                       err_msg=f"{occ.nodes} output {tensor}")
+
+
+def test_optimized_model_keeps_weights() -> None:
+    graph = MODELS["conv_bn_relu"]()
+    model = optimized_model(graph, "basic")
+    assert [n.op_type for n in model.graph.node] == ["Conv", "Relu"]  # BatchNormalization folded
+    weight = next(t for t in model.graph.initializer if len(t.dims) == 4)
+    assert onnx.numpy_helper.to_array(weight).shape == (8, 3, 3, 3)
+
+
+@pytest.mark.parametrize("level", ["ALL", "layout", 3, None])
+def test_unknown_level_is_rejected(level: object) -> None:
+    graph = MODELS["conv_bn_relu"]()
+    with pytest.raises(InvalidArgumentError, match="'opt_level' must be one of"):
+        fusion_groups(graph, level)  # type: ignore[arg-type]
+
+
+def test_docstring_examples_run() -> None:
+    failures, attempted = doctest.testmod(dlbricks._fusion, optionflags=doctest.ELLIPSIS)
+    assert attempted and not failures
+
+
+def test_decompose_fused_granularity_and_reorder_accounting() -> None:
+    """decompose(granularity="fused") labels the level; at "all" each brick's own reorders are found."""
+    import dlbricks
+    from dlbricks.estimator._reorders import brick_reorder_bytes
+    from dlbricks.model_zoo import build
+
+    graph = dlbricks.load_model(build("resnet18_v1"))
+    layer = dlbricks.decompose(graph)
+    fused = dlbricks.decompose(graph, "fused", opt_level="all")
+    assert fused.granularity == "fused:all"
+    assert fused.layers == layer.layers and len(fused.occurrences) < len(layer.occurrences)
+    assert not set(fused.bricks) & set(layer.bricks)  # the level is part of the signature
+    assert fused.reorder_bytes and all(n > 0 for n in fused.reorder_bytes)
+    conv = next(b for b in fused.bricks.values() if b.op_type.startswith("Conv+BatchNormalization"))
+    assert brick_reorder_bytes(conv, "all") > 0
+    assert brick_reorder_bytes(conv, "extended") == 0
