@@ -81,6 +81,8 @@ class Evaluation:
     unique_bricks: int
     brick_time_s: float
     whole_time_s: float
+    model_latency_s: float  # sum over the suite's models of their measured latency
+    unique_brick_latency_s: float  # sum over the suite's unique bricks of their measured latency
     system: SystemInfo
     config: OrtConfig
     elapsed_s: float
@@ -90,6 +92,13 @@ class Evaluation:
     def speedup(self) -> float:
         """Time benchmarking whole models / time benchmarking the unique bricks."""
         return self.whole_time_s / self.brick_time_s if self.brick_time_s else math.inf
+
+    @property
+    def time_dedup_ratio(self) -> float:
+        """Sum of model latencies / sum of unique brick latencies: what one run of every unique brick
+        saves over one run of every model; the speedup that a fixed-iteration stopping rule tends to
+        as the iteration count grows (computed from the measured medians)."""
+        return self.model_latency_s / self.unique_brick_latency_s if self.unique_brick_latency_s else math.inf
 
     @property
     def mean_abs_error(self) -> float:
@@ -160,8 +169,10 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     configs = [bricks_cfg] + ([replace(config, cache="warm")] if lower_bound_sweep else [])
     populate(store, list(brickset.models.values()), configs, budget=budget, system=system,
              store_models=False, progress=lambda p: say(_progress_line(p)))
-    brick_time = sum(r.wall_time_s or 0.0 for r in store.measurements(
-        system=system, config_id=bricks_cfg.config_id, signatures=list(brickset.bricks)))
+    brick_records = store.measurements(system=system, config_id=bricks_cfg.config_id,
+                                       signatures=list(brickset.bricks))
+    brick_time = sum(r.wall_time_s or 0.0 for r in brick_records)
+    unique_latency = sum(r.median_s or 0.0 for r in brick_records if r.ok)
     rows, whole_time = [], 0.0
     op_times: dict[str, float] = {}
     for name in models:
@@ -183,7 +194,9 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
             f"{1e3 * est.sequential_s:.2f} ms ({100 * rows[-1].error:+.1f}%)")
     return Evaluation(rows=tuple(rows), op_times=tuple(sorted(op_times.items(), key=lambda kv: -kv[1])),
                       layers=summary.layers, unique_bricks=summary.unique_bricks,
-                      brick_time_s=brick_time, whole_time_s=whole_time, system=system, config=config,
+                      brick_time_s=brick_time, whole_time_s=whole_time,
+                      model_latency_s=sum(r.measured_s for r in rows), unique_brick_latency_s=unique_latency,
+                      system=system, config=config,
                       elapsed_s=time.perf_counter() - start, granularity=label)
 
 

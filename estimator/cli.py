@@ -154,6 +154,9 @@ def _print_evaluation(ev: Evaluation) -> None:
                f"({ev.layers / max(ev.unique_bricks, 1):.2f} layers per brick)")
     click.echo(f"benchmarking time: unique bricks {ev.brick_time_s:.1f} s, whole models "
                f"{ev.whole_time_s:.1f} s: speedup {ev.speedup:.2f}x (same stopping rule)")
+    click.echo(f"latency of one run: all models {1e3 * ev.model_latency_s:.1f} ms, all unique bricks "
+               f"{1e3 * ev.unique_brick_latency_s:.1f} ms: {ev.time_dedup_ratio:.2f}x (the speedup a "
+               f"fixed-iteration rule tends to)")
     click.echo(f"error: mean |error| {100 * ev.mean_abs_error:.2f}%, max |error| "
                f"{100 * ev.max_abs_error:.2f}%; within +-5%: "
                f"{sum(abs(r.error) <= 0.05 for r in ev.rows)}/{len(ev.rows)}")
