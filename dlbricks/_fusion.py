@@ -58,6 +58,7 @@ from networkx.utils import UnionFind
 
 from dlbricks._errors import BackendError, InvalidArgumentError
 from dlbricks._graph import LayerNode, ModelGraph
+from dlbricks._ortutil import session_options
 
 __all__ = ["FusionPlan", "OPT_LEVELS", "fusion_groups", "optimized_model"]
 
@@ -179,21 +180,10 @@ def _optimize(model_graph: ModelGraph, opt_level: str, threads: int, *, weights:
         raise InvalidArgumentError(f"'threads' must be a non-negative int. Got {threads!r} instead.")
     import onnxruntime as ort
 
-    levels = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-              "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-              "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-              "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
     with tempfile.TemporaryDirectory(prefix="dlbricks-fusion-") as tmp:
         path = Path(tmp) / "optimized.onnx"
-        options = ort.SessionOptions()
-        options.graph_optimization_level = levels[opt_level]
-        options.intra_op_num_threads = threads
-        options.log_severity_level = 3  # the NCHWc "hardware specific" warning is expected here
-        options.optimized_model_filepath = str(path)
-        options.add_session_config_entry(
-            "session.optimized_model_external_initializers_file_name", "weights.bin")
-        options.add_session_config_entry(
-            "session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+        # the NCHWc "hardware specific" warning is expected here
+        options = session_options(opt_level, threads, optimized_path=str(path), external_weights=True)
         try:
             ort.InferenceSession(model_graph.to_onnx().SerializeToString(), options,
                                  providers=["CPUExecutionProvider"])

@@ -15,6 +15,7 @@ from collections import defaultdict
 import numpy as np
 
 from dlbricks import ModelGraph, random_inputs
+from dlbricks._ortutil import session_options
 from dlbricks.generators import OrtConfig
 
 __all__ = ["in_model_times"]
@@ -30,18 +31,10 @@ def in_model_times(graph: ModelGraph, config: OrtConfig | None = None, runs: int
     for i, node in enumerate(model.graph.node):
         node.name = f"__dlb{i}"
     by_index = {layer.index: layer.name for layer in graph.layers}
-    options = ort.SessionOptions()
-    options.graph_optimization_level = {
-        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[config.graph_optimization_level]
-    options.intra_op_num_threads = config.intra_op_num_threads
-    options.inter_op_num_threads = config.inter_op_num_threads
-    options.log_severity_level = 3
     with tempfile.TemporaryDirectory() as tmp:
-        options.enable_profiling = True
-        options.profile_file_prefix = os.path.join(tmp, "profile")
+        options = session_options(config.graph_optimization_level, config.intra_op_num_threads,
+                                  inter_threads=config.inter_op_num_threads,
+                                  profile_prefix=os.path.join(tmp, "profile"))
         session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         feeds = random_inputs(graph.inputs, seed=0)
         for _ in range(warmup + runs):

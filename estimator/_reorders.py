@@ -19,13 +19,13 @@ import onnx
 from onnx import TensorProto, helper
 
 from dlbricks import Brick
+from dlbricks._ortutil import session_options
 from dlbricks.generators import Budget, OrtConfig, benchmark
 
 __all__ = ["brick_reorder_bytes", "calibrate_reorder", "REORDER_OPS", "NCHWC_DOMAIN"]
 
 NCHWC_DOMAIN = "com.microsoft.nchwc"
 REORDER_OPS = ("ReorderInput", "ReorderOutput")
-_LEVELS = {"disable": 0, "basic": 1, "extended": 2, "all": 99}
 
 
 def _optimized(model: onnx.ModelProto, opt_level: str, threads: int) -> onnx.ModelProto:
@@ -33,14 +33,8 @@ def _optimized(model: onnx.ModelProto, opt_level: str, threads: int) -> onnx.Mod
 
     with tempfile.TemporaryDirectory(prefix="dlbricks-reorder-") as tmp:
         path = Path(tmp) / "optimized.onnx"
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel(_LEVELS[opt_level])
-        options.intra_op_num_threads = threads
-        options.log_severity_level = 4
-        options.optimized_model_filepath = str(path)
-        options.add_session_config_entry("session.optimized_model_external_initializers_file_name", "w.bin")
-        options.add_session_config_entry(
-            "session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+        options = session_options(opt_level, threads, optimized_path=str(path), external_weights=True,
+                                  log_severity=4)
         ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         return onnx.load(str(path), load_external_data=False)
 
