@@ -40,7 +40,7 @@ SEMANTIC_INPUTS: Mapping[str, frozenset[int]] = {
 }
 #: Inputs that must be positive for the op to compute finite values (variances, divisors).
 POSITIVE_INPUTS: Mapping[str, frozenset[int]] = {
-    "BatchNormalization": frozenset({4}), "Div": frozenset({1}), "Sqrt": frozenset({0}),
+    "BatchNormalization": frozenset({4}), "BatchNorm": frozenset({4}), "Div": frozenset({1}), "Sqrt": frozenset({0}),
     "Log": frozenset({0}), "Reciprocal": frozenset({0}), "Pow": frozenset({0}),
 }
 #: metadata_props key of the brick description in serialized bricks.

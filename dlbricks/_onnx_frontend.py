@@ -47,8 +47,10 @@ def load_model(
 
     Parameters
     ----------
-    model : path, bytes or onnx.ModelProto
-        The model. A path may use external data (weights in side files in its folder).
+    model : path, bytes, onnx.ModelProto, or an MXNet model
+        The model. A path may use external data (weights in side files in its folder). An MXNet
+        ``*-symbol.json`` (params found beside it), ``mx.sym.Symbol`` or Gluon ``HybridBlock`` loads
+        through the MXNet frontend (the ``mxnet`` extra) into the same ModelGraph.
     input_shapes : mapping of str to sequence of int, optional
         Concrete shapes of inputs, overriding the model's dimensions.
     batch_size : int, optional
@@ -70,9 +72,18 @@ def load_model(
     >>> len(graph) > 50
     True
     """
+    from dlbricks._mxnet_frontend import is_mxnet_model, load_mxnet
+
+    if is_mxnet_model(model):  # an MXNet symbol file, symbol, Gluon block, or org.mxnet ModelProto
+        return load_mxnet(model, input_shapes=input_shapes, batch_size=batch_size, name=name,
+                          ignore_unknown_inputs=ignore_unknown_inputs)
     batch_size = _check_batch_size(batch_size)
     shapes = _check_input_shapes(input_shapes)
     proto, path = _read(model)
+    if is_mxnet_model(proto):
+        return load_mxnet(proto, input_shapes=input_shapes, batch_size=batch_size,
+                          name=name or (Path(path).stem if path is not None else None),
+                          ignore_unknown_inputs=ignore_unknown_inputs)
     label = str(path) if path is not None else f"<model {proto.graph.name or 'in memory'}>"
     if ignore_unknown_inputs:
         names = {vi.name for vi in proto.graph.input}

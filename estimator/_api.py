@@ -47,6 +47,19 @@ def _decomposition(model: Any, store: Store, granularity: str, config: OrtConfig
     return _decompose(graph, granularity, config)
 
 
+def backend_name(config: Any) -> str:
+    """The registered backend that runs a configuration (``OrtConfig`` -> onnxruntime)."""
+    return "mxnet" if type(config).__name__ == "MxnetConfig" else "onnxruntime"
+
+
+def threads_of(config: Any) -> int | None:
+    """Threads a configuration computes with (onnxruntime intra-op, MXNet OpenMP)."""
+    for name in ("intra_op_num_threads", "omp_threads"):
+        if hasattr(config, name):
+            return int(getattr(config, name))
+    return None
+
+
 def _system_key(system: Any) -> Any:
     return system if system is not None else collect_system_info()
 
@@ -60,13 +73,14 @@ def _lookup(store: Store, dec: Decomposition, system: Any, config_id: str) -> di
     return found
 
 
-def _alternatives(store: Store, dec: Decomposition, system: Any, config: OrtConfig,
+def _alternatives(store: Store, dec: Decomposition, system: Any, config: Any,
                   ) -> dict[str, list[Measurement]]:
     """Measurements of the bricks under every configuration of this system with the same threads."""
     out: dict[str, list[Measurement]] = {}
     for rec in store.backends():
         options = rec.options if isinstance(rec.options, Mapping) else {}
-        if rec.config_id == config.config_id or options.get("intra_op_num_threads") != config.intra_op_num_threads:
+        threads = options.get("intra_op_num_threads", options.get("omp_threads"))
+        if rec.config_id == config.config_id or threads != threads_of(config):
             continue
         for sig, m in _lookup(store, dec, system, rec.config_id).items():
             out.setdefault(sig, []).append(m)
@@ -113,7 +127,7 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     def measure(bricks: Sequence[Brick]) -> dict[str, Measurement]:
         store.add_bricks(bricks)
         out = {}
-        for m in benchmark(bricks, config=cfg, budget=budget):
+        for m in benchmark(bricks, backend=backend_name(cfg), config=cfg, budget=budget):
             store.record(m, system, budget=budget)
             out[m.key] = m
         return out
@@ -138,7 +152,7 @@ def _reorder_s_per_byte(threads: int) -> float:
 
 def _reorder_costs(dec: Decomposition, config: OrtConfig) -> tuple[dict[str, float], float]:
     """Fused bricks at "all": each brick's own layout reorders (subtracted) and the model's (added once)."""
-    if dec.granularity != "fused:all" or config.graph_optimization_level != "all":
+    if dec.granularity != "fused:all" or getattr(config, "graph_optimization_level", None) != "all":
         return {}, 0.0
     from dlbricks.estimator._reorders import brick_reorder_bytes
 
@@ -206,7 +220,7 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     from dlbricks.estimator._evaluate import EVALUATE_BUDGET, measure_whole
 
     budget = budget or EVALUATE_BUDGET
-    whole = measure_whole(graph, config or OrtConfig(), budget)
+    whole = measure_whole(graph, config or OrtConfig(), budget, backend=backend_name(config or OrtConfig()))
     store.record_model(whole, system, budget=budget)
     if not whole.ok:
         raise InvalidArgumentError(f"model '{graph.name}' could not be measured whole: {whole.error}")

@@ -12,11 +12,12 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 from dataclasses import dataclass, replace
 
 from dlbricks import BrickSet, InvalidArgumentError, ModelGraph, decompose, load_model
 from dlbricks.benchmarks_db import Store, populate
-from dlbricks.estimator._api import estimate, open_store
+from dlbricks.estimator._api import backend_name, estimate, open_store, threads_of
 from dlbricks.estimator._calibrate import calibrate_peaks
 from dlbricks.generators import Budget, Measurement, OrtConfig, SystemInfo, benchmark, collect_system_info
 
@@ -32,15 +33,22 @@ EVALUATE_BUDGET = Budget(warmup_time=0.02, min_time=0.1, min_runs=10, max_time=1
 WHOLE_WORKERS = 3
 
 
-def suite_models(suite: str) -> list[str]:
-    """Model names of ``default`` or ``full`` (every zoo model), or a comma-separated list."""
+#: The default suite of the MXNet path: Gluon vision models of several families.
+DEFAULT_MXNET_SUITE = ("gluon_resnet18_v1", "gluon_resnet50_v1", "gluon_resnet50_v2", "gluon_mobilenet1.0",
+                       "gluon_mobilenetv2_1.0", "gluon_squeezenet1.1", "gluon_densenet121",
+                       "gluon_inceptionv3", "gluon_alexnet")
+
+
+def suite_models(suite: str, framework: str = "onnx") -> list[str]:
+    """Model names of ``default`` or ``full`` (every zoo model of the framework), or a list."""
     from dlbricks.model_zoo import list_models
 
     if suite == "default":
-        known = {m.name for m in list_models()}
-        return [n for n in DEFAULT_SUITE if n in known]
+        known = {m.name for m in list_models(framework=framework)}
+        chosen = DEFAULT_MXNET_SUITE if framework == "mxnet" else DEFAULT_SUITE
+        return [n for n in chosen if n in known]
     if suite == "full":
-        return [m.name for m in list_models()]
+        return [m.name for m in list_models(framework=framework)]
     return [n.strip() for n in suite.split(",") if n.strip()]
 
 
@@ -84,7 +92,7 @@ class Evaluation:
     model_latency_s: float  # sum over the suite's models of their measured latency
     unique_brick_latency_s: float  # sum over the suite's unique bricks of their measured latency
     system: SystemInfo
-    config: OrtConfig
+    config: Any  # OrtConfig or MxnetConfig
     elapsed_s: float
     granularity: str = "layer"
 
@@ -109,14 +117,15 @@ class Evaluation:
         return max((abs(r.error) for r in self.rows), default=0.0)
 
 
-def measure_whole(graph: ModelGraph, config: OrtConfig, budget: Budget, workers: int = WHOLE_WORKERS,
-                  ) -> Measurement:
+def measure_whole(graph: ModelGraph, config: Any, budget: Budget, workers: int = WHOLE_WORKERS,
+                  backend: str = "onnxruntime") -> Measurement:
     """A whole model measured in ``workers`` separate worker processes, pooled like pyperf does.
 
     One process's median depends on where its buffers landed in memory; the pooled result keeps the
     median of the per-process medians (and the widest CI), with the wall time of all of them.
     """
-    runs = [next(iter(benchmark([graph], config=config, budget=budget))) for _ in range(workers)]
+    runs = [next(iter(benchmark([graph], backend=backend, config=config, budget=budget)))
+            for _ in range(workers)]
     ok = [m for m in runs if m.ok]
     if len(ok) < len(runs):
         return next(m for m in runs if not m.ok)
@@ -128,7 +137,7 @@ def measure_whole(graph: ModelGraph, config: OrtConfig, budget: Budget, workers:
                    wall_time_s=sum(m.wall_time_s for m in ok), converged=all(m.converged for m in ok))
 
 
-def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, config: OrtConfig | None = None,
+def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, config: Any = None,
              budget: Budget | None = None, workers: int = WHOLE_WORKERS, lower_bound_sweep: bool = True,
              granularity: str = "layer", say: Callable[[str], object] = lambda s: None) -> Evaluation:
     """Run the main job over zoo models (names) and return the table.
@@ -145,10 +154,11 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     budget = budget or EVALUATE_BUDGET
     config = config or OrtConfig()
     bricks_cfg = whole_cfg = config
-    if granularity == "fused" and config.graph_optimization_level == "disable":
+    backend = backend_name(config)
+    if granularity == "fused" and getattr(config, "graph_optimization_level", "disable") == "disable":
         raise InvalidArgumentError("--granularity fused needs an optimization level that fuses: "
                                    "--opt-level basic, extended or all.")
-    level = config.graph_optimization_level if granularity == "fused" else None
+    level = config.graph_optimization_level if granularity == "fused" else None  # type: ignore[union-attr]
     brickset = BrickSet()
     label = "layer"
     for name in models:
@@ -161,13 +171,13 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     say(f"{summary.models} models, {summary.layers} layers, {summary.unique_bricks} unique bricks")
     if store.peaks(system) is None:
         say("calibrating peak FLOP/s and bandwidth (roofline)")
-        cal = calibrate_peaks(config)
+        cal = calibrate_peaks(OrtConfig(intra_op_num_threads=threads_of(config) or 1))
         store.record_peaks(system, cal.peaks.flops_per_s, cal.peaks.bytes_per_s,
                            {"gemm": cal.gemm, "stream": cal.stream})
     # the estimate's configuration first (its time is what the speedup compares), then the warm
     # sweep that gives each brick its fastest configuration for the lower bound
     configs = [bricks_cfg] + ([replace(config, cache="warm")] if lower_bound_sweep else [])
-    populate(store, list(brickset.models.values()), configs, budget=budget, system=system,
+    populate(store, list(brickset.models.values()), configs, backend=backend, budget=budget, system=system,
              store_models=False, progress=lambda p: say(_progress_line(p)))
     brick_records = store.measurements(system=system, config_id=bricks_cfg.config_id,
                                        signatures=list(brickset.bricks))
@@ -179,7 +189,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
         dec = brickset.models[name]
         measured = store.measurement(dec.model_key, system, whole_cfg.config_id, kind="model")
         if measured is None or not measured.ok:
-            measured = measure_whole(load_model(build(name), name=name), whole_cfg, budget, workers)
+            measured = measure_whole(load_model(build(name), name=name), whole_cfg, budget, workers, backend)
             store.record_model(measured, system, budget=budget)
         whole_time += measured.wall_time_s
         est = estimate(dec, store, system=system, config=config)

@@ -44,7 +44,9 @@ def plot_evaluation(ev: Evaluation, out_dir: str | Path,
     ax.plot([0, top], [0, 0.95 * top], "g:", linewidth=0.8)
     ax.set_xlabel("measured latency (ms)")
     ax.set_ylabel("estimated latency (ms)")
-    ax.set_title(f"{ev.system.cpu_model}, {ev.config.intra_op_num_threads} thread(s)", fontsize=9)
+    from dlbricks.estimator._api import threads_of
+
+    ax.set_title(f"{ev.system.cpu_model}, {threads_of(ev.config)} thread(s), {ev.granularity}", fontsize=9)
     ax.legend()
     fig.tight_layout()
     paths.append(out / "estimated_vs_measured.png")

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from dlbricks._cliutil import format_table, handle_errors
-from dlbricks.estimator._api import estimate, open_store, validate
+from dlbricks.estimator._api import estimate, open_store, threads_of, validate
 from dlbricks.estimator._calibrate import calibrate_peaks
 from dlbricks.estimator._estimate import ON_MISSING, Estimate
 from dlbricks.estimator._evaluate import EVALUATE_BUDGET, Evaluation, evaluate, suite_models
@@ -147,9 +147,10 @@ def _print_evaluation(ev: Evaluation) -> None:
                             right=set(range(1, 9))))
     s = ev.system
     click.echo("")
-    click.echo(f"machine: {s.cpu_model}, {s.physical_cores} cores, Python {platform.python_version()}, "
-               f"onnxruntime {s.onnxruntime_version}; {ev.config.intra_op_num_threads} thread(s), "
-               f"optimizations {ev.config.graph_optimization_level}, {ev.granularity} granularity")
+    runtime = (f"mxnet {ev.config.mxnet_version}" if hasattr(ev.config, "mxnet_version")
+               else f"onnxruntime {s.onnxruntime_version}, optimizations {ev.config.graph_optimization_level}")
+    click.echo(f"machine: {s.cpu_model}, {s.physical_cores} cores, Python {platform.python_version()}; "
+               f"{runtime}; {threads_of(ev.config)} thread(s), {ev.granularity} granularity")
     click.echo(f"suite: {len(ev.rows)} models, {ev.layers} layers, {ev.unique_bricks} unique bricks "
                f"({ev.layers / max(ev.unique_bricks, 1):.2f} layers per brick)")
     click.echo(f"benchmarking time: unique bricks {ev.brick_time_s:.1f} s, whole models "
@@ -172,20 +173,29 @@ def _print_evaluation(ev: Evaluation) -> None:
 @click.option("--quiet", is_flag=True, help="No progress lines.")
 @click.option("--granularity", type=click.Choice(("layer", "fused")), default="layer", show_default=True,
               help="fused: one brick per kernel onnxruntime runs at --opt-level.")
+@click.option("--framework", type=click.Choice(("onnxruntime", "mxnet")), default="onnxruntime",
+              show_default=True, help="mxnet: the Gluon vision zoo run in MXNet (the mxnet extra).")
 @_budget_option
 @handle_errors
 def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, plot_dir: Path | None, quiet: bool,
-                 granularity: str, budget_name: str) -> None:
+                 granularity: str, framework: str, budget_name: str) -> None:
     """The main job: benchmark the suite's unique bricks, estimate every model, validate.
 
     Prints, per model, layers, unique bricks, measured and estimated latency, error, parallel
     estimate, lower bound and roofline; for the suite, the benchmarking time of bricks vs whole
     models and the error figures.
     """
-    models = suite_models(suite)
+    if framework == "mxnet":
+        from dlbricks.generators._mxnet import MxnetConfig
+
+        config: Any = MxnetConfig(omp_threads=threads)
+        models = suite_models(suite, "mxnet")
+    else:
+        config = _config(threads, opt_level)
+        models = suite_models(suite)
     say = (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
     with open_store(db) as store:
-        ev = evaluate(models, store, config=_config(threads, opt_level), budget=_BUDGETS[budget_name](),
+        ev = evaluate(models, store, config=config, budget=_BUDGETS[budget_name](),
                       granularity=granularity, say=say)
     _print_evaluation(ev)
     if plot_dir is not None:

@@ -33,6 +33,7 @@ ENTRY_POINT_GROUP = "dlbricks.backends"
 
 _BUILTINS: dict[str, str] = {
     "onnxruntime": "dlbricks.generators._ort:OrtBackend",
+    "mxnet": "dlbricks.generators._mxnet:MxnetBackend",
 }
 
 _registry: dict[str, BackendFactory] = {}

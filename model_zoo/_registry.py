@@ -47,7 +47,10 @@ def _entries() -> dict[str, ZooEntry]:
     return entries
 
 
-def list_models(task: str | None = None) -> list[ZooModel]:
+FRAMEWORKS = ("onnx", "mxnet")
+
+
+def list_models(task: str | None = None, framework: str = "onnx") -> list[ZooModel]:
     """List the models of the zoo, optionally those of one task.
 
     Parameters
@@ -55,6 +58,8 @@ def list_models(task: str | None = None) -> list[ZooModel]:
     task : str, optional
         One of ``image_classification``, ``object_detection``, ``semantic_segmentation``,
         ``language``, ``speech_recognition``, ``recommendation``.
+    framework : {"onnx", "mxnet"}
+        ``"mxnet"``: the MXNet Gluon vision zoo (names prefixed ``gluon_``; needs the mxnet extra).
 
     Returns
     -------
@@ -73,8 +78,24 @@ def list_models(task: str | None = None) -> list[ZooModel]:
     """
     if task is not None and task not in TASKS:
         raise InvalidArgumentError(f"Unknown zoo task {task!r}. Valid tasks: {', '.join(TASKS)}.")
+    if framework not in FRAMEWORKS:
+        raise InvalidArgumentError(f"Unknown zoo framework {framework!r}. Valid: {', '.join(FRAMEWORKS)}.")
+    if framework == "mxnet":
+        _require_mxnet()
+        from dlbricks.model_zoo._gluon import list_gluon_models
+
+        return [m for m in list_gluon_models() if task is None or m.task == task]
     models = [e.model for e in _entries().values() if task is None or e.model.task == task]
     return sorted(models, key=lambda m: TASKS.index(m.task))
+
+
+def _require_mxnet() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("mxnet") is None:
+        raise InvalidArgumentError(
+            "the MXNet Gluon zoo needs the mxnet extra (Python 3.11, numpy<1.24): "
+            "pip install -e '.[mxnet]' in its own environment.")
 
 
 def _lookup(name: str) -> ZooEntry:
@@ -121,7 +142,18 @@ def build(name: str, batch_size: int = 1, seed: int = 0) -> onnx.ModelProto:
     ------
     InvalidArgumentError
         If the name is unknown or ``batch_size`` / ``seed`` are not valid.
+
+    Notes
+    -----
+    Names prefixed ``gluon_`` build an MXNet Gluon model (the mxnet extra); it comes back as an
+    ONNX-framed graph of ``org.mxnet`` nodes that :func:`dlbricks.load_model` reads with the MXNet
+    frontend, and that the ``mxnet`` backend runs.
     """
+    if name.startswith("gluon_"):
+        _require_mxnet()
+        from dlbricks.model_zoo._gluon import build_gluon
+
+        return build_gluon(name, batch_size=batch_size, seed=seed).to_onnx()
     e = _lookup(name)
     _check_int("batch_size", batch_size, 1)
     _check_int("seed", seed, 0)

@@ -78,10 +78,12 @@ def zoo() -> None:
 @zoo.command("list")
 @click.option("--task", type=click.Choice(TASKS), default=None, help="Only the models of this task.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
-def list_command(task: str | None, as_json: bool) -> None:
+@click.option("--framework", type=click.Choice(("onnx", "mxnet")), default="onnx", show_default=True,
+              help="mxnet: the MXNet Gluon vision zoo (needs the mxnet extra).")
+def list_command(task: str | None, as_json: bool, framework: str) -> None:
     """List the zoo's models: name, task, family, input shapes (batch 1), parameters."""
     with _library_errors():
-        models = list_models(task)
+        models = list_models(task, framework)
     if as_json:
         click.echo(json.dumps([_as_json(m) for m in models], indent=1))
         return

@@ -1,0 +1,419 @@
+"""The MXNet backend: configuration, executor bound once, CPU and GPU.
+
+It runs models whose nodes are ``org.mxnet`` ONNX nodes: bricks cut from a model loaded with
+:func:`dlbricks.load_mxnet` (``brick.to_onnx()``) and such whole models (``ModelGraph.to_onnx()``).
+Each becomes an MXNet symbol (:func:`dlbricks._mxnet_bricks.model_to_symbol`) bound once to an
+executor with its inputs, weights and outputs allocated once; a run is one ``forward(is_train=False)``
+followed by ``wait_to_read`` on every output (MXNet's engine is asynchronous).
+
+MXNet reads its engine, threading and oneDNN (MKLDNN) settings from environment variables when it is
+imported, so the configuration lives in :meth:`MxnetBackend.worker_env`, which the worker sets
+before importing anything. mxnet is imported lazily, inside functions.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import itertools
+import json
+import math
+import os
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from importlib import metadata
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import onnx
+
+from dlbricks._errors import BackendError, BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
+from dlbricks.generators._inputs import random_inputs
+from dlbricks.generators._ort import cold_copies
+from dlbricks.generators._util import one_line
+
+__all__ = ["MxnetBackend", "MxnetConfig", "MxnetPrepared", "activation_like", "installed_mxnet_version"]
+
+CONTEXTS = ("cpu", "gpu")
+ENGINES = ("ThreadedEnginePerDevice", "ThreadedEngine", "NaiveEngine")
+CACHE_STATES = ("cold", "warm")
+INPUT_KINDS = ("activations", "normal")
+#: Correlation of neighbouring values along the innermost axis of "activations" inputs: feature maps
+#: after convolutions in Gluon CNNs change sign between neighbours about 25% of the time (measured
+#: on mobilenetv2_1.0), which an AR(1) process with this coefficient reproduces.
+ACTIVATION_CORRELATION = 0.75
+THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def installed_mxnet_version() -> str:
+    """The version of the installed mxnet package, read without importing it."""
+    try:
+        return metadata.version("mxnet")
+    except metadata.PackageNotFoundError:
+        for dist in ("mxnet-cu112", "mxnet-cu110", "mxnet-cu102", "mxnet-mkl"):
+            try:
+                return metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                continue
+    raise BackendUnavailableError(
+        "mxnet is not installed; install the extra: pip install 'dlbricks[mxnet]' (Python 3.11, numpy<1.24)")
+
+
+def _mx() -> ModuleType:
+    """Import mxnet, or say how to get it."""
+    try:
+        import mxnet
+    except ImportError as e:
+        raise BackendUnavailableError(
+            f"mxnet cannot be imported ({e}); install the extra: pip install 'dlbricks[mxnet]'") from e
+    return mxnet
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MxnetConfig:
+    """A configuration of the MXNet backend.
+
+    Parameters
+    ----------
+    context : {"cpu", "gpu"}, default "cpu"
+    device_id : int, default 0
+        GPU ordinal.
+    mkldnn : bool, default True
+        oneDNN (MKLDNN) kernels on CPU (``MXNET_MKLDNN_ENABLED``).
+    fuse : bool, default False
+        oneDNN graph fusion (``MXNET_SUBGRAPH_BACKEND=MKLDNN``: Convolution+BatchNorm+Activation
+        run as one kernel in whole models). Off, every layer runs as its own kernel, as bricks do.
+    engine : {"ThreadedEnginePerDevice", "ThreadedEngine", "NaiveEngine"}, default "ThreadedEnginePerDevice"
+        ``MXNET_ENGINE_TYPE``; NaiveEngine runs every op synchronously in the calling thread.
+    omp_threads : int, default 1
+        Threads inside an op (``OMP_NUM_THREADS``, also MKL and OpenBLAS); 0 leaves them unset.
+    worker_threads : int, default 1
+        Engine threads running independent CPU ops in parallel (``MXNET_CPU_WORKER_NTHREADS``).
+    inputs : {"activations", "normal"}, default "activations"
+        Random values a *brick* is fed. ``"normal"``: i.i.d. standard normal, as the onnxruntime
+        backend. ``"activations"``: float inputs of rank >= 3 correlated along their innermost axis
+        like feature maps (AR(1), :data:`ACTIVATION_CORRELATION`): MXNet's ``clip`` (ReLU6) branches
+        on every value and runs 1.8x slower on i.i.d. values than on feature maps. Whole models get
+        i.i.d. inputs.
+    model_layouts : bool, default True
+        With oneDNN, feed each brick input in the layout it has in the model (the nodes'
+        ``dlbricks_input_layouts``): inputs written by oneDNN kernels are converted once, before
+        timing, to oneDNN's blocked layout. A plain-layout input costs a brick a reorder (up to ten
+        times a Concat's own time) that it does not pay inside the model.
+    cache : {"cold", "warm"}, default "cold"
+        Cache state a *brick* meets (whole models always run as users run them, one executor
+        again and again). ``"cold"``: several executors of the brick, each with its own weights and
+        outputs and all bound to one input array, run round-robin, enough of them that their
+        footprint is twice the last-level cache: each run meets cold weights and a warm input, as
+        a layer inside a model does. ``"warm"``: one executor again and again.
+    mxnet_version : str, default the installed version
+
+    Examples
+    --------
+    >>> cfg = MxnetConfig(mxnet_version="1.9.1")
+    >>> cfg.worker_env()["MXNET_SUBGRAPH_BACKEND"]
+    'NONE'
+    >>> len(cfg.config_id)
+    16
+    """
+
+    context: str = "cpu"
+    device_id: int = 0
+    mkldnn: bool = True
+    fuse: bool = False
+    engine: str = "ThreadedEnginePerDevice"
+    omp_threads: int = 1
+    worker_threads: int = 1
+    inputs: str = "activations"
+    model_layouts: bool = True
+    cache: str = "cold"
+    mxnet_version: str = field(default_factory=installed_mxnet_version)
+
+    def __post_init__(self) -> None:
+        problems = _config_problems(self)
+        if problems:
+            raise InvalidArgumentError("Invalid MxnetConfig: " + "; ".join(problems) + ".")
+
+    @property
+    def config_id(self) -> str:
+        """16 hex digits of the SHA-256 of the canonical JSON of :meth:`to_dict`."""
+        payload = json.dumps({"backend": MxnetBackend.name, **self.to_dict()}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The configuration as a JSON-safe dict."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MxnetConfig:
+        """Rebuild a configuration from :meth:`to_dict` output (unknown keys are rejected)."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InvalidArgumentError(
+                f"Invalid MxnetConfig: unknown fields {unknown}; known fields: {sorted(known)}.")
+        return cls(**dict(data))
+
+    def worker_env(self) -> dict[str, str]:
+        """The environment variables that MXNet reads at import time for this configuration."""
+        env = {
+            "MXNET_ENGINE_TYPE": self.engine,
+            "MXNET_MKLDNN_ENABLED": "1" if self.mkldnn else "0",
+            "MXNET_SUBGRAPH_BACKEND": "MKLDNN" if self.fuse and self.mkldnn else "NONE",
+            "MXNET_CPU_WORKER_NTHREADS": str(self.worker_threads),
+            "MXNET_SUBGRAPH_VERBOSE": "0",
+            "MXNET_STORAGE_FALLBACK_LOG_VERBOSE": "0",
+        }
+        if self.omp_threads:
+            env.update({name: str(self.omp_threads) for name in THREAD_ENV_VARS})
+        return env
+
+
+def _config_problems(cfg: MxnetConfig) -> list[str]:
+    """Every rule that ``cfg`` breaks, as phrases naming the field and value."""
+    problems = []
+    choices = {"context": CONTEXTS, "engine": ENGINES, "cache": CACHE_STATES, "inputs": INPUT_KINDS}
+    for name, allowed in choices.items():
+        value = getattr(cfg, name)
+        if value not in allowed:
+            options = ", ".join(repr(a) for a in allowed)
+            problems.append(f"'{name}' must be one of {options}. Got {value!r} instead")
+    for name in ("device_id", "omp_threads"):
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            problems.append(f"'{name}' must be an int >= 0. Got {value!r} instead")
+    if isinstance(cfg.worker_threads, bool) or not isinstance(cfg.worker_threads, int) or cfg.worker_threads < 1:
+        problems.append(f"'worker_threads' must be an int >= 1. Got {cfg.worker_threads!r} instead")
+    for name in ("mkldnn", "fuse", "model_layouts"):
+        if not isinstance(getattr(cfg, name), bool):
+            problems.append(f"'{name}' must be a bool. Got {getattr(cfg, name)!r} instead")
+    if not isinstance(cfg.mxnet_version, str) or not cfg.mxnet_version:
+        problems.append(f"'mxnet_version' must be a non-empty str. Got {cfg.mxnet_version!r} instead")
+    return problems
+
+
+class MxnetPrepared:
+    """Executors bound once (inputs shared, weights and outputs per copy), run round-robin.
+
+    Attributes
+    ----------
+    executors : list of mx.executor.Executor
+    copies : int
+        Executors run round-robin (1 unless ``cache="cold"`` and the model is a brick).
+    run : callable
+        One synchronous run: forward, then wait until every output is written.
+    """
+
+    def __init__(self, executors: list[Any], keep: list[Any]) -> None:
+        self.executors = executors
+        self.copies = len(executors)
+        self._keep = keep  # the bound arrays
+        runs = [_one_run(e) for e in executors]
+        if len(runs) == 1:
+            self.run: Callable[[], None] = runs[0]
+        else:
+            cycle = itertools.cycle(runs)
+
+            def run() -> None:
+                next(cycle)()
+
+            self.run = run
+
+    def outputs(self) -> list[np.ndarray]:
+        """The outputs of the first executor's last run, as numpy arrays."""
+        return [o.asnumpy() for o in self.executors[0].outputs]
+
+    def close(self) -> None:
+        """Release the executors and their arrays."""
+        self.executors = []
+        self._keep = []
+        self.run = _closed
+
+
+def _one_run(executor: Any) -> Callable[[], None]:
+    """``forward(is_train=False)`` and ``wait_to_read`` of each output, through MXNet's C API.
+
+    ``Executor.forward`` also rebuilds its output list on every call; the executor's output arrays
+    do not change between runs, so their handles are taken once.
+    """
+    from mxnet.base import _LIB, check_call
+
+    forward = _LIB.MXExecutorForward
+    wait = _LIB.MXNDArrayWaitToRead
+    handle = executor.handle
+    inference = ctypes.c_int(0)
+    outputs = [o.handle for o in executor.outputs]
+
+    def run() -> None:
+        check_call(forward(handle, inference))
+        for out in outputs:
+            check_call(wait(out))
+
+    return run
+
+
+def _closed() -> None:
+    raise BackendError("This prepared model was closed.")
+
+
+class MxnetBackend:
+    """The MXNet backend (CPU with or without oneDNN, and GPU).
+
+    Examples
+    --------
+    >>> MxnetBackend().name
+    'mxnet'
+    """
+
+    name = "mxnet"
+
+    def default_config(self) -> MxnetConfig:
+        """``MxnetConfig()``: CPU, one thread, oneDNN kernels, no fusion, cold bricks."""
+        return MxnetConfig()
+
+    def config_from_dict(self, data: Mapping[str, Any]) -> MxnetConfig:
+        """Rebuild an :class:`MxnetConfig` from its dict."""
+        return MxnetConfig.from_dict(data)
+
+    def check(self, config: Any) -> None:
+        """Raise if ``config`` is not an :class:`MxnetConfig` that can run with this mxnet."""
+        if not isinstance(config, MxnetConfig):
+            raise InvalidArgumentError(
+                f"The mxnet backend needs an MxnetConfig. Got {type(config).__name__} instead.")
+        installed = installed_mxnet_version()
+        if config.mxnet_version != installed:
+            raise BackendUnavailableError(
+                f"The MxnetConfig is for mxnet {config.mxnet_version} but {installed} is installed; "
+                f"rebuild the config to measure here.")
+        if config.context == "gpu":
+            mx = _mx()
+            if mx.context.num_gpus() <= config.device_id:
+                raise BackendUnavailableError(
+                    f"GPU {config.device_id} requested but mxnet sees {mx.context.num_gpus()} GPUs; install "
+                    f"a CUDA build of mxnet (mxnet-cu112) on a machine with a GPU.")
+
+    def worker_env(self, config: Any) -> dict[str, str]:
+        """Engine, oneDNN and thread variables, set in a worker before it imports mxnet."""
+        return config.worker_env()
+
+    def describe(self, config: Any) -> dict[str, Any]:
+        """Version, build features, the environment that this process runs under, the configuration."""
+        mx = _mx()
+        features = [f.name for f in mx.runtime.Features().values() if f.enabled]
+        return {
+            "backend": self.name,
+            "version": mx.__version__,
+            "features": features,
+            "environment": {k: os.environ.get(k) for k in config.worker_env()},
+            "config": config.to_dict(),
+            "config_id": config.config_id,
+        }
+
+    def prepare(self, model: onnx.ModelProto, config: Any) -> MxnetPrepared:
+        """Build the symbol, draw random inputs, bind executors once, run once.
+
+        Raises
+        ------
+        UnrunnableBrickError
+            If the model is not an MXNet model (``org.mxnet`` nodes) or MXNet cannot run it.
+        """
+        self.check(config)
+        _warn_environment(config)
+        mx = _mx()
+        from dlbricks._mxnet_bricks import model_to_symbol, to_ndarray
+
+        built = model_to_symbol(model)
+        brick = _is_brick(model)
+        ctx = mx.gpu(config.device_id) if config.context == "gpu" else mx.cpu()
+        arrays = random_inputs(model, list(built.input_names))
+        if brick and config.inputs == "activations":
+            arrays = {k: activation_like(v, seed=i) for i, (k, v) in enumerate(arrays.items())}
+        inputs = {k: to_ndarray(mx, v, ctx) for k, v in arrays.items()}
+        if brick and config.model_layouts and config.mkldnn and config.context == "cpu":
+            inputs = {k: _to_onednn(mx, v) if built.input_layouts.get(k) == "onednn" else v
+                      for k, v in inputs.items()}
+        first = _bind(mx, built, inputs, ctx, model)
+        executors = [first]
+        if config.cache == "cold" and brick:
+            outputs = [o.asnumpy() for o in first.outputs]
+            copies = cold_copies(model, outputs)
+            executors += [_bind(mx, built, inputs, ctx, model) for _ in range(copies - 1)]
+        return MxnetPrepared(executors, [inputs])
+
+
+def activation_like(array: np.ndarray, seed: int = 0, rho: float = ACTIVATION_CORRELATION) -> np.ndarray:
+    """``array``'s shape and dtype filled like a feature map: standard normal values, correlated
+    ``rho`` with their neighbour along the innermost axis. Other arrays are returned unchanged."""
+    if array.ndim < 3 or not np.issubdtype(array.dtype, np.floating):
+        return array
+    from scipy.signal import lfilter
+
+    noise = np.random.default_rng(seed).standard_normal(array.shape)
+    values = lfilter([math.sqrt(1.0 - rho * rho)], [1.0, -rho], noise, axis=-1)
+    return values.astype(array.dtype)
+
+
+def _to_onednn(mx: ModuleType, array: Any) -> Any:
+    """The same values in the blocked layout a oneDNN convolution writes (4-D and 5-D float32).
+
+    An identity 1x1 convolution computes it exactly (each output is one input times 1.0); other
+    arrays are returned unchanged.
+    """
+    from dlbricks._mxnet_bricks import to_ndarray
+
+    if array.ndim not in (4, 5) or array.dtype != np.float32:
+        return array
+    channels = array.shape[1]
+    kernel = (1,) * (array.ndim - 2)
+    eye = np.eye(channels, dtype=np.float32).reshape(channels, channels, *kernel)
+    out = mx.nd.Convolution(array, to_ndarray(mx, eye, array.context), kernel=kernel,
+                            num_filter=channels, no_bias=True)
+    out.wait_to_read()
+    return out
+
+
+def _bind(mx: ModuleType, built: Any, inputs: Mapping[str, Any], ctx: Any, model: onnx.ModelProto) -> Any:
+    """One executor with its own weights and outputs, the shared ``inputs``, run once."""
+    from dlbricks._mxnet_bricks import to_ndarray
+
+    args = dict(inputs)
+    args.update({k: to_ndarray(mx, v, ctx) for k, v in built.arg_params.items()})
+    aux = {k: to_ndarray(mx, v, ctx) for k, v in built.aux_params.items()}
+    try:
+        executor = built.symbol.bind(ctx, args=args, aux_states=aux, grad_req="null")
+        executor.forward(is_train=False)
+        for out in executor.outputs:
+            out.wait_to_read()
+    except mx.base.MXNetError as e:
+        from dlbricks._mxnet_frontend import _first_line
+
+        raise UnrunnableBrickError(f"mxnet cannot run model {model.graph.name!r}: {_first_line(e)}") from e
+    except Exception as e:  # MXNet raises untyped errors from bind's argument checks
+        raise UnrunnableBrickError(f"mxnet cannot bind model {model.graph.name!r}: {one_line(e)}") from e
+    return executor
+
+
+def _is_brick(model: onnx.ModelProto) -> bool:
+    """Whether ``model`` is a dlbricks brick (it carries its signature), not a whole model."""
+    return any(p.key == "dlbricks.signature" for p in model.metadata_props)
+
+
+_warned: set[str] = set()
+
+
+def _warn_environment(config: MxnetConfig) -> None:
+    """Warn once per configuration if this process does not run under its environment.
+
+    MXNet read these variables when it was imported; a measurement taken in-process (``measure``)
+    under other values does not measure ``config``. Workers always run under it.
+    """
+    wrong = {k: v for k, v in config.worker_env().items() if os.environ.get(k) != v and "VERBOSE" not in k}
+    if wrong and config.config_id not in _warned:
+        _warned.add(config.config_id)
+        first = next(iter(wrong))
+        warnings.warn(
+            f"This process runs mxnet with {first}={os.environ.get(first)!r}, not {wrong[first]!r} as the "
+            f"MxnetConfig says; measure in a worker (dlbricks.generators.benchmark) or set the variables "
+            f"before importing mxnet.", RuntimeWarning, stacklevel=3)

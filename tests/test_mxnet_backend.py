@@ -1,0 +1,200 @@
+"""The MXNet backend: configuration, registry, preparation, and measurement in a worker."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import dlbricks
+from dlbricks import InvalidArgumentError, UnrunnableBrickError
+
+pytestmark = [pytest.mark.mxnet,
+              pytest.mark.filterwarnings("ignore:Please import `csr_matrix`:DeprecationWarning")]
+os.environ.setdefault("MXNET_SUBGRAPH_BACKEND", "NONE")  # no oneDNN graph fusion: every layer runs alone
+mx = pytest.importorskip("mxnet", reason="needs the mxnet extra (pip install 'dlbricks[mxnet]')")
+
+from dlbricks.generators import (  # noqa: E402
+    Budget,
+    Measurement,
+    available_backends,
+    benchmark,
+    calibrate_floor,
+    floor_model,
+    get_backend,
+    measure,
+)
+from dlbricks.generators._mxnet import (  # noqa: E402
+    ACTIVATION_CORRELATION,
+    MxnetBackend,
+    MxnetConfig,
+    activation_like,
+)
+from dlbricks._mxnet_frontend import LAYOUTS_ATTR  # noqa: E402
+from dlbricks.model_zoo._gluon import build_gluon  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def mobilenet() -> dlbricks.ModelGraph:
+    return build_gluon("mobilenet0.25")
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> None:
+    warnings.filterwarnings("ignore", message="This process runs mxnet", category=RuntimeWarning)
+
+
+# ----------------------------------------------------------------------------------- config
+def test_config_defaults_and_environment() -> None:
+    cfg = MxnetConfig()
+    assert cfg.mxnet_version == mx.__version__
+    assert (cfg.context, cfg.omp_threads, cfg.mkldnn, cfg.fuse, cfg.cache) == ("cpu", 1, True, False, "cold")
+    env = MxnetBackend().worker_env(cfg)
+    assert env["OMP_NUM_THREADS"] == "1" and env["MXNET_CPU_WORKER_NTHREADS"] == "1"
+    assert env["MXNET_SUBGRAPH_BACKEND"] == "NONE" and env["MXNET_MKLDNN_ENABLED"] == "1"
+    assert env["MXNET_ENGINE_TYPE"] == "ThreadedEnginePerDevice"
+    fused = MxnetConfig(fuse=True, mkldnn=True, omp_threads=0, engine="NaiveEngine").worker_env()
+    assert fused["MXNET_SUBGRAPH_BACKEND"] == "MKLDNN" and "OMP_NUM_THREADS" not in fused
+    assert MxnetConfig(mkldnn=False).worker_env()["MXNET_MKLDNN_ENABLED"] == "0"
+
+
+def test_config_round_trip_and_id() -> None:
+    cfg = MxnetConfig(omp_threads=2, cache="warm")
+    assert MxnetConfig.from_dict(cfg.to_dict()) == cfg
+    assert MxnetBackend().config_from_dict(cfg.to_dict()).config_id == cfg.config_id
+    assert len(cfg.config_id) == 16 and cfg.config_id == MxnetConfig(omp_threads=2, cache="warm").config_id
+    assert MxnetConfig(mxnet_version="1.8.0").config_id != MxnetConfig().config_id
+    assert len({MxnetConfig().config_id, cfg.config_id, MxnetConfig(mkldnn=False).config_id}) == 3
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"context": "tpu"}, "'context' must be one of"),
+    ({"engine": "Fast"}, "'engine' must be one of"),
+    ({"omp_threads": -1}, "'omp_threads' must be an int >= 0"),
+    ({"worker_threads": 0}, "'worker_threads' must be an int >= 1"),
+    ({"mkldnn": "yes"}, "'mkldnn' must be a bool"),
+    ({"cache": "hot"}, "'cache' must be one of"),
+    ({"inputs": "zeros"}, "'inputs' must be one of"),
+    ({"mxnet_version": ""}, "'mxnet_version' must be a non-empty str"),
+])
+def test_config_validation(kwargs: dict, match: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=match):
+        MxnetConfig(**kwargs)
+
+
+def test_config_unknown_field() -> None:
+    with pytest.raises(InvalidArgumentError, match="unknown fields"):
+        MxnetConfig.from_dict({"threads": 2})
+
+
+def test_registered_like_onnxruntime() -> None:
+    assert "mxnet" in available_backends()
+    backend = get_backend("mxnet")
+    assert isinstance(backend, MxnetBackend) and backend.name == "mxnet"
+    with pytest.raises(InvalidArgumentError, match="needs an MxnetConfig"):
+        backend.check(object())
+    with pytest.raises(dlbricks.BackendUnavailableError, match="is installed"):
+        backend.check(MxnetConfig(mxnet_version="0.1"))
+    desc = backend.describe(MxnetConfig())
+    assert desc["version"] == mx.__version__ and "MKLDNN" in desc["features"]
+
+
+def test_measurement_round_trip() -> None:
+    m = measure(floor_model(), "mxnet", MxnetConfig(), Budget.quick())
+    again = Measurement.from_dict(m.to_dict())
+    assert again.config == m.config and again.backend == "mxnet"
+
+
+# ----------------------------------------------------------------------------------- prepare
+def test_prepare_brick_outputs_match_mxnet(mobilenet: dlbricks.ModelGraph) -> None:
+    """Inputs converted to oneDNN's layout hold the same values: outputs equal a plain run."""
+    dec = dlbricks.decompose(mobilenet)
+    backend = MxnetBackend()
+    brick = next(b for b in dec.bricks.values() if b.op_type == "Convolution" and any(
+        a.name == LAYOUTS_ATTR and a.s.startswith(b"onednn") for a in b.nodes[0].attribute))
+    outs = {}
+    for layouts in (True, False):
+        prepared = backend.prepare(brick.to_onnx(), MxnetConfig(model_layouts=layouts, cache="warm"))
+        prepared.run()
+        outs[layouts] = prepared.outputs()
+        prepared.close()
+    np.testing.assert_array_equal(outs[True][0], outs[False][0])
+    assert outs[True][0].shape == brick.outputs[0].shape
+
+
+def test_cold_bricks_use_several_executors(mobilenet: dlbricks.ModelGraph) -> None:
+    dec = dlbricks.decompose(mobilenet)
+    small = min(dec.bricks.values(), key=lambda b: b.bytes_moved)
+    backend = MxnetBackend()
+    cold = backend.prepare(small.to_onnx(), MxnetConfig())
+    warm = backend.prepare(small.to_onnx(), MxnetConfig(cache="warm"))
+    whole = backend.prepare(mobilenet.to_onnx(), MxnetConfig())
+    assert cold.copies > 1 and warm.copies == 1 and whole.copies == 1
+    for prepared in (cold, warm, whole):
+        prepared.run()
+        prepared.run()
+        prepared.close()
+    with pytest.raises(dlbricks.BackendError, match="closed"):
+        cold.run()
+
+
+def test_onnx_models_are_refused() -> None:
+    from dlbricks.model_zoo import build
+
+    model = build("squeezenet1_1")
+    with pytest.raises(UnrunnableBrickError, match="runs MXNet models"):
+        MxnetBackend().prepare(model, MxnetConfig())
+
+
+def test_activation_like_inputs() -> None:
+    base = np.zeros((2, 8, 16, 64), np.float32)
+    values = activation_like(base, seed=1)
+    assert values.shape == base.shape and values.dtype == np.float32
+    corr = np.corrcoef(values[..., 1:].ravel(), values[..., :-1].ravel())[0, 1]
+    assert abs(corr - ACTIVATION_CORRELATION) < 0.05
+    assert abs(values.std() - 1) < 0.1
+    ids = np.zeros((4, 3), np.int64)
+    assert activation_like(ids) is ids
+
+
+# ----------------------------------------------------------------------------------- worker
+def test_bricks_and_model_measured_in_a_worker(mobilenet: dlbricks.ModelGraph) -> None:
+    dec = dlbricks.decompose(mobilenet)
+    bricks = list(dec.bricks.values())[:8]
+    config = MxnetConfig()
+    results = list(benchmark([*bricks, mobilenet], backend="mxnet", config=config, budget=Budget.quick()))
+    assert [m.key for m in results] == [b.signature for b in bricks] + [mobilenet.key]
+    assert all(m.ok for m in results), [m.error for m in results if not m.ok]
+    assert all(m.backend == "mxnet" and m.config == config for m in results)
+    floor = results[0].floor_s
+    assert floor is not None and 0 < floor < 1e-3
+    assert all(m.median_s > floor * 0.5 for m in results)
+    assert results[-1].median_s > max(m.median_s for m in results[:-1])
+
+
+def test_worker_reports_a_failed_brick() -> None:
+    from dlbricks.model_zoo import build
+
+    (m,) = benchmark([build("squeezenet1_1")], backend="mxnet", config=MxnetConfig(), budget=Budget.quick())
+    assert m.status == "failed" and "runs MXNet models" in m.error
+
+
+def test_floor_calibration() -> None:
+    m = calibrate_floor(MxnetConfig(cache="warm"), Budget.quick(), backend="mxnet")
+    assert m.ok and m.floor_s == m.median_s
+
+
+def test_estimate_from_mxnet_bricks(mobilenet: dlbricks.ModelGraph) -> None:
+    """The estimator composes MXNet measurements like any other (the figures are in the bench)."""
+    from dlbricks.estimator import estimate_decomposition
+
+    dec = dlbricks.decompose(mobilenet)
+    config = MxnetConfig()
+    found = {m.key: m for m in benchmark(list(dec.bricks.values()), backend="mxnet", config=config,
+                                         budget=Budget.quick())}
+    est = estimate_decomposition(dec, found, config_id=config.config_id)
+    assert est.coverage == 1.0 and est.sequential_s > 0
+    assert dataclasses.asdict(est)["layers"] == len(mobilenet)
