@@ -15,13 +15,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from dataclasses import dataclass, replace
 
-from dlbricks import BrickSet, InvalidArgumentError, ModelGraph, decompose, load_model
+from dlbricks import BrickSet, Decomposition, InvalidArgumentError, ModelGraph, decompose, load_model
 from dlbricks.benchmarks_db import Store, populate
 from dlbricks.estimator._api import backend_name, estimate, open_store, threads_of
 from dlbricks.estimator._calibrate import calibrate_peaks
 from dlbricks.generators import Budget, Measurement, OrtConfig, SystemInfo, benchmark, collect_system_info
 
-__all__ = ["DEFAULT_SUITE", "EvaluationRow", "Evaluation", "evaluate", "measure_whole", "suite_models",
+__all__ = ["DEFAULT_SUITE", "EvaluationRow", "Evaluation", "evaluate", "measure_whole", "pool", "suite_models",
            "EVALUATE_BUDGET", "WHOLE_WORKERS"]
 
 #: The default suite: one or two models per task, small enough to finish in minutes on 2 cores.
@@ -117,15 +117,24 @@ class Evaluation:
         return max((abs(r.error) for r in self.rows), default=0.0)
 
 
+def _measured(m: Measurement | None) -> bool:
+    return m is not None and m.ok
+
+
 def measure_whole(graph: ModelGraph, config: Any, budget: Budget, workers: int = WHOLE_WORKERS,
                   backend: str = "onnxruntime") -> Measurement:
-    """A whole model measured in ``workers`` separate worker processes, pooled like pyperf does.
+    """A whole model measured in ``workers`` separate worker processes, pooled (see :func:`pool`)."""
+    return pool([next(iter(benchmark([graph], backend=backend, config=config, budget=budget)))
+                 for _ in range(workers)])
 
-    One process's median depends on where its buffers landed in memory; the pooled result keeps the
-    median of the per-process medians (and the widest CI), with the wall time of all of them.
+
+def pool(runs: Sequence[Measurement]) -> Measurement:
+    """Measurements of one item from several processes, pooled like pyperf does.
+
+    One process's median depends on where its buffers landed in memory and on what the machine
+    did meanwhile; the pooled result keeps the median of the per-process medians (and the widest
+    CI), with the samples and wall time of all of them. A failed run makes the result failed.
     """
-    runs = [next(iter(benchmark([graph], backend=backend, config=config, budget=budget)))
-            for _ in range(workers)]
     ok = [m for m in runs if m.ok]
     if len(ok) < len(runs):
         return next(m for m in runs if not m.ok)
@@ -138,13 +147,13 @@ def measure_whole(graph: ModelGraph, config: Any, budget: Budget, workers: int =
 
 
 def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, config: Any = None,
-             budget: Budget | None = None, workers: int = WHOLE_WORKERS, lower_bound_sweep: bool = True,
+             budget: Budget | None = None, lower_bound_sweep: bool = True,
              granularity: str = "layer", say: Callable[[str], object] = lambda s: None) -> Evaluation:
     """Run the main job over zoo models (names) and return the table.
 
     Bricks are measured once each in the estimate's configuration, and (``lower_bound_sweep``) once
     more with warm caches, the fastest state a brick can meet, for the lower bound; whole models in
-    ``workers`` separate processes (pooled). Peaks are calibrated once per system (roofline).
+    three worker processes spread over the brick runs (pooled). Peaks are calibrated once per system.
     """
     from dlbricks.model_zoo import build
 
@@ -174,11 +183,36 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
         cal = calibrate_peaks(OrtConfig(intra_op_num_threads=threads_of(config) or 1))
         store.record_peaks(system, cal.peaks.flops_per_s, cal.peaks.bytes_per_s,
                            {"gemm": cal.gemm, "stream": cal.stream})
-    # the estimate's configuration first (its time is what the speedup compares), then the warm
-    # sweep that gives each brick its fastest configuration for the lower bound
+    # The estimate's configuration first (its time is what the speedup compares), then the warm
+    # sweep that gives each brick its fastest state for the lower bound. Shared machines drift over
+    # minutes, so the whole-model runs are spread over the brick runs: one worker before, one
+    # between the halves, one after, pooled: bricks and models then meet the same conditions.
     configs = [bricks_cfg] + ([replace(config, cache="warm")] if lower_bound_sweep else [])
-    populate(store, list(brickset.models.values()), configs, backend=backend, budget=budget, system=system,
-             store_models=False, progress=lambda p: say(_progress_line(p)))
+    decs = list(brickset.models.values())
+    todo = [name for name in models
+            if not _measured(store.measurement(brickset.models[name].model_key, system, whole_cfg.config_id,
+                                               kind="model"))]
+    passes: dict[str, list[Measurement]] = {name: [] for name in todo}
+
+    def whole_pass(label: str) -> None:
+        for name in todo:
+            say(f"{name}: whole model, {label}")
+            passes[name].append(measure_whole(load_model(build(name), name=name), whole_cfg, budget, 1,
+                                              backend))
+
+    def bricks(part: Sequence[Decomposition]) -> None:
+        populate(store, part, configs, backend=backend, budget=budget, system=system, store_models=False,
+                 progress=lambda p: say(_progress_line(p)))
+
+    whole_pass("before the bricks")
+    half = max(len(decs) // 2, 1)
+    bricks(decs[:half])
+    whole_pass("between the bricks")
+    bricks(decs[half:])
+    whole_pass("after the bricks")
+    for name, runs in passes.items():
+        if runs:
+            store.record_model(pool(runs), system, budget=budget)
     brick_records = store.measurements(system=system, config_id=bricks_cfg.config_id,
                                        signatures=list(brickset.bricks))
     brick_time = sum(r.wall_time_s or 0.0 for r in brick_records)
@@ -188,9 +222,9 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     for name in models:
         dec = brickset.models[name]
         measured = store.measurement(dec.model_key, system, whole_cfg.config_id, kind="model")
-        if measured is None or not measured.ok:
-            measured = measure_whole(load_model(build(name), name=name), whole_cfg, budget, workers, backend)
-            store.record_model(measured, system, budget=budget)
+        if not _measured(measured):
+            raise InvalidArgumentError(f"model '{name}' could not be measured whole: "
+                                       f"{measured.error if measured else 'no measurement'}")
         whole_time += measured.wall_time_s
         est = estimate(dec, store, system=system, config=config)
         for c in est.breakdown:

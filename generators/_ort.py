@@ -31,7 +31,7 @@ EXECUTION_MODES = ("sequential", "parallel")
 OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
 CUDNN_CONV_ALGO_SEARCHES = ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-CACHE_STATES = ("warm", "cold", "cold-weights")
+CACHE_STATES = ("cold-weights", "cold", "warm")
 MAX_COLD_COPIES = 16
 
 
@@ -75,14 +75,16 @@ class OrtConfig:
         CUDA provider option.
     provider_options : mapping of str to str, default empty
         Further CUDA provider options, stored as a sorted tuple of pairs.
-    cache : {"cold", "cold-weights", "warm"}, default "cold"
+    cache : {"cold-weights", "cold", "warm"}, default "cold-weights"
         Cache state a *brick* (a model carrying ``dlbricks.signature`` metadata) meets; whole
-        models always run as users run them, one session again and again. ``"cold"``: the state of
-        a layer inside a model: several copies of the brick's session (their own weights and output
-        buffers, one shared input) run round-robin, enough copies that their footprint is twice the
-        last-level cache, so each run meets cold weights and output lines but a warm input.
-        ``"cold-weights"``: the same with one output buffer shared by the copies. ``"warm"``: the
-        same session again and again (weights stay in cache: bricks run faster than in a model).
+        models always run as users run them, one session again and again. ``"cold-weights"``: the
+        state of a layer inside a model: several copies of the brick's session, each with its own
+        weights, sharing one input and one output buffer, run round-robin; enough copies that their
+        weights span twice the last-level cache, so each run meets cold weights but a warm input and
+        output (inside a model, the input was just written and onnxruntime's memory planner hands
+        out recently freed buffers). ``"cold"``: outputs cold too (each copy its own output: an
+        upper bound on the cache misses). ``"warm"``: the same session again and again (weights stay
+        in cache: the fastest state, used for the lower bound).
     onnxruntime_version : str, default the installed version
         Part of the configuration: results of another version are another configuration.
 
@@ -105,7 +107,7 @@ class OrtConfig:
     device_id: int = 0
     cudnn_conv_algo_search: str = "EXHAUSTIVE"
     provider_options: tuple[tuple[str, str], ...] = ()
-    cache: str = "cold"
+    cache: str = "cold-weights"
     onnxruntime_version: str = field(default_factory=installed_ort_version)
 
     def __post_init__(self) -> None:

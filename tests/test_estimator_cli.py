@@ -22,7 +22,7 @@ def filled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     onnx.save(_models.resnet_like(blocks=2, batch=1), model)
     db = tmp / "b.db"
     result = CliRunner().invoke(main, ["bench", str(model), "--db", str(db), "--budget", "quick",
-                                       "--sweep", "cache=cold,warm"])
+                                       "--sweep", "cache=cold-weights,warm"])
     assert result.exit_code == 0, result.output
     return model, db
 
