@@ -24,9 +24,10 @@ from dlbricks.generators import Budget, Measurement, OrtConfig, SystemInfo, benc
 __all__ = ["DEFAULT_SUITE", "EvaluationRow", "Evaluation", "evaluate", "measure_whole", "pool", "suite_models",
            "EVALUATE_BUDGET", "WHOLE_WORKERS"]
 
-#: The default suite: one or two models per task, small enough to finish in minutes on 2 cores.
+#: The default suite: models of every task, small enough to finish in minutes on 2 cores.
 DEFAULT_SUITE = ("resnet18_v1", "resnet50_v1", "mobilenet_v2_1.0", "squeezenet1_1", "inception_v3",
-                 "densenet121", "efficientnet_b0", "shufflenet_v2_x1_0")
+                 "densenet121", "efficientnet_b0", "shufflenet_v2_x1_0", "yolov3_tiny", "bert_base",
+                 "lstm_lm_medium", "wav2letter_mfcc")
 #: Budget of the main job: a stopping rule that converges for bricks and whole models alike.
 EVALUATE_BUDGET = Budget(warmup_time=0.02, min_time=0.1, min_runs=10, max_time=1.0, rel_ci=0.02)
 #: Worker processes each whole model is measured in.
