@@ -298,9 +298,8 @@ def _make_brick(graph: ModelGraph, group: tuple[LayerNode, ...], granularity: st
         exact = semantic or integral or spec.numel <= EXACT_MAX_ELEMENTS
         hashed = semantic or integral or spec.numel <= 1
         digest = value_digest(graph.constant_array(name)) if hashed else None
-        keep = exact or weights == "real"
         const_specs.append(ConstantSpec(spec, exact, "positive" if positive else "normal",
-                                        graph.constants[name] if keep else None))
+                                        _constant_value(graph, name, exact, weights)))
         sig_consts.append((spec.shape, spec.dtype, digest))
     domains = {la.domain for la in group} | {""}
     opsets = tuple(sorted((d, graph.opsets[d]) for d in domains if d in graph.opsets))
@@ -317,6 +316,18 @@ def _make_brick(graph: ModelGraph, group: tuple[LayerNode, ...], granularity: st
         ir_version=runnable_ir_version(graph.ir_version, [
             onnx.helper.make_opsetid(d, v) for d, v in opsets]), flops=_group_flops(graph, group), weights=weights,
         functions=_functions(graph, group)), inputs, outputs
+
+
+def _constant_value(graph: ModelGraph, name: str, exact: bool, weights: str) -> onnx.TensorProto | None:
+    """The value a brick keeps: a standalone copy of an exact constant (a reference into the model
+    would keep the whole model, weights and all, alive), the model's own tensor for real weights."""
+    if weights == "real":
+        return graph.constants[name]
+    if not exact:
+        return None
+    value = onnx.TensorProto()
+    value.CopyFrom(graph.constants[name])
+    return value
 
 
 def _is_integral(dtype: str) -> bool:
