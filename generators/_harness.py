@@ -11,7 +11,8 @@ import itertools
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import onnx
@@ -28,6 +29,7 @@ Clock = Callable[[], int]
 
 MAX_INNER = 1_000_000
 CHECK_GROWTH = 0.1  # re-check the stopping rule after 10% more samples
+PLACEMENT_SHARE = 0.05  # of min_time, at most, for the untimed calls after buffer moves
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +63,18 @@ class Timing:
     sampling_s: float
 
 
-def time_calls(run: Callable[[], object], budget: Budget, clock: Clock = time.perf_counter_ns) -> Timing:
+def time_calls(
+    run: Callable[[], object] | Any,
+    budget: Budget,
+    clock: Clock = time.perf_counter_ns,
+) -> Timing:
     """Warm ``run`` up, then time it adaptively under ``budget``.
 
     Parameters
     ----------
-    run : callable
-        One call of the thing to time (``Prepared.run``).
+    run : callable or Prepared
+        One call of the thing to time, or a prepared model: its ``run`` is timed, and if it can
+        ``relocate()`` its buffers the samples are spread over ``budget.placements`` placements.
     budget : Budget
         Warm-up time, minimum time and runs, maximum time, target CI width.
     clock : callable, default time.perf_counter_ns
@@ -77,11 +84,19 @@ def time_calls(run: Callable[[], object], budget: Budget, clock: Clock = time.pe
     -------
     Timing
     """
+    call: Callable[[], object] = run.run if hasattr(run, "run") else run
     warm_start = clock()
-    warmup_calls, per_call_ns = warm_up(run, budget, clock)
+    warmup_calls, per_call_ns = warm_up(call, budget, clock)
     warm_end = clock()
     inner = choose_inner(per_call_ns, budget)
-    samples_ns, converged = sample(run, inner, budget, clock)
+    relocate = getattr(run, "relocate", None)
+    placements = choose_placements(per_call_ns, budget) if relocate is not None else 1
+    if placements == 1:
+        samples_ns, converged = sample(lambda _part: call, inner, budget, clock)
+    else:
+        samples_ns, converged = sample(
+            _placements(run, relocate, placements), inner, replace(budget, placements=placements), clock
+        )
     sample_end = clock()
     per_call = np.asarray(samples_ns, dtype=np.float64) / (inner * 1e9)
     return Timing(
@@ -125,9 +140,35 @@ def choose_inner(per_call_ns: int, budget: Budget) -> int:
     return int(min(max(inner, 1), MAX_INNER))
 
 
-def sample(run: Callable[[], object], inner: int, budget: Budget, clock: Clock) -> tuple[list[int], bool]:
+def choose_placements(per_call_ns: int, budget: Budget) -> int:
+    """Placements to spread over: at most ``budget.placements``, and few enough that the untimed
+    call made after each move costs at most 5% of ``min_time`` (slow models stay in one place)."""
+    affordable = int(PLACEMENT_SHARE * budget.min_time * 1e9 / max(per_call_ns, 1))
+    return max(1, min(budget.placements, affordable))
+
+
+def _placements(prepared: Any, relocate: Callable[[], object], count: int) -> Callable[[int], Callable[[], object]]:
+    """``current(k)``: the run of placement ``k`` (relocating, then one untimed call, on a change)."""
+    state = {"placement": 0}
+
+    def current(k: int) -> Callable[[], object]:
+        k = min(k, count - 1)
+        if k != state["placement"]:
+            relocate()
+            prepared.run()  # the new buffers meet the next timed call warm, as the old ones did
+            state["placement"] = k
+        return prepared.run
+
+    return current
+
+
+def sample(
+    current: Callable[[int], Callable[[], object]], inner: int, budget: Budget, clock: Clock
+) -> tuple[list[int], bool]:
     """Take timed samples of ``inner`` calls until the stopping rule or ``max_time``.
 
+    ``current(k)`` gives the run to time once ``k`` of the ``budget.placements`` equal parts of
+    ``min_time`` have been timed: the harness moves to the next buffer placement at those points.
     The rule is checked only once ``min_runs`` samples and ``min_time`` of timed runs are in, and
     then again after every 10% more samples, so the bookkeeping stays off the timed path.
 
@@ -139,6 +180,7 @@ def sample(run: Callable[[], object], inner: int, budget: Budget, clock: Clock) 
         Whether the CI of the median met ``budget.rel_ci`` before ``budget.max_time``.
     """
     min_ns = int(budget.min_time * 1e9)
+    part_ns = max(min_ns // budget.placements, 1)
     deadline = clock() + int(budget.max_time * 1e9)
     next_check = budget.min_runs
     timed_ns = 0
@@ -146,6 +188,7 @@ def sample(run: Callable[[], object], inner: int, budget: Budget, clock: Clock) 
     append = samples.append
     repeat = itertools.repeat
     while True:
+        run = current(timed_ns // part_ns)
         t0 = clock()
         for _ in repeat(None, inner):
             run()
@@ -173,7 +216,7 @@ def measure_prepared(
 ) -> tuple[Measurement, Timing]:
     """Time an already prepared model and summarize it (wall time covers timing only)."""
     start = clock()
-    timing = time_calls(prepared.run, budget, clock)
+    timing = time_calls(prepared, budget, clock)
     wall = (clock() - start) / 1e9
     return timing_to_measurement(
         timing, key, backend_name, config, wall, floor_s=floor_s, keep_samples=keep_samples
@@ -198,7 +241,7 @@ def measure_model(
     start = clock()
     prepared = backend.prepare(model, config)
     try:
-        timing = time_calls(prepared.run, budget, clock)
+        timing = time_calls(prepared, budget, clock)
     finally:
         prepared.close()
     wall = (clock() - start) / 1e9

@@ -11,6 +11,7 @@ import hashlib
 import itertools
 import json
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import ModuleType
@@ -33,6 +34,7 @@ CUDNN_CONV_ALGO_SEARCHES = ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 CACHE_STATES = ("cold-weights", "cold", "warm")
 MAX_COLD_COPIES = 16
+THREAD_POOLS_ENV = "DLBRICKS_ORT_THREAD_POOLS"
 
 
 def _ort() -> ModuleType:
@@ -185,19 +187,74 @@ class OrtPrepared:
     binding : onnxruntime.IOBinding
         The first copy's binding.
     copies : int
-        Sessions run round-robin (1 unless ``cache="cold"``).
+        Sessions run round-robin (1 for a whole model or ``cache="warm"``).
     run : callable
         One synchronous run; on CPU with one copy it is ``session.run_with_iobinding`` bound to
         ``binding``.
     """
 
-    def __init__(self, sessions: list[Any], bindings: list[Any], values: list[Any], on_cuda: bool) -> None:
+    def __init__(
+        self,
+        ort: ModuleType,
+        sessions: list[Any],
+        inputs: dict[str, np.ndarray],
+        first_outputs: list[Any],
+        config: OrtConfig,
+    ) -> None:
         self.session = sessions[0]
-        self.binding = bindings[0]
         self.copies = len(sessions)
+        self._ort = ort
         self._sessions = sessions
-        self._values = values  # keeps bound inputs and outputs (and their numpy buffers) alive
-        runs = [_one_run(s, b, on_cuda) for s, b in zip(sessions, bindings, strict=True)]
+        self._inputs = inputs
+        self._output_types = [(np.asarray(a).shape, np.asarray(a).dtype) for a in first_outputs]
+        self._config = config
+        self._values: list[Any] = []  # keeps bound inputs and outputs (and their numpy buffers) alive
+        self.binding: Any = None
+        self.run: Any = _closed
+        self._bind(inputs)
+
+    def relocate(self) -> None:
+        """Bind fresh copies of the inputs and fresh outputs: the same run at other addresses.
+
+        Timings of memory-bound kernels depend by a few percent on where their buffers land (cache
+        set conflicts, page placement); the harness spreads a measurement over several placements
+        so that its median does not depend on one draw.
+        """
+        previous = self._values  # alive until the new buffers are allocated, so they differ
+        self._bind({name: array.copy() for name, array in self._inputs.items()})
+        del previous
+
+    def _bind(self, inputs: dict[str, np.ndarray]) -> None:
+        """Bind ``inputs`` (shared by every copy) and new outputs (shared unless ``cache="cold"``)."""
+        ort, config = self._ort, self._config
+        device, device_id = config.device, config.device_id
+        values: list[Any] = list(inputs.values())
+        input_values = {
+            name: ort.OrtValue.ortvalue_from_numpy(array, device, device_id) for name, array in inputs.items()
+        }
+        values += input_values.values()
+        bindings = []
+        shared_outputs: list[Any] | None = None
+        for session in self._sessions:
+            binding = session.io_binding()
+            for name, value in input_values.items():
+                binding.bind_ortvalue_input(name, value)
+            outputs = shared_outputs or [
+                ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, device, device_id)
+                for shape, dtype in self._output_types
+            ]
+            if config.cache == "cold-weights":
+                shared_outputs = outputs
+            for meta, value in zip(session.get_outputs(), outputs, strict=True):
+                binding.bind_ortvalue_output(meta.name, value)
+            values += outputs
+            if device == "cuda":
+                binding.synchronize_inputs()
+                binding.synchronize_outputs()
+            bindings.append(binding)
+        self._values = values
+        self.binding = bindings[0]
+        runs = [_one_run(s, b, device == "cuda") for s, b in zip(self._sessions, bindings, strict=True)]
         if len(runs) == 1:
             self.run = runs[0]
         else:
@@ -216,6 +273,7 @@ class OrtPrepared:
         """Release the bindings, buffers and sessions."""
         self.binding = None
         self._values = []
+        self._inputs = {}
         self._sessions = []
         self.session = None
         self.run = _closed
@@ -278,10 +336,19 @@ class OrtBackend:
             )
 
     def worker_env(self, config: Any) -> dict[str, str]:
-        """Thread variables for OpenMP/MKL/OpenBLAS matching ``intra_op_num_threads`` (none for 0)."""
-        if not config.intra_op_num_threads:
-            return {}
-        return {name: str(config.intra_op_num_threads) for name in THREAD_ENV_VARS}
+        """Thread variables for OpenMP/MKL/OpenBLAS matching ``intra_op_num_threads`` (none for 0).
+
+        With more than one thread and spinning on, the worker also runs every session on one pair of
+        process-wide thread pools (:data:`THREAD_POOLS_ENV`): a brick runs as several session copies
+        (the cache emulation of ``cache="cold-weights"``), and copies with pools of their own leave
+        spinning threads behind that take the cores from the copy that runs next.
+        """
+        env = {}
+        if config.intra_op_num_threads:
+            env = {name: str(config.intra_op_num_threads) for name in THREAD_ENV_VARS}
+        if uses_global_pools(config):
+            env[THREAD_POOLS_ENV] = f"{config.intra_op_num_threads},{config.inter_op_num_threads}"
+        return env
 
     def describe(self, config: Any) -> dict[str, Any]:
         """Runtime version, available providers and the configuration."""
@@ -292,6 +359,7 @@ class OrtBackend:
             "available_providers": ort.get_available_providers(),
             "config": config.to_dict(),
             "config_id": config.config_id,
+            "shared_thread_pools": uses_global_pools(config),
         }
 
     def prepare(self, model: onnx.ModelProto, config: Any) -> OrtPrepared:
@@ -319,7 +387,7 @@ class OrtBackend:
         if config.cache in ("cold", "cold-weights") and _is_brick(model):
             copies = cold_copies(model, first)
             sessions += [_make_session(ort, model, config) for _ in range(copies - 1)]
-        return _bind(ort, sessions, inputs, first, config)
+        return OrtPrepared(ort, sessions, inputs, first, config)
 
 
 def _make_session(ort: ModuleType, model: onnx.ModelProto, config: OrtConfig) -> Any:
@@ -352,8 +420,9 @@ def _session_options(ort: ModuleType, config: OrtConfig) -> Any:
         "parallel": ort.ExecutionMode.ORT_PARALLEL,
     }
     options = ort.SessionOptions()
-    options.intra_op_num_threads = config.intra_op_num_threads
-    options.inter_op_num_threads = config.inter_op_num_threads
+    if not _use_global_pools(ort, options, config):
+        options.intra_op_num_threads = config.intra_op_num_threads
+        options.inter_op_num_threads = config.inter_op_num_threads
     options.execution_mode = modes[config.execution_mode]
     options.graph_optimization_level = levels[config.graph_optimization_level]
     options.enable_cpu_mem_arena = config.enable_cpu_mem_arena
@@ -362,6 +431,38 @@ def _session_options(ort: ModuleType, config: OrtConfig) -> Any:
     options.add_session_config_entry("session.intra_op.allow_spinning", spin)
     options.add_session_config_entry("session.inter_op.allow_spinning", spin)
     return options
+
+
+def uses_global_pools(config: OrtConfig) -> bool:
+    """Whether a worker for ``config`` shares its thread pools across sessions (see ``worker_env``)."""
+    return config.allow_spinning and config.device == "cpu" and (
+        config.intra_op_num_threads != 1 or config.inter_op_num_threads != 1
+    )
+
+
+@functools.cache
+def _global_pools(ort: ModuleType, sizes: str) -> tuple[int, int]:
+    """Create this process's global thread pools once, from ``"intra,inter"``."""
+    intra, inter = (int(n) for n in sizes.split(","))
+    ort.set_global_thread_pool_sizes(intra, inter)
+    return intra, inter
+
+
+def _use_global_pools(ort: ModuleType, options: Any, config: OrtConfig) -> bool:
+    """Point ``options`` at the process's global pools if this process has them (a worker set up
+    by :meth:`OrtBackend.worker_env`); refuse a configuration with other thread counts there."""
+    sizes = os.environ.get(THREAD_POOLS_ENV)
+    if not sizes:
+        return False
+    pools = _global_pools(ort, sizes)
+    if pools != (config.intra_op_num_threads, config.inter_op_num_threads) or not uses_global_pools(config):
+        raise BackendError(
+            f"This worker runs on shared thread pools of {pools[0]} intra-op and {pools[1]} inter-op "
+            f"threads ({THREAD_POOLS_ENV}={sizes}); measure configuration {config.config_id} in its own "
+            "worker (a Runner per configuration)."
+        )
+    options.use_per_session_threads = False
+    return True
 
 
 def _providers(config: OrtConfig) -> list[Any]:
@@ -399,40 +500,3 @@ def last_level_cache_bytes() -> int:
 
     sizes = [size for _, size in _cache_sizes()]
     return max(sizes) if sizes else 32 << 20
-
-
-def _bind(
-    ort: ModuleType,
-    sessions: list[Any],
-    inputs: dict[str, np.ndarray],
-    first_outputs: list[Any],
-    config: OrtConfig,
-) -> OrtPrepared:
-    """Bind inputs (shared by every copy) and pre-allocated outputs (one set per copy), once."""
-    device = config.device
-    values: list[Any] = list(inputs.values())
-    input_values = {}
-    for name, array in inputs.items():
-        input_values[name] = ort.OrtValue.ortvalue_from_numpy(array, device, config.device_id)
-        values.append(input_values[name])
-    bindings = []
-    shared_outputs: list[Any] | None = None
-    for session in sessions:
-        binding = session.io_binding()
-        for name, value in input_values.items():
-            binding.bind_ortvalue_input(name, value)
-        outputs = shared_outputs or [
-            ort.OrtValue.ortvalue_from_shape_and_type(np.asarray(a).shape, np.asarray(a).dtype, device,
-                                                      config.device_id)
-            for a in first_outputs
-        ]
-        if config.cache == "cold-weights":
-            shared_outputs = outputs
-        for meta, value in zip(session.get_outputs(), outputs, strict=True):
-            binding.bind_ortvalue_output(meta.name, value)
-            values.append(value)
-        if device == "cuda":
-            binding.synchronize_inputs()
-            binding.synchronize_outputs()
-        bindings.append(binding)
-    return OrtPrepared(sessions, bindings, values, on_cuda=device == "cuda")

@@ -110,6 +110,43 @@ def test_warm_up_runs_at_least_warmup_time() -> None:
     assert timing.warmup_calls == 20 and timing.warmup_s == pytest.approx(0.02)
 
 
+class _MovablePrepared:
+    """A fake prepared model that records when the harness moves its buffers."""
+
+    def __init__(self, clock: FakeClock, duration_ns: int) -> None:
+        self.clock, self.duration_ns = clock, duration_ns
+        self.calls = 0
+        self.moves: list[int] = []  # calls made before each move
+
+    def run(self) -> None:
+        self.calls += 1
+        self.clock.advance(self.duration_ns)
+
+    def relocate(self) -> None:
+        self.moves.append(self.calls)
+
+    def close(self) -> None:
+        pass
+
+
+def test_samples_are_spread_over_placements() -> None:
+    clock = FakeClock()
+    prepared = _MovablePrepared(clock, 10 * US)
+    budget = _budget(min_time=0.04, placements=4, warmup_time=0.0, sample_time=1e-6)
+    timing = time_calls(prepared, budget, clock)
+    assert timing.converged and len(prepared.moves) == 3
+    # one move per 10 ms of timed calls, each followed by one untimed call
+    timed_calls_before = [calls - i for i, calls in enumerate(prepared.moves)]
+    assert timed_calls_before == [1 + 1000, 1 + 2000, 1 + 3000]
+
+
+def test_slow_models_stay_in_one_placement() -> None:
+    clock = FakeClock()
+    prepared = _MovablePrepared(clock, 50 * MS)
+    timing = time_calls(prepared, _budget(min_time=0.2, placements=16, max_time=5.0), clock)
+    assert timing.converged and prepared.moves == []
+
+
 def test_keep_samples_records_per_call_samples() -> None:
     clock, backend = _fake(itertools.cycle([10 * US, 12 * US]).__next__)
     m = measure(

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -11,6 +14,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import dlbricks
 from dlbricks import (
     BackendUnavailableError,
     InvalidArgumentError,
@@ -29,6 +33,7 @@ from dlbricks.generators import (
     measure_floor,
     random_inputs,
 )
+from dlbricks.generators._ort import THREAD_POOLS_ENV
 
 HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
 
@@ -90,6 +95,19 @@ def test_single_node_models_run_and_are_timed(name: str) -> None:
     assert m.median_s > 0 and m.min_s <= m.median_s <= m.p99_s
     assert m.n >= budget.min_runs
     assert m.backend == "onnxruntime" and m.config == OrtConfig()
+
+
+def test_relocate_moves_the_buffers_and_keeps_the_results() -> None:
+    prepared = OrtBackend().prepare(conv_model(), OrtConfig())
+    prepared.run()
+    (before,) = prepared.outputs()
+    address = prepared.binding.get_outputs()[0].data_ptr()
+    prepared.relocate()
+    assert prepared.binding.get_outputs()[0].data_ptr() != address
+    prepared.run()
+    (after,) = prepared.outputs()
+    np.testing.assert_array_equal(before, after)
+    prepared.close()
 
 
 def test_softmax_outputs_are_computed_into_bound_buffers() -> None:
@@ -189,6 +207,32 @@ def test_cuda_unavailable_is_one_clear_line() -> None:
 def test_worker_env_pins_thread_pools() -> None:
     env = OrtBackend().worker_env(OrtConfig(intra_op_num_threads=4))
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "4"
+
+
+def test_multithreaded_workers_share_one_pair_of_thread_pools() -> None:
+    assert THREAD_POOLS_ENV not in OrtBackend().worker_env(OrtConfig())
+    assert THREAD_POOLS_ENV not in OrtBackend().worker_env(OrtConfig(intra_op_num_threads=2, allow_spinning=False))
+    config = OrtConfig(intra_op_num_threads=2)
+    assert OrtBackend().worker_env(config)[THREAD_POOLS_ENV] == "2,1"
+    brick = next(iter(dlbricks.decompose(dlbricks.load_model(conv_model())).bricks.values()))
+    results = list(benchmark([brick, conv_model()], config=config, budget=Budget.quick()))
+    assert [m.status for m in results] == ["ok", "ok"], [m.error for m in results]
+
+
+def test_a_shared_pool_worker_refuses_other_thread_counts() -> None:
+    code = (
+        "from dlbricks.generators import OrtBackend, OrtConfig\n"
+        "from tests.test_generators_ort import conv_model\n"
+        "OrtBackend().prepare(conv_model(), OrtConfig(intra_op_num_threads=2)).close()\n"
+        "try:\n"
+        "    OrtBackend().prepare(conv_model(), OrtConfig(intra_op_num_threads=1))\n"
+        "except Exception as e:\n"
+        "    print(type(e).__name__, e)\n"
+    )
+    env = {**os.environ, THREAD_POOLS_ENV: "2,1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("BackendError This worker runs on shared thread pools of 2 intra-op")
+    assert len(out.stdout.strip().splitlines()) == 1
 
 
 def test_floor_in_process_is_small_and_positive() -> None:
