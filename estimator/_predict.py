@@ -1,31 +1,103 @@
 """Predicting bricks that were never measured, from measured bricks of the same op type.
 
-Per op type, latency is fitted as a non-negative combination of a constant, FLOPs, bytes moved and
-output elements (:func:`scipy.optimize.nnls`), rows weighted by 1/latency so that the fit minimises
-*relative* error. Op types with too few measured bricks fall back to a model fitted over all bricks.
-The cross-validated error (leave-one-out, median |relative error|) of each model is reported.
+Two stages per op type. First a roofline-like linear model: latency as a non-negative combination of
+a constant, FLOPs, bytes moved and output elements (:func:`scipy.optimize.nnls`), rows weighted by
+1/latency so that the fit minimises *relative* error. A linear model charges one throughput to every
+shape, but kernels are not equally efficient: a 1x1 convolution over 512 channels at 7x7 runs at a
+different rate than a 3x3 one over 64 channels at 56x56. So, second, the linear prediction is
+corrected by the measured/linear ratio of the brick's nearest measured neighbours, in a space of log
+sizes and kernel attributes (k nearest neighbours, :class:`scipy.spatial.cKDTree`, geometric mean
+weighted by inverse distance), the way nn-Meter predicts kernels from shape features. Op types with
+too few measured bricks fall back to the linear model fitted over all bricks. The cross-validated
+error (leave-one-out, median |relative error|) of each model is reported.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from onnx import helper
 from scipy.optimize import nnls
+from scipy.spatial import cKDTree
 
 from dlbricks import Brick
 
-__all__ = ["LatencyPredictor", "OpModel", "features"]
+__all__ = ["LatencyPredictor", "OpModel", "descriptor", "features"]
 
 MIN_BRICKS_PER_OP = 3
+NEIGHBOURS = 5
+RIDGE = 1.0  # shrinkage of the ratio trend, in units of standardized descriptors
 
 
 def features(brick: Brick) -> np.ndarray:
-    """Features of a brick: [1, FLOPs, bytes moved, output elements]."""
+    """Features of a brick: [1, FLOPs, bytes moved, output elements, im2col elements]."""
     flops = float(brick.flops or 0)
     outputs = float(sum(s.numel for s in brick.outputs))
-    return np.array([1.0, flops, float(brick.bytes_moved), outputs])
+    return np.array([1.0, flops, float(brick.bytes_moved), outputs, float(im2col_elements(brick))])
+
+
+def im2col_elements(brick: Brick) -> int:
+    """Elements of the im2col matrix a convolution brick builds (0 when it needs none).
+
+    CPU runtimes (onnxruntime's MLAS, oneDNN's gemm path) run a convolution as a GEMM on an
+    unfolded input of K x N = (input channels x kernel area) x output pixels; writing and reading it
+    is memory traffic that FLOPs do not show and that dominates when there are few output channels
+    to share it (a 3x3 convolution to 32 channels). A pointwise stride-1 convolution reads its input
+    as it is, and a depthwise one has a kernel of its own.
+    """
+    node = brick.nodes[0]
+    if node.op_type != "Conv" or not brick.constants or not brick.outputs:
+        return 0
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    weight = brick.constants[0].spec.shape
+    group = int(attrs.get("group", 1))
+    kernel = math.prod(weight[2:])
+    strided = any(s != 1 for s in attrs.get("strides") or ()) or any(attrs.get("pads") or ())
+    if (kernel == 1 and not strided) or (group > 1 and weight[1] == 1):
+        return 0
+    return weight[1] * group * kernel * math.prod(brick.outputs[0].shape[2:])
+
+
+def descriptor(brick: Brick) -> np.ndarray:
+    """Where a brick sits among bricks of its op type: log sizes and kernel attributes.
+
+    A convolution is described as the GEMM it runs: log M (output channels per group), log N
+    (output pixels), log K (input channels per group times kernel area), log kernel area, stride and
+    log group; the rate of a GEMM depends on its three sizes, not only on their product (a
+    convolution to 32 channels runs below the rate of one to 128 of the same FLOPs). Other ops:
+    log FLOPs, log input, output and weight bytes, the number of inputs, log input and output
+    channels (dimension 1) and log output size past dimension 1.
+    """
+    node = brick.nodes[0]
+    first_in = brick.inputs[0].shape if brick.inputs else ()
+    first_out = brick.outputs[0].shape if brick.outputs else ()
+    if node.op_type == "Conv" and brick.constants and len(first_out) > 2:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        weight = brick.constants[0].spec.shape
+        group = int(attrs.get("group", 1))
+        kernel = float(np.prod(weight[2:]))
+        return np.array([
+            np.log(weight[0] / group),
+            np.log(float(np.prod(first_out[2:]))),
+            np.log(weight[1] * kernel),
+            np.log(kernel),
+            float(max(attrs.get("strides") or (1,))),
+            np.log(group),
+        ])
+    weights = sum(c.spec.nbytes for c in brick.constants)
+    return np.array([
+        np.log1p(float(brick.flops or 0)),
+        np.log1p(float(sum(s.nbytes for s in brick.inputs))),
+        np.log1p(float(sum(s.nbytes for s in brick.outputs))),
+        np.log1p(float(weights)),
+        float(len(brick.inputs) + len(brick.constants)),
+        np.log1p(float(first_in[1]) if len(first_in) > 1 else 0.0),
+        np.log1p(float(first_out[1]) if len(first_out) > 1 else 0.0),
+        np.log1p(float(np.prod(first_out[2:])) if len(first_out) > 2 else 0.0),
+    ])
 
 
 def _fit(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -35,30 +107,83 @@ def _fit(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return coef / col
 
 
-def _loo_error(x: np.ndarray, y: np.ndarray) -> float:
-    """Median |relative error| of leave-one-out predictions."""
+def _loo_error(x: np.ndarray, d: np.ndarray, y: np.ndarray, neighbours: int) -> float:
+    """Median |relative error| of leave-one-out predictions (linear model and neighbour correction)."""
     if len(y) < 3:
         return float("nan")
     errors = []
     for i in range(len(y)):
         keep = np.arange(len(y)) != i
         coef = _fit(x[keep], y[keep])
-        errors.append(abs(float(x[i] @ coef) - y[i]) / y[i])
+        correction = _Neighbours.fit(d[keep], y[keep] / np.maximum(x[keep] @ coef, 1e-12), neighbours)
+        predicted = max(float(x[i] @ coef), 0.0) * correction.ratio(d[i])
+        errors.append(abs(predicted - y[i]) / y[i])
     return float(np.median(errors))
 
 
 @dataclass(frozen=True, slots=True)
+class _Neighbours:
+    """Corrects a linear prediction by the measured/linear ratio expected at a descriptor.
+
+    log(ratio) is modelled as a ridge regression on the descriptor (the trend: small GEMM sides run
+    slower) plus the inverse-distance weighted mean residual of the ``k`` nearest measured bricks
+    (what the trend misses locally).
+    """
+
+    trend: np.ndarray
+    center: np.ndarray
+    scale: np.ndarray
+    tree: cKDTree | None
+    residual: np.ndarray
+    k: int
+    bounds: tuple[float, float] = (0.0, 0.0)  # no extrapolation past the ratios seen
+
+    @classmethod
+    def fit(cls, d: np.ndarray, ratio: np.ndarray, k: int) -> _Neighbours:
+        width = d.shape[1] if d.ndim == 2 else 0
+        if k <= 0 or len(ratio) == 0:
+            return cls(np.zeros(width + 1), np.zeros(width), np.ones(width), None, np.zeros(0), 0)
+        center = d.mean(axis=0)
+        scale = np.where(d.std(axis=0) > 1e-9, d.std(axis=0), 1.0)
+        z = (d - center) / scale
+        log_ratio = np.log(np.maximum(ratio, 1e-12))
+        design = np.hstack([np.ones((len(z), 1)), z])
+        penalty = RIDGE * np.eye(design.shape[1])
+        penalty[0, 0] = 0.0  # the intercept is not shrunk
+        trend = np.linalg.solve(design.T @ design + penalty, design.T @ log_ratio)
+        residual = log_ratio - design @ trend
+        bounds = (float(log_ratio.min()), float(log_ratio.max()))
+        return cls(trend, center, scale, cKDTree(z), residual, min(k, len(ratio)), bounds)
+
+    def ratio(self, descriptor: np.ndarray) -> float:
+        """The expected measured/linear ratio at ``descriptor`` (1 when nothing was fitted)."""
+        if self.tree is None:
+            return 1.0
+        z = (descriptor - self.center) / self.scale
+        distance, index = self.tree.query(z, k=self.k)
+        distance, index = np.atleast_1d(distance), np.atleast_1d(index)
+        weights = 1.0 / (distance + 0.1)
+        local = weights @ self.residual[index] / weights.sum()
+        log_ratio = self.trend[0] + z @ self.trend[1:] + local
+        return float(np.exp(np.clip(log_ratio, *self.bounds)))
+
+
+@dataclass(frozen=True, slots=True)
 class OpModel:
-    """A fitted latency model for one op type (``"*"``: all op types)."""
+    """A fitted latency model for one op type (``"*"``: all op types, linear only)."""
 
     op_type: str
     coef: tuple[float, ...]
     n: int
     cv_error: float  # median |relative error| of leave-one-out predictions (NaN below 3 bricks)
+    neighbours: _Neighbours | None = None
 
     def predict(self, brick: Brick) -> float:
         """Predicted latency of a brick in seconds."""
-        return max(float(features(brick) @ np.array(self.coef)), 0.0)
+        linear = max(float(features(brick) @ np.array(self.coef)), 0.0)
+        if self.neighbours is None:
+            return linear
+        return linear * self.neighbours.ratio(descriptor(brick))
 
 
 class LatencyPredictor:
@@ -68,10 +193,13 @@ class LatencyPredictor:
     ----------
     min_bricks : int
         Op types with fewer measured bricks use the model fitted over all bricks.
+    neighbours : int
+        Nearest measured bricks whose measured/linear ratio corrects a prediction (0: linear only).
     """
 
-    def __init__(self, *, min_bricks: int = MIN_BRICKS_PER_OP) -> None:
+    def __init__(self, *, min_bricks: int = MIN_BRICKS_PER_OP, neighbours: int = NEIGHBOURS) -> None:
         self.min_bricks = min_bricks
+        self.neighbours = neighbours
 
     def fit_measurements(self, bricks: Iterable[Brick], measurements: Mapping[str, object]) -> LatencyPredictor:
         """Fit on ok measurements (``Measurement`` records), floor-corrected."""
@@ -89,16 +217,19 @@ class LatencyPredictor:
         self.models_: dict[str, OpModel] = {}
         for op, group in by_op.items():
             if len(group) >= self.min_bricks:
-                self.models_[op] = self._fit_group(op, group, latency)
+                self.models_[op] = self._fit_group(op, group, latency, self.neighbours)
         if measured:
-            self.models_["*"] = self._fit_group("*", measured, latency)
+            self.models_["*"] = self._fit_group("*", measured, latency, 0)
         return self
 
     @staticmethod
-    def _fit_group(op: str, group: Sequence[Brick], latency: Mapping[str, float]) -> OpModel:
+    def _fit_group(op: str, group: Sequence[Brick], latency: Mapping[str, float], neighbours: int) -> OpModel:
         x = np.stack([features(b) for b in group])
+        d = np.stack([descriptor(b) for b in group]) if neighbours else np.zeros((len(group), 1))
         y = np.array([latency[b.signature] for b in group])
-        return OpModel(op, tuple(float(c) for c in _fit(x, y)), len(group), _loo_error(x, y))
+        coef = _fit(x, y)
+        correction = _Neighbours.fit(d, y / np.maximum(x @ coef, 1e-12), neighbours) if neighbours else None
+        return OpModel(op, tuple(float(c) for c in coef), len(group), _loo_error(x, d, y, neighbours), correction)
 
     def model_for(self, brick: Brick) -> OpModel | None:
         """The model used for a brick: its op type's, else the global one, else None."""
