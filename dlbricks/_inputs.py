@@ -1,30 +1,62 @@
-"""Seeded random inputs that respect dtypes and valid value ranges."""
+"""Seeded random inputs that respect dtypes and valid value ranges.
+
+The one generator of input data in dlbricks: the processor uses it for faithfulness checks and
+runtime shape inference, and the benchmark generators for the inputs they bind.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import numpy as np
 
+from dlbricks._errors import InvalidArgumentError, UnrunnableBrickError
 from dlbricks._types import TensorSpec
 
-__all__ = ["random_array", "random_inputs"]
+__all__ = ["DEFAULT_INT_RANGE", "random_array", "random_inputs"]
+
+DEFAULT_INT_RANGE = (0, 2)
+"""Integers without a range: valid as an index into any non-empty axis, a boolean, a small count."""
 
 
-def random_array(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
-    """A random array for ``spec``: standard normal floats, integers within the valid range."""
-    if spec.dtype == "bool":
-        return rng.integers(0, 2, size=spec.shape).astype(bool)
-    dtype = np.dtype(spec.dtype)
+def random_array(
+    shape: tuple[int, ...],
+    dtype: np.dtype | str,
+    value_range: tuple[float, float] | None,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """A random array: floats standard normal (uniform in ``value_range`` if given), integers and
+    booleans uniform in ``[low, high)`` (default :data:`DEFAULT_INT_RANGE`).
+
+    Raises
+    ------
+    InvalidArgumentError
+        If ``value_range`` holds no value of an integer ``dtype``.
+    UnrunnableBrickError
+        If ``dtype`` is neither boolean, integer, floating nor complex.
+    """
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        low, high = value_range or DEFAULT_INT_RANGE
+        return rng.integers(max(int(low), 0), min(int(high), 2), size=shape).astype(np.bool_)
     if np.issubdtype(dtype, np.integer):
-        low, high = spec.value_range if spec.value_range is not None else (0, 2)
-        return rng.integers(low, high, size=spec.shape, dtype=dtype)
-    if np.issubdtype(dtype, np.floating):
-        return rng.standard_normal(size=spec.shape, dtype=np.float32).astype(dtype, copy=False)
-    raise TypeError(f"no random generator for dtype {spec.dtype!r} of input '{spec.name}'")
+        low, high = value_range or DEFAULT_INT_RANGE
+        info = np.iinfo(dtype)
+        low, high = max(math.ceil(low), info.min), min(math.ceil(high), info.max)
+        if low >= high:
+            raise InvalidArgumentError(
+                f"The value range {value_range} holds no {dtype} value; give [low, high) with low < high."
+            )
+        return rng.integers(low, high, size=shape, dtype=dtype)
+    if np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.complexfloating):
+        if value_range is None:
+            return rng.standard_normal(size=shape, dtype=np.float32).astype(dtype, copy=False)
+        return rng.uniform(value_range[0], value_range[1], size=shape).astype(dtype)
+    raise UnrunnableBrickError(f"Cannot generate random inputs of dtype {dtype}.")
 
 
 def random_inputs(specs: Iterable[TensorSpec], seed: int = 0) -> dict[str, np.ndarray]:
     """One random array per spec, keyed by name; the same seed gives the same arrays."""
     rng = np.random.default_rng(seed)
-    return {spec.name: random_array(spec, rng) for spec in specs}
+    return {spec.name: random_array(spec.shape, spec.dtype, spec.value_range, rng) for spec in specs}

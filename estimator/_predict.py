@@ -7,7 +7,8 @@ shape, but kernels are not equally efficient: a 1x1 convolution over 512 channel
 different rate than a 3x3 one over 64 channels at 56x56. So, second, the linear prediction is
 corrected by the measured/linear ratio of the brick's nearest measured neighbours, in a space of log
 sizes and kernel attributes (k nearest neighbours, :class:`scipy.spatial.cKDTree`, geometric mean
-weighted by inverse distance), the way nn-Meter predicts kernels from shape features. Op types with
+weighted by inverse distance), the way nn-Meter predicts kernels from shape features. The linear
+model also counts the im2col matrix a convolution builds: memory traffic that FLOPs do not show. Op types with
 too few measured bricks fall back to the linear model fitted over all bricks. The cross-validated
 error (leave-one-out, median |relative error|) of each model is reported.
 """
@@ -28,8 +29,7 @@ from dlbricks import Brick
 __all__ = ["LatencyPredictor", "OpModel", "descriptor", "features"]
 
 MIN_BRICKS_PER_OP = 3
-NEIGHBOURS = 5
-RIDGE = 1.0  # shrinkage of the ratio trend, in units of standardized descriptors
+NEIGHBOURS = 3
 
 
 def features(brick: Brick) -> np.ndarray:
@@ -116,56 +116,37 @@ def _loo_error(x: np.ndarray, d: np.ndarray, y: np.ndarray, neighbours: int) -> 
         keep = np.arange(len(y)) != i
         coef = _fit(x[keep], y[keep])
         correction = _Neighbours.fit(d[keep], y[keep] / np.maximum(x[keep] @ coef, 1e-12), neighbours)
-        predicted = max(float(x[i] @ coef), 0.0) * correction.ratio(d[i])
+        predicted = max(float(x[i] @ coef), 0.0) * (correction.ratio(d[i]) if correction else 1.0)
         errors.append(abs(predicted - y[i]) / y[i])
     return float(np.median(errors))
 
 
 @dataclass(frozen=True, slots=True)
 class _Neighbours:
-    """Corrects a linear prediction by the measured/linear ratio expected at a descriptor.
+    """Measured/linear ratios of measured bricks, looked up by nearest standardized descriptors."""
 
-    log(ratio) is modelled as a ridge regression on the descriptor (the trend: small GEMM sides run
-    slower) plus the inverse-distance weighted mean residual of the ``k`` nearest measured bricks
-    (what the trend misses locally).
-    """
-
-    trend: np.ndarray
+    tree: cKDTree
     center: np.ndarray
     scale: np.ndarray
-    tree: cKDTree | None
-    residual: np.ndarray
+    log_ratio: np.ndarray
     k: int
-    bounds: tuple[float, float] = (0.0, 0.0)  # no extrapolation past the ratios seen
 
     @classmethod
-    def fit(cls, d: np.ndarray, ratio: np.ndarray, k: int) -> _Neighbours:
-        width = d.shape[1] if d.ndim == 2 else 0
+    def fit(cls, d: np.ndarray, ratio: np.ndarray, k: int) -> _Neighbours | None:
+        """The lookup, or None when there is nothing to look up (``k`` 0 or no bricks)."""
         if k <= 0 or len(ratio) == 0:
-            return cls(np.zeros(width + 1), np.zeros(width), np.ones(width), None, np.zeros(0), 0)
-        center = d.mean(axis=0)
-        scale = np.where(d.std(axis=0) > 1e-9, d.std(axis=0), 1.0)
-        z = (d - center) / scale
-        log_ratio = np.log(np.maximum(ratio, 1e-12))
-        design = np.hstack([np.ones((len(z), 1)), z])
-        penalty = RIDGE * np.eye(design.shape[1])
-        penalty[0, 0] = 0.0  # the intercept is not shrunk
-        trend = np.linalg.solve(design.T @ design + penalty, design.T @ log_ratio)
-        residual = log_ratio - design @ trend
-        bounds = (float(log_ratio.min()), float(log_ratio.max()))
-        return cls(trend, center, scale, cKDTree(z), residual, min(k, len(ratio)), bounds)
+            return None
+        center, spread = d.mean(axis=0), d.std(axis=0)
+        scale = np.where(spread > 1e-9, spread, 1.0)
+        tree = cKDTree((d - center) / scale)
+        return cls(tree, center, scale, np.log(np.maximum(ratio, 1e-12)), min(k, len(ratio)))
 
     def ratio(self, descriptor: np.ndarray) -> float:
-        """The expected measured/linear ratio at ``descriptor`` (1 when nothing was fitted)."""
-        if self.tree is None:
-            return 1.0
-        z = (descriptor - self.center) / self.scale
-        distance, index = self.tree.query(z, k=self.k)
+        """Geometric mean of the ``k`` nearest ratios, weighted by inverse distance."""
+        distance, index = self.tree.query((descriptor - self.center) / self.scale, k=self.k)
         distance, index = np.atleast_1d(distance), np.atleast_1d(index)
         weights = 1.0 / (distance + 0.1)
-        local = weights @ self.residual[index] / weights.sum()
-        log_ratio = self.trend[0] + z @ self.trend[1:] + local
-        return float(np.exp(np.clip(log_ratio, *self.bounds)))
+        return float(np.exp(weights @ self.log_ratio[index] / weights.sum()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +209,7 @@ class LatencyPredictor:
         d = np.stack([descriptor(b) for b in group]) if neighbours else np.zeros((len(group), 1))
         y = np.array([latency[b.signature] for b in group])
         coef = _fit(x, y)
-        correction = _Neighbours.fit(d, y / np.maximum(x @ coef, 1e-12), neighbours) if neighbours else None
+        correction = _Neighbours.fit(d, y / np.maximum(x @ coef, 1e-12), neighbours)
         return OpModel(op, tuple(float(c) for c in coef), len(group), _loo_error(x, d, y, neighbours), correction)
 
     def model_for(self, brick: Brick) -> OpModel | None:

@@ -1,9 +1,9 @@
 """Random inputs of the right dtype and a realistic range for an ONNX model.
 
 Value ranges come from the model's ``metadata_props`` key ``dlbricks.value_ranges``: a JSON object
-``{"input_name": [low, high]}`` with ``low`` inclusive and ``high`` exclusive. Without a range, float
-inputs are standard normal and integer inputs are drawn from ``[0, 2)`` (valid as an index into any
-non-empty axis, as a boolean, as a small count).
+``{"input_name": [low, high]}`` with ``low`` inclusive and ``high`` exclusive. The arrays themselves
+come from the processor's :func:`dlbricks._inputs.random_array`: without a range, float inputs are
+standard normal and integer inputs are drawn from ``[0, 2)``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import onnx
 from onnx import helper
 
 from dlbricks._errors import InvalidArgumentError, ShapeInferenceError, UnrunnableBrickError
+from dlbricks._inputs import DEFAULT_INT_RANGE, random_array
 
 __all__ = [
     "DEFAULT_INT_RANGE",
@@ -27,7 +28,6 @@ __all__ = [
 ]
 
 VALUE_RANGES_KEY = "dlbricks.value_ranges"
-DEFAULT_INT_RANGE = (0, 2)
 
 
 def value_ranges(model: onnx.ModelProto) -> dict[str, tuple[float, float]]:
@@ -105,33 +105,6 @@ def input_specs(
             )
         specs.append((value.name, dims, dtype))
     return specs
-
-
-def random_array(
-    shape: tuple[int, ...],
-    dtype: np.dtype,
-    value_range: tuple[float, float] | None,
-    rng: np.random.Generator,
-) -> np.ndarray:
-    """A random array: floats standard normal (or uniform in the range), integers uniform."""
-    dtype = np.dtype(dtype)
-    if dtype == np.bool_:
-        low, high = value_range or DEFAULT_INT_RANGE
-        return rng.integers(max(int(low), 0), min(int(high), 2), size=shape).astype(np.bool_)
-    if np.issubdtype(dtype, np.integer):
-        low, high = value_range or DEFAULT_INT_RANGE
-        info = np.iinfo(dtype)
-        low, high = max(math.ceil(low), info.min), min(math.ceil(high), info.max)
-        if low >= high:
-            raise InvalidArgumentError(
-                f"The value range {value_range} holds no {dtype} value; give [low, high) with low < high."
-            )
-        return rng.integers(low, high, size=shape, dtype=dtype)
-    if np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.complexfloating):
-        if value_range is None:
-            return rng.standard_normal(size=shape).astype(dtype)
-        return rng.uniform(value_range[0], value_range[1], size=shape).astype(dtype)
-    raise UnrunnableBrickError(f"Cannot generate random inputs of dtype {dtype}.")
 
 
 def random_inputs(

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import itertools
 import json
 import math
 import os
@@ -29,10 +28,10 @@ from typing import Any
 import numpy as np
 import onnx
 
-from dlbricks._errors import BackendError, BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
+from dlbricks._errors import BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
 from dlbricks.generators._inputs import random_inputs
 from dlbricks.generators._ort import cold_copies
-from dlbricks.generators._util import one_line
+from dlbricks.generators._util import closed, one_line, round_robin
 
 __all__ = ["MxnetBackend", "MxnetConfig", "MxnetPrepared", "activation_like", "installed_mxnet_version"]
 
@@ -210,16 +209,7 @@ class MxnetPrepared:
         self.executors = executors
         self.copies = len(executors)
         self._keep = keep  # the bound arrays
-        runs = [_one_run(e) for e in executors]
-        if len(runs) == 1:
-            self.run: Callable[[], None] = runs[0]
-        else:
-            cycle = itertools.cycle(runs)
-
-            def run() -> None:
-                next(cycle)()
-
-            self.run = run
+        self.run: Callable[[], object] = round_robin([_one_run(e) for e in executors])
 
     def outputs(self) -> list[np.ndarray]:
         """The outputs of the first executor's last run, as numpy arrays."""
@@ -229,7 +219,7 @@ class MxnetPrepared:
         """Release the executors and their arrays."""
         self.executors = []
         self._keep = []
-        self.run = _closed
+        self.run = closed
 
 
 def _one_run(executor: Any) -> Callable[[], None]:
@@ -252,10 +242,6 @@ def _one_run(executor: Any) -> Callable[[], None]:
             check_call(wait(out))
 
     return run
-
-
-def _closed() -> None:
-    raise BackendError("This prepared model was closed.")
 
 
 class MxnetBackend:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import itertools
 import json
 import math
 import os
@@ -23,7 +22,7 @@ from onnx import helper
 
 from dlbricks._errors import BackendError, BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
 from dlbricks.generators._inputs import random_inputs
-from dlbricks.generators._util import one_line
+from dlbricks.generators._util import closed, one_line, round_robin
 
 __all__ = ["OrtBackend", "OrtConfig", "OrtPrepared"]
 
@@ -210,7 +209,7 @@ class OrtPrepared:
         self._config = config
         self._values: list[Any] = []  # keeps bound inputs and outputs (and their numpy buffers) alive
         self.binding: Any = None
-        self.run: Any = _closed
+        self.run: Any = closed
         self._bind(inputs)
 
     def relocate(self) -> None:
@@ -254,16 +253,8 @@ class OrtPrepared:
             bindings.append(binding)
         self._values = values
         self.binding = bindings[0]
-        runs = [_one_run(s, b, device == "cuda") for s, b in zip(self._sessions, bindings, strict=True)]
-        if len(runs) == 1:
-            self.run = runs[0]
-        else:
-            cycle = itertools.cycle(runs)
-
-            def run() -> None:
-                next(cycle)()
-
-            self.run = run
+        on_cuda = device == "cuda"
+        self.run = round_robin([_one_run(s, b, on_cuda) for s, b in zip(self._sessions, bindings, strict=True)])
 
     def outputs(self) -> list[np.ndarray]:
         """The bound outputs of the last run, copied to host memory."""
@@ -276,7 +267,7 @@ class OrtPrepared:
         self._inputs = {}
         self._sessions = []
         self.session = None
-        self.run = _closed
+        self.run = closed
 
 
 def _one_run(session: Any, binding: Any, on_cuda: bool) -> Any:
@@ -290,10 +281,6 @@ def _one_run(session: Any, binding: Any, on_cuda: bool) -> Any:
         synchronize()
 
     return run
-
-
-def _closed() -> None:
-    raise BackendError("This prepared model was closed.")
 
 
 class OrtBackend:

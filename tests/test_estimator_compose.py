@@ -105,3 +105,44 @@ def test_missing_bricks_error_or_predict() -> None:
     assert est.coverage == 0.0 and est.predicted_share == pytest.approx(1.0)
     assert set(est.predicted) == set(dec.bricks)
     assert est.sequential_s == pytest.approx(truth, rel=0.25)
+
+
+def _conv_brick(cin: int, cout: int, hw: int, k: int, group: int = 1) -> dlbricks.Brick:
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.zeros((cout, cin // group, k, k), np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[k // 2] * 4, group=group)
+    graph = helper.make_graph([node], "c", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, hw, hw])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=[w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    (brick,) = dlbricks.decompose(dlbricks.load_model(model)).bricks.values()
+    return brick
+
+
+def test_im2col_elements_of_convolutions() -> None:
+    from dlbricks.estimator._predict import im2col_elements
+
+    assert im2col_elements(_conv_brick(16, 32, 8, 3)) == 16 * 9 * 64
+    assert im2col_elements(_conv_brick(16, 32, 8, 1)) == 0  # pointwise: the input is the matrix
+    assert im2col_elements(_conv_brick(16, 16, 8, 3, group=16)) == 0  # depthwise kernel
+
+
+def test_neighbour_correction_learns_what_a_linear_model_cannot() -> None:
+    """GEMMs with few output channels run at a lower rate: the correction finds it, the linear
+    model (one rate for all) cannot."""
+
+    def latency(b: dlbricks.Brick) -> float:
+        cout = b.outputs[0].shape[1]
+        return 1e-6 + (b.flops or 0) / (1e10 * (cout / 128) ** 0.3)
+
+    train = [_conv_brick(cin, cout, hw, 3) for cin in (16, 32, 64) for cout in (8, 16, 32, 64, 128)
+             for hw in (8, 14)]
+    truth = {b.signature: latency(b) for b in train}
+    held_out = [_conv_brick(48, 12, 10, 3), _conv_brick(24, 96, 12, 3)]
+    corrected = LatencyPredictor().fit(train, truth)
+    linear = LatencyPredictor(neighbours=0).fit(train, truth)
+    assert corrected.models_["Conv"].cv_error < 0.6 * linear.models_["Conv"].cv_error
+    for brick in held_out:
+        error = abs(corrected.predict(brick) / latency(brick) - 1)
+        assert error < 0.1 and error < abs(linear.predict(brick) / latency(brick) - 1)

@@ -8,7 +8,6 @@ from collections.abc import Callable
 import networkx as nx
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
 import dlbricks
@@ -18,6 +17,7 @@ from dlbricks._errors import InvalidArgumentError
 from dlbricks._fusion import NCHWC_DOMAIN, OPT_LEVELS, FusionPlan, _Mapper, fusion_groups, optimized_model
 from dlbricks.model_zoo import build
 from tests import _fusion_models, _models
+from tests.test_faithfulness import _all_tensors, _session
 
 MODELS: dict[str, Callable[[], dlbricks.ModelGraph]] = {
     "conv_bn_relu": lambda: dlbricks.load_model(_fusion_models.conv_bn_relu_chain()),
@@ -159,20 +159,6 @@ def test_zoo_resnet18_at_all() -> None:
     assert ops.count(["Conv", "BatchNormalization", "Add", "Relu"]) == 8  # second conv of 8 blocks
     assert ops.count(["Conv", "BatchNormalization"]) == 3  # the downsample shortcuts
     assert len(plan.groups) == 24 and plan.reorders == 1
-
-
-def _session(model: onnx.ModelProto) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-
-
-def _all_tensors(graph: dlbricks.ModelGraph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    model = graph.to_onnx()
-    names = [t for layer in graph.layers for t in layer.outputs if t]
-    known = {o.name for o in model.graph.output}
-    model.graph.output.extend(graph.spec(n).to_value_info() for n in names if n not in known)
-    return {**feeds, **dict(zip(names, _session(model).run(names, feeds), strict=True))}
 
 
 @pytest.mark.parametrize(("name", "level"), [("conv_bn_relu", "extended"), ("nchwc_cnn", "all"),
