@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 from dataclasses import dataclass, replace
 
-from dlbricks import BrickSet, Decomposition, InvalidArgumentError, ModelGraph, decompose, load_model
+from dlbricks import BrickSet, InvalidArgumentError, ModelGraph, decompose, load_model
 from dlbricks.benchmarks_db import Store, populate
 from dlbricks.estimator._api import backend_name, estimate, open_store, threads_of
 from dlbricks.estimator._calibrate import calibrate_peaks
-from dlbricks.generators import Budget, Measurement, OrtConfig, SystemInfo, benchmark, collect_system_info
+from dlbricks.generators import (
+    Budget, Measurement, OrtConfig, Runner, SystemInfo, benchmark, collect_system_info,
+)
 
 __all__ = ["DEFAULT_SUITE", "EvaluationRow", "Evaluation", "evaluate", "measure_whole", "pool", "suite_models",
            "EVALUATE_BUDGET", "WHOLE_WORKERS"]
@@ -32,6 +35,9 @@ DEFAULT_SUITE = ("resnet18_v1", "resnet50_v1", "mobilenet_v2_1.0", "squeezenet1_
 EVALUATE_BUDGET = Budget(warmup_time=0.02, min_time=0.1, min_runs=10, max_time=1.0, rel_ci=0.02)
 #: Worker processes each whole model is measured in.
 WHOLE_WORKERS = 3
+PAIR_INTERVAL_S = 2.0
+PAIR_BUDGET = Budget(warmup_time=0.0, min_time=0.02, min_runs=3, max_time=1.0, rel_ci=1.0)
+"""One sample of a held whole model between bricks: a warm-up call and at least three runs."""
 
 
 #: The default suite of the MXNet path: Gluon vision models of several families.
@@ -133,15 +139,17 @@ def pool(runs: Sequence[Measurement]) -> Measurement:
     """Measurements of one item from several processes, pooled like pyperf does.
 
     One process's median depends on where its buffers landed in memory and on what the machine
-    did meanwhile; the pooled result keeps the median of the per-process medians (and the widest
-    CI), with the samples and wall time of all of them. A failed run makes the result failed.
+    did meanwhile; the pooled result keeps the median of the per-process medians (the mean of the
+    middle two for an even count) and the widest CI, with the samples and wall time of all of them.
+    A failed run makes the result failed.
     """
     ok = [m for m in runs if m.ok]
     if len(ok) < len(runs):
         return next(m for m in runs if not m.ok)
     ok.sort(key=lambda m: m.median_s or 0.0)
     mid = ok[len(ok) // 2]
-    return replace(mid, n=sum(m.n for m in ok), min_s=min(m.min_s or 0.0 for m in ok),
+    return replace(mid, median_s=statistics.median(m.median_s or 0.0 for m in ok),
+                   n=sum(m.n for m in ok), min_s=min(m.min_s or 0.0 for m in ok),
                    ci_low_s=min(m.ci_low_s or 0.0 for m in ok),
                    ci_high_s=max(m.ci_high_s or 0.0 for m in ok),
                    wall_time_s=sum(m.wall_time_s for m in ok), converged=all(m.converged for m in ok))
@@ -153,8 +161,11 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     """Run the main job over zoo models (names) and return the table.
 
     Bricks are measured once each in the estimate's configuration, and (``lower_bound_sweep``) once
-    more with warm caches, the fastest state a brick can meet, for the lower bound; whole models in
-    three worker processes spread over the brick runs (pooled). Peaks are calibrated once per system.
+    more with warm caches, the fastest state a brick can meet, for the lower bound. The suite runs
+    model by model: each model is measured whole, held in its own worker and sampled again every
+    :data:`PAIR_INTERVAL_S` seconds while its not yet measured bricks are measured (a paired design
+    against the machine's drift); the benchmarking time of a model is its first measurement's.
+    Peaks are calibrated once per system.
     """
     from dlbricks.model_zoo import build
 
@@ -185,40 +196,36 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
         store.record_peaks(system, cal.peaks.flops_per_s, cal.peaks.bytes_per_s,
                            {"gemm": cal.gemm, "stream": cal.stream})
     # The estimate's configuration first (its time is what the speedup compares), then the warm
-    # sweep that gives each brick its fastest state for the lower bound. Shared machines drift over
-    # minutes, so the whole-model runs are spread over the brick runs: one worker before, one
-    # between the halves, one after, pooled: bricks and models then meet the same conditions.
+    # sweep that gives each brick its fastest state for the lower bound. This machine's speed
+    # swings by 10-20% from one second to the next (neighbours' load), so the suite runs model by
+    # model, as a paired design: the model is measured whole (the measurement whose time the
+    # speedup counts) and kept prepared in its own worker, then sampled again every few seconds
+    # while its bricks are measured, and once more after them; its latency is the median over those
+    # samples, taken at the same moments as its bricks.
     configs = [bricks_cfg] + ([replace(config, cache="warm")] if lower_bound_sweep else [])
-    decs = list(brickset.models.values())
-    todo = [name for name in models
-            if not _measured(store.measurement(brickset.models[name].model_key, system, whole_cfg.config_id,
-                                               kind="model"))]
-    passes: dict[str, list[Measurement]] = {name: [] for name in todo}
-
-    def whole_pass(label: str) -> None:
-        for name in todo:
-            say(f"{name}: whole model, {label}")
-            passes[name].append(measure_whole(load_model(build(name), name=name), whole_cfg, budget, 1,
-                                              backend))
-
-    def bricks(part: Sequence[Decomposition]) -> None:
-        populate(store, part, configs, backend=backend, budget=budget, system=system, store_models=False,
-                 progress=lambda p: say(_progress_line(p)))
-
-    whole_pass("before the bricks")
-    half = max(len(decs) // 2, 1)
-    bricks(decs[:half])
-    whole_pass("between the bricks")
-    bricks(decs[half:])
-    whole_pass("after the bricks")
-    for name, runs in passes.items():
-        if runs:
-            store.record_model(pool(runs), system, budget=budget)
+    whole_time = 0.0
+    workers = _KeptRunners()
+    try:
+        for name in models:
+            dec = brickset.models[name]
+            if _measured(store.measurement(dec.model_key, system, whole_cfg.config_id, kind="model")):
+                populate(store, [dec], configs, backend=backend, budget=budget, system=system,
+                         store_models=False, progress=lambda p: say(_progress_line(p)), runner_factory=workers)
+                continue
+            with _PairedWhole(name, whole_cfg, budget, backend, say) as whole:
+                populate(store, [dec], configs, backend=backend, budget=budget, system=system,
+                         store_models=False, progress=lambda p: (say(_progress_line(p)), whole.tick()),
+                         runner_factory=workers)
+                measured = whole.result()
+            whole_time += measured.wall_time_s
+            store.record_model(measured, system, budget=budget)
+    finally:
+        workers.close()
     brick_records = store.measurements(system=system, config_id=bricks_cfg.config_id,
                                        signatures=list(brickset.bricks))
     brick_time = sum(r.wall_time_s or 0.0 for r in brick_records)
     unique_latency = sum(r.median_s or 0.0 for r in brick_records if r.ok)
-    rows, whole_time = [], 0.0
+    rows = []
     op_times: dict[str, float] = {}
     for name in models:
         dec = brickset.models[name]
@@ -226,7 +233,6 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
         if not _measured(measured):
             raise InvalidArgumentError(f"model '{name}' could not be measured whole: "
                                        f"{measured.error if measured else 'no measurement'}")
-        whole_time += measured.wall_time_s
         est = estimate(dec, store, system=system, config=config)
         for c in est.breakdown:
             op_times[c.op_type] = op_times.get(c.op_type, 0.0) + c.total_s
@@ -243,6 +249,82 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
                       model_latency_s=sum(r.measured_s for r in rows), unique_brick_latency_s=unique_latency,
                       system=system, config=config,
                       elapsed_s=time.perf_counter() - start, granularity=label)
+
+
+class _KeptRunners:
+    """A ``runner_factory`` for :func:`populate` whose workers outlive each call (one per
+    configuration, closed by :meth:`close`), so that a suite run model by model starts its brick
+    workers once."""
+
+    def __init__(self) -> None:
+        self._runners: dict[str, Runner] = {}
+
+    def __call__(self, backend: str, config: Any, budget: Any, keep_samples: bool) -> _Kept:
+        key = f"{backend}/{config.config_id}"
+        if key not in self._runners:
+            self._runners[key] = Runner(backend, config, budget, keep_samples=keep_samples)
+        return _Kept(self._runners[key])
+
+    def close(self) -> None:
+        for runner in self._runners.values():
+            runner.close()
+        self._runners.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """A kept runner as :func:`populate` sees it: ``close`` leaves the worker running."""
+
+    runner: Runner
+
+    def measure(self, item: Any) -> Measurement:
+        return self.runner.measure(item)
+
+    def close(self) -> None:
+        pass
+
+
+class _PairedWhole:
+    """A zoo model measured whole, held in its own worker and sampled again while its bricks run.
+
+    ``tick()`` (called after each brick) samples it when :data:`PAIR_INTERVAL_S` has passed;
+    ``result()`` samples it once more and pools every sample (median of their medians, see
+    :func:`pool`), with the wall time of the first, standard measurement.
+    """
+
+    def __init__(self, name: str, config: Any, budget: Budget, backend: str,
+                 say: Callable[[str], object]) -> None:
+        from dlbricks.model_zoo import build
+
+        self._say = say
+        self._name = name
+        self._runner = Runner(backend, config, budget)
+        say(f"{name}: whole model")
+        self._first = self._runner.hold(load_model(build(name), name=name))
+        self._runs = [self._first]
+        self._last = time.monotonic()
+
+    def __enter__(self) -> _PairedWhole:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._runner.close()
+
+    def tick(self) -> None:
+        if self._first.ok and time.monotonic() - self._last >= PAIR_INTERVAL_S:
+            self._sample(PAIR_BUDGET)
+
+    def result(self) -> Measurement:
+        if self._first.ok:
+            self._sample(self._runner.budget)
+            self._say(f"{self._name}: whole model sampled {len(self._runs)} times")
+        return replace(pool(self._runs), wall_time_s=self._first.wall_time_s)
+
+    def _sample(self, budget: Budget) -> None:
+        run = self._runner.again(self._first.key, budget)
+        if run.ok:
+            self._runs.append(run)
+        self._last = time.monotonic()
 
 
 def _progress_line(p: object) -> str:

@@ -219,7 +219,32 @@ class Runner:
         """Measure one item (model, bytes or Benchmarkable) in the worker."""
         return self.measure_detailed(item)[0]
 
-    def measure_detailed(self, item: Any) -> tuple[Measurement, Timing | None]:
+    def hold(self, item: Any) -> Measurement:
+        """Measure one item and keep it prepared in the worker, to time it :meth:`again` later.
+
+        Paired designs use it: a whole model held in one worker and sampled again now and then while
+        its bricks are measured in another meets the same moments of a drifting machine. The held
+        model is lost if the worker dies (``again`` then returns a failed measurement).
+        """
+        return self.measure_detailed(item, hold=True)[0]
+
+    def again(self, key: str, budget: Budget | None = None) -> Measurement:
+        """Time the item held under ``key`` again, under ``budget`` (default the runner's)."""
+        floor_s = self._floor_s()
+        payload = {"key": key, "budget": budget or self.budget, "floor_s": floor_s,
+                   "keep_samples": self.keep_samples}
+        return self._request(key, "again", payload, floor_s=floor_s)[0]
+
+    def release(self, key: str) -> None:
+        """Close the item held under ``key`` (nothing if the worker holds none)."""
+        if self._worker is None:
+            return
+        try:
+            self._worker.request(("release", {"key": key}), self.budget.timeout)
+        except (WorkerTimeoutError, WorkerDiedError):
+            self._replace_worker()
+
+    def measure_detailed(self, item: Any, *, hold: bool = False) -> tuple[Measurement, Timing | None]:
         """Measure one item; also return the harness :class:`Timing` (None if it failed)."""
         resolved = item if isinstance(item, Item) else resolve_item(item)
         floor_s = self._floor_s()
@@ -237,6 +262,7 @@ class Runner:
             "budget": self.budget,
             "keep_samples": self.keep_samples,
             "floor_s": floor_s,
+            "hold": hold,
         }
         return self._request(resolved.key, "measure", payload, start=start, floor_s=floor_s)
 

@@ -23,6 +23,7 @@ class _State:
     def __init__(self) -> None:
         self.backends: dict[str, Any] = {}
         self.floors: dict[tuple[str, str, Any], Any] = {}
+        self.held: dict[str, tuple[Any, Any, Any]] = {}  # key -> (prepared, backend, config)
 
 
 def main() -> int:
@@ -54,6 +55,10 @@ def _answer(state: _State, request: tuple[str, Any]) -> tuple[str, Any]:
             return "ok", _measure(state, payload)
         if kind == "floor":
             return "ok", _floor(state, payload)
+        if kind == "again":
+            return "ok", _again(state, payload)
+        if kind == "release":
+            return "ok", _release(state, payload)
         raise ValueError(f"unknown request {kind!r}")
     except Exception as e:  # every failure of an item is reported, not fatal
         return "error", one_line(e)
@@ -90,6 +95,14 @@ def _measure(state: _State, payload: dict[str, Any]) -> Any:
 
     model = onnx.load_from_string(payload["model"])
     backend = _backend(state, payload["backend"])
+    if payload.get("hold"):
+        from dlbricks.generators._harness import measure_prepared
+
+        _release(state, payload)
+        prepared = backend.prepare(model, payload["config"])
+        state.held[payload["key"]] = (prepared, backend, payload["config"])
+        return measure_prepared(prepared, payload["key"], backend.name, payload["config"], payload["budget"],
+                                floor_s=payload.get("floor_s"), keep_samples=payload.get("keep_samples", False))
     return measure_model(
         model,
         payload["key"],
@@ -99,6 +112,24 @@ def _measure(state: _State, payload: dict[str, Any]) -> Any:
         floor_s=payload.get("floor_s"),
         keep_samples=payload.get("keep_samples", False),
     )
+
+
+def _again(state: _State, payload: dict[str, Any]) -> Any:
+    """Time a held model again (it stays prepared); returns ``(Measurement, Timing)``."""
+    from dlbricks.generators._harness import measure_prepared
+
+    if payload["key"] not in state.held:
+        raise KeyError(f"no model {payload['key'][:12]} is held in this worker; measure it with hold=True")
+    prepared, backend, config = state.held[payload["key"]]
+    return measure_prepared(prepared, payload["key"], backend.name, config, payload["budget"],
+                            floor_s=payload.get("floor_s"), keep_samples=payload.get("keep_samples", False))
+
+
+def _release(state: _State, payload: dict[str, Any]) -> None:
+    """Close a held model (nothing if none is held under the key)."""
+    held = state.held.pop(payload["key"], None)
+    if held is not None:
+        held[0].close()
 
 
 def _floor(state: _State, payload: dict[str, Any]) -> Any:

@@ -89,3 +89,21 @@ def test_closing_the_iterator_stops_the_worker() -> None:
     it.close()  # the generator's finally closes the runner, which reaps its worker
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_a_held_model_is_timed_again_until_released_or_its_worker_dies() -> None:
+    from tests.test_generators_ort import conv_model
+
+    with Runner(budget=Budget.quick()) as runner:
+        first = runner.hold(conv_model())
+        pid = runner.worker_pid
+        again = [runner.again(first.key) for _ in range(3)]
+        assert first.ok and all(m.ok and m.key == first.key for m in again)
+        assert runner.worker_pid == pid  # the same prepared session, no new worker
+        assert all(0.25 < m.median_s / first.median_s < 4.0 for m in again)
+        runner.release(first.key)
+        gone = runner.again(first.key)
+        assert gone.status == "failed" and "no model" in gone.error and "held" in gone.error
+        runner.hold(conv_model())
+        os.kill(runner.worker_pid, 9)
+        assert runner.again(first.key).status == "failed"  # lost with its worker, recorded
