@@ -48,6 +48,10 @@ BRICK_META_KEY = "dlbricks.brick"
 WEIGHT_MODES = ("synthetic", "real")
 
 
+GATHERS = frozenset({"Gather", "GatherElements", "GatherND"})
+"""Ops that read only the part of their data input that they return."""
+
+
 @dataclass(frozen=True, slots=True)
 class ConstantSpec:
     """A constant input of a brick.
@@ -115,9 +119,19 @@ class Brick:
 
     @property
     def bytes_moved(self) -> int:
-        """Bytes of its inputs, constants and outputs: what one run must read and write at least."""
-        return (sum(s.nbytes for s in self.inputs) + sum(c.spec.nbytes for c in self.constants)
-                + sum(s.nbytes for s in self.outputs))
+        """Bytes of its inputs, constants and outputs: what one run must read and write at least.
+
+        A gather reads only the rows it fetches, so its data tensor (an embedding table of
+        hundreds of MiB, say) counts as much as its output, not its whole size.
+        """
+        outputs = sum(s.nbytes for s in self.outputs)
+        total = sum(s.nbytes for s in self.inputs) + sum(c.spec.nbytes for c in self.constants) + outputs
+        if len(self.nodes) == 1 and self.nodes[0].op_type in GATHERS and self.nodes[0].input:
+            data = self.nodes[0].input[0]
+            specs = [s for s in self.inputs if s.name == data] + [c.spec for c in self.constants if c.spec.name == data]
+            if specs:
+                total -= max(specs[0].nbytes - outputs, 0)
+        return total
 
     @property
     def value_ranges(self) -> dict[str, tuple[int, int]]:

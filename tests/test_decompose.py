@@ -101,3 +101,17 @@ def test_every_command_has_help() -> None:
                 walk(cmd, [*prefix, name])
 
     walk(main, [])
+
+
+def test_a_gather_moves_the_rows_it_fetches_not_its_whole_table() -> None:
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    table = numpy_helper.from_array(np.zeros((100_000, 64), np.float32), "table")
+    node = helper.make_node("Gather", ["table", "ids"], ["y"], axis=0)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=[table])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    (brick,) = dlbricks.decompose(dlbricks.load_model(model)).bricks.values()
+    out = 8 * 64 * 4
+    assert brick.bytes_moved == 8 * 8 + out + out  # indices, the rows read, the rows written

@@ -112,3 +112,19 @@ def test_bounds_are_bounds(factory, tmp_path: Path) -> None:  # type: ignore[no-
     assert est.roofline_s is not None
     assert est.roofline_s <= est.lower_bound_s <= v.measured.median_s, (est, v.measured.median_s)
     assert est.lower_bound_parallel_s <= est.lower_bound_s
+
+
+def test_evaluate_samples_each_model_while_its_bricks_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The paired design: a model is held in its own worker and sampled between its bricks."""
+    from dlbricks.estimator import _evaluate
+    from dlbricks.generators import Budget
+
+    monkeypatch.setattr(_evaluate, "PAIR_INTERVAL_S", 0.0)  # sample after every brick
+    lines: list[str] = []
+    ev = _evaluate.evaluate(["squeezenet1_1"], tmp_path / "p.db", budget=Budget.quick(), lower_bound_sweep=False,
+                            say=lines.append)
+    sampled = [line for line in lines if "whole model sampled" in line]
+    assert len(sampled) == 1
+    count = int(sampled[0].split("sampled ")[1].split(" times")[0])
+    assert count == ev.rows[0].unique_bricks + 2  # the first measurement, one per brick, one after
+    assert 0 < ev.whole_time_s < 1.0  # the speedup counts the first measurement only
