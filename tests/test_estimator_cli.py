@@ -88,6 +88,9 @@ def test_bad_db_is_one_line(tmp_path: Path) -> None:
     assert result.exit_code == 2 and result.output.count("\n") == 1
 
 
+MEASURED_NOISE = 0.05  # speed swings of the reference machine within seconds (README, "How bricks are measured")
+
+
 @pytest.mark.parametrize("factory", [lambda: _models.resnet_like(blocks=2, batch=1),
                                      lambda: _models.transformer_layer(seq=32, hidden=64)])
 def test_bounds_are_bounds(factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -110,7 +113,9 @@ def test_bounds_are_bounds(factory, tmp_path: Path) -> None:  # type: ignore[no-
         v = validate(graph, store, budget=budget)
     est = v.estimate
     assert est.roofline_s is not None
-    assert est.roofline_s <= est.lower_bound_s <= v.measured.median_s, (est, v.measured.median_s)
+    assert est.roofline_s <= est.lower_bound_s <= est.sequential_s
+    # measured seconds after the bricks: the machine's speed may have moved by a few percent since
+    assert est.lower_bound_s <= v.measured.median_s * (1 + MEASURED_NOISE), (est, v.measured.median_s)
     assert est.lower_bound_parallel_s <= est.lower_bound_s
 
 
@@ -127,4 +132,12 @@ def test_evaluate_samples_each_model_while_its_bricks_run(tmp_path: Path, monkey
     assert len(sampled) == 1
     count = int(sampled[0].split("sampled ")[1].split(" times")[0])
     assert count == ev.rows[0].unique_bricks + 2  # the first measurement, one per brick, one after
-    assert 0 < ev.whole_time_s < 1.0  # the speedup counts the first measurement only
+    from dlbricks.generators import OrtConfig, collect_system_info
+
+    with Store(tmp_path / "p.db") as store:
+        key = store.model("squeezenet1_1").key
+        stored = store.measurement(key, collect_system_info(), OrtConfig().config_id, kind="model")
+    assert stored is not None and stored.ok
+    assert stored.n >= Budget.quick().min_runs + 3 * (count - 1)  # every sample pooled
+    assert ev.whole_time_s == pytest.approx(stored.wall_time_s)  # the speedup counts the first one only
+    assert 0 < ev.whole_time_s < 2.0
