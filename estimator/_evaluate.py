@@ -8,6 +8,7 @@ warm-up and timed runs) against the same sum over the whole models.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import statistics
@@ -208,17 +209,15 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     try:
         for name in models:
             dec = brickset.models[name]
-            if _measured(store.measurement(dec.model_key, system, whole_cfg.config_id, kind="model")):
+            done = _measured(store.measurement(dec.model_key, system, whole_cfg.config_id, kind="model"))
+            with contextlib.nullcontext() if done else _PairedWhole(name, whole_cfg, budget, backend, say) as whole:
                 populate(store, [dec], configs, backend=backend, budget=budget, system=system,
-                         store_models=False, progress=lambda p: say(_progress_line(p)), runner_factory=workers)
-                continue
-            with _PairedWhole(name, whole_cfg, budget, backend, say) as whole:
-                populate(store, [dec], configs, backend=backend, budget=budget, system=system,
-                         store_models=False, progress=lambda p: (say(_progress_line(p)), whole.tick()),
-                         runner_factory=workers)
-                measured = whole.result()
-            whole_time += measured.wall_time_s
-            store.record_model(measured, system, budget=budget)
+                         store_models=False, runner_factory=workers,
+                         progress=lambda p: (say(_progress_line(p)), whole and whole.tick()))
+                if whole is not None:
+                    measured = whole.result()
+                    whole_time += measured.wall_time_s
+                    store.record_model(measured, system, budget=budget)
     finally:
         workers.close()
     brick_records = store.measurements(system=system, config_id=bricks_cfg.config_id,

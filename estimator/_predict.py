@@ -8,9 +8,9 @@ different rate than a 3x3 one over 64 channels at 56x56. So, second, the linear 
 corrected by the measured/linear ratio of the brick's nearest measured neighbours, in a space of log
 sizes and kernel attributes (k nearest neighbours, :class:`scipy.spatial.cKDTree`, geometric mean
 weighted by inverse distance), the way nn-Meter predicts kernels from shape features. The linear
-model also counts the im2col matrix a convolution builds: memory traffic that FLOPs do not show. Op types with
-too few measured bricks fall back to the linear model fitted over all bricks. The cross-validated
-error (leave-one-out, median |relative error|) of each model is reported.
+model also counts the im2col matrix a convolution builds: memory traffic that FLOPs do not show.
+Op types with too few measured bricks fall back to the linear model fitted over all bricks. The
+cross-validated error (leave-one-out, median |relative error|) of each model is reported.
 """
 
 from __future__ import annotations

@@ -41,9 +41,9 @@ class Budget:
     placements : int, default 16
         Buffer placements a measurement is spread over, at most, when the backend can move its
         buffers (``Prepared.relocate``): the first ``min_time`` is split evenly between them, so the
-        median does not hang on where one allocation happened to land (medians of small
-        memory-bound bricks vary by 3-4% between placements on the reference machine, 1% over 16).
-        Fewer for slow models: the untimed call after each move stays under 5% of ``min_time``.
+        median does not hang on where one allocation happened to land
+        (``benchmarks/bench_placements.py`` shows the effect per brick). Fewer for slow models: the
+        untimed call after each move stays under 5% of ``min_time``.
 
     Examples
     --------

@@ -12,7 +12,6 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 import onnx
@@ -64,7 +63,7 @@ class Timing:
 
 
 def time_calls(
-    run: Callable[[], object] | Any,
+    run: Callable[[], object] | Prepared,
     budget: Budget,
     clock: Clock = time.perf_counter_ns,
 ) -> Timing:
@@ -147,7 +146,7 @@ def choose_placements(per_call_ns: int, budget: Budget) -> int:
     return max(1, min(budget.placements, affordable))
 
 
-def _placements(prepared: Any, relocate: Callable[[], object], count: int) -> Callable[[int], Callable[[], object]]:
+def _placements(prepared: Prepared, relocate: Callable[[], object], count: int) -> Callable[[int], Callable[[], object]]:
     """``current(k)``: the run of placement ``k`` (relocating, then one untimed call, on a change)."""
     state = {"placement": 0}
 

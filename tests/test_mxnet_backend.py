@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import warnings
 
 import numpy as np
@@ -11,11 +10,10 @@ import pytest
 
 import dlbricks
 from dlbricks import InvalidArgumentError, UnrunnableBrickError
+from tests import _mxnet
 
-pytestmark = [pytest.mark.mxnet,
-              pytest.mark.filterwarnings("ignore:Please import `csr_matrix`:DeprecationWarning")]
-os.environ.setdefault("MXNET_SUBGRAPH_BACKEND", "NONE")  # no oneDNN graph fusion: every layer runs alone
-mx = pytest.importorskip("mxnet", reason="needs the mxnet extra (pip install 'dlbricks[mxnet]')")
+pytestmark = _mxnet.MARKS
+mx = _mxnet.import_mxnet()
 
 from dlbricks.generators import (  # noqa: E402
     Budget,

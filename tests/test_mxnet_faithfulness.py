@@ -4,17 +4,15 @@ bit-identical, since MXNet runs the same kernels)."""
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
 
 import dlbricks
+from tests import _mxnet
 
-pytestmark = [pytest.mark.mxnet,
-              pytest.mark.filterwarnings("ignore:Please import `csr_matrix`:DeprecationWarning")]
-os.environ.setdefault("MXNET_SUBGRAPH_BACKEND", "NONE")  # no oneDNN graph fusion: every layer runs alone
-mx = pytest.importorskip("mxnet", reason="needs the mxnet extra (pip install 'dlbricks[mxnet]')")
+pytestmark = _mxnet.MARKS
+mx = _mxnet.import_mxnet()
 
 from dlbricks._mxnet_bricks import brick_to_symbol, model_to_symbol  # noqa: E402
 from dlbricks.model_zoo._gluon import build_gluon  # noqa: E402

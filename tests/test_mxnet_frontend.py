@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import json
 import subprocess
 import sys
@@ -13,11 +12,10 @@ import pytest
 import dlbricks
 from dlbricks import InvalidArgumentError, ModelLoadError, ShapeInferenceError
 from dlbricks._mxnet_frontend import LAYOUTS_ATTR, MXNET_DOMAIN, is_mxnet_model, load_mxnet
+from tests import _mxnet
 
-pytestmark = [pytest.mark.mxnet,
-              pytest.mark.filterwarnings("ignore:Please import `csr_matrix`:DeprecationWarning")]
-os.environ.setdefault("MXNET_SUBGRAPH_BACKEND", "NONE")  # no oneDNN graph fusion: every layer runs alone
-mx = pytest.importorskip("mxnet", reason="needs the mxnet extra (pip install 'dlbricks[mxnet]')")
+pytestmark = _mxnet.MARKS
+mx = _mxnet.import_mxnet()
 
 from dlbricks.model_zoo._gluon import build_gluon, export_gluon, gluon_block  # noqa: E402
 

@@ -6,7 +6,6 @@ different orders, and the Gluon models' activations grow to a few hundred).
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import onnx
@@ -15,11 +14,10 @@ import pytest
 
 import dlbricks
 from dlbricks import UnrunnableBrickError
+from tests import _mxnet
 
-pytestmark = [pytest.mark.mxnet,
-              pytest.mark.filterwarnings("ignore:Please import `csr_matrix`:DeprecationWarning")]
-os.environ.setdefault("MXNET_SUBGRAPH_BACKEND", "NONE")  # no oneDNN graph fusion: every layer runs alone
-mx = pytest.importorskip("mxnet", reason="needs the mxnet extra (pip install 'dlbricks[mxnet]')")
+pytestmark = _mxnet.MARKS
+mx = _mxnet.import_mxnet()
 
 from dlbricks._mxnet_bricks import brick_to_symbol  # noqa: E402
 from dlbricks._mxnet_frontend import load_mxnet  # noqa: E402

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
 
 import dlbricks
 from dlbricks import InvalidArgumentError
+from tests import _mxnet
 
-pytestmark = [pytest.mark.mxnet,
-              pytest.mark.filterwarnings("ignore:Please import `csr_matrix`:DeprecationWarning")]
-os.environ.setdefault("MXNET_SUBGRAPH_BACKEND", "NONE")  # no oneDNN graph fusion: every layer runs alone
-mx = pytest.importorskip("mxnet", reason="needs the mxnet extra (pip install 'dlbricks[mxnet]')")
+pytestmark = _mxnet.MARKS
+mx = _mxnet.import_mxnet()
 
 from dlbricks.model_zoo._gluon import (  # noqa: E402
     GLUON_MODELS,
