@@ -32,7 +32,10 @@ OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
 CUDNN_CONV_ALGO_SEARCHES = ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 CACHE_STATES = ("cold-weights", "cold", "warm")
-MAX_COLD_COPIES = 16
+#: Most session copies of one brick. At 16 (session 1) a 1x1 convolution with 0.6 MB of weights cycled
+#: 13 MB, which stays in the last-level cache, so it ran 40% faster than in MobileNet-v2 (where its
+#: weights come from memory); a copy costs 0.06-0.2 ms to create and its scratch buffers.
+MAX_COLD_COPIES = 128
 THREAD_POOLS_ENV = "DLBRICKS_ORT_THREAD_POOLS"
 
 

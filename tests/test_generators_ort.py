@@ -33,7 +33,7 @@ from dlbricks.generators import (
     measure_floor,
     random_inputs,
 )
-from dlbricks.generators._ort import THREAD_POOLS_ENV
+from dlbricks.generators._ort import MAX_COLD_COPIES, THREAD_POOLS_ENV, cold_copies
 
 HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
 
@@ -261,3 +261,18 @@ def test_system_info_fingerprint() -> None:
     data = json.loads(json.dumps(info.to_dict()))
     assert data["fingerprint"] == info.fingerprint == collect_system_info().fingerprint
     assert len(info.fingerprint) == 16
+
+
+def test_cold_copies_span_twice_the_last_level_cache() -> None:
+    # A 1x1 convolution of MobileNet-v2's last stage: 0.6 MB of weights, 0.2 MB of output.
+    w = numpy_helper.from_array(np.zeros((960, 160, 1, 1), np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"])
+    model = _model([node], [_f32("x", [1, 160, 7, 7])], [_f32("y", [1, 960, 7, 7])], [w])
+    footprint = 960 * 160 * 4 + 960 * 7 * 7 * 4
+    llc = 32 << 20
+    copies = cold_copies(model, [np.zeros((1, 960, 7, 7), np.float32)], llc_bytes=llc)
+    assert copies * footprint >= 2 * llc > (copies - 1) * footprint
+    tiny = cold_copies(softmax_model(), [np.zeros((1,), np.float32)], llc_bytes=llc)
+    assert tiny == MAX_COLD_COPIES
+    huge = cold_copies(model, [np.zeros((1,), np.float32)], llc_bytes=1)
+    assert huge == 1
