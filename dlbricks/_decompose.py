@@ -15,6 +15,8 @@ from dlbricks._bricks import (
 from dlbricks._canonical import canonical_nodes, signature_of, value_digest
 from dlbricks._cost import node_flops
 from dlbricks._errors import InvalidArgumentError
+from dlbricks._mxnet_frontend import MXNET_DOMAIN
+from dlbricks._mxnet_to_onnx import mxnet_brick_flops
 from dlbricks._graph import LayerNode, ModelGraph
 from dlbricks._onnx_frontend import ModelLike, load_model
 from dlbricks._ranges import consumer_range
@@ -310,12 +312,15 @@ def _make_brick(graph: ModelGraph, group: tuple[LayerNode, ...], granularity: st
     existing = seen.get(signature)
     if existing is not None and weights == "synthetic":
         return existing, inputs, outputs
-    return Brick(
+    brick = Brick(
         signature=signature, granularity=granularity, op_types=tuple(la.op_type for la in group),
         inputs=in_specs, outputs=out_specs, constants=tuple(const_specs), nodes=nodes, opsets=opsets,
         ir_version=runnable_ir_version(graph.ir_version, [
             onnx.helper.make_opsetid(d, v) for d, v in opsets]), flops=_group_flops(graph, group), weights=weights,
-        functions=_functions(graph, group)), inputs, outputs
+        functions=_functions(graph, group))
+    if brick.flops is None and all(la.domain == MXNET_DOMAIN for la in group):
+        brick = replace(brick, flops=mxnet_brick_flops(brick))
+    return brick, inputs, outputs
 
 
 def _constant_value(graph: ModelGraph, name: str, exact: bool, weights: str) -> onnx.TensorProto | None:

@@ -30,7 +30,7 @@ from dlbricks._errors import UnrunnableBrickError
 from dlbricks._mxnet_frontend import MXNET_DOMAIN
 from dlbricks._types import TensorSpec, onnx_dtype_to_name
 
-__all__ = ["ONNX_OPSET", "CONVERTIBLE_OPS", "mxnet_brick_to_onnx"]
+__all__ = ["ONNX_OPSET", "CONVERTIBLE_OPS", "mxnet_brick_flops", "mxnet_brick_to_onnx"]
 
 ONNX_OPSET = 17
 IR_VERSION = 8
@@ -325,6 +325,15 @@ def mxnet_brick_to_onnx(brick: Brick) -> Brick:
         except (KeyError, ValueError, IndexError) as e:
             raise UnrunnableBrickError(f"{label}: cannot convert {node.op_type} with {attrs}: {e}") from e
     return _assemble(brick, builder)
+
+
+def mxnet_brick_flops(brick: Brick) -> int | None:
+    """FLOPs of an MXNet brick: those of its ONNX conversion (``None`` where an op does not convert),
+    so that the roofline of an MXNet model has a compute side too."""
+    try:
+        return mxnet_brick_to_onnx(brick).flops
+    except UnrunnableBrickError:
+        return None
 
 
 def _assemble(brick: Brick, b: _Builder) -> Brick:

@@ -22,6 +22,7 @@ mx = _mxnet.import_mxnet()
 from dlbricks._mxnet_bricks import brick_to_symbol  # noqa: E402
 from dlbricks._mxnet_frontend import load_mxnet  # noqa: E402
 from dlbricks._mxnet_to_onnx import CONVERTIBLE_OPS, mxnet_brick_to_onnx  # noqa: E402
+from dlbricks.model_zoo import build  # noqa: E402
 from dlbricks.model_zoo._gluon import build_gluon  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-4
@@ -71,6 +72,14 @@ def test_every_brick_of_the_model_converts(name: str) -> None:
         assert converted.weights == "real"
         if brick.op_type in ("Convolution", "FullyConnected"):
             assert converted.flops and converted.flops > 0
+
+
+def test_mxnet_bricks_count_the_flops_of_their_conversion() -> None:
+    mxnet_dec = dlbricks.decompose(build_gluon("resnet18_v1"))
+    onnx_dec = dlbricks.decompose(build("resnet18_v1"))
+    assert all(b.flops is not None for b in mxnet_dec.bricks.values())
+    totals = [sum(d.bricks[o.signature].flops for o in d.occurrences) for d in (mxnet_dec, onnx_dec)]
+    assert totals[0] == totals[1] > 3e9  # the same network, counted by the same rules
 
 
 def test_synthetic_bricks_convert_and_run() -> None:
