@@ -8,8 +8,9 @@ whose data fits in cache moves bytes faster than DRAM allows.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -19,10 +20,10 @@ from dlbricks._errors import BackendError
 from dlbricks.estimator._estimate import Peaks
 from dlbricks.generators import Budget, Measurement, benchmark
 
-__all__ = ["calibrate_peaks", "Calibration", "GEMM_SIZES", "STREAM_ELEMENTS"]
+__all__ = ["calibrate_peaks", "Calibration", "GEMM_SIZES", "STREAM_ELEMENTS", "calibrated_backends", "merge_peaks"]
 
 GEMM_SIZES = (256, 512, 1024)
-STREAM_ELEMENTS = (1 << 16, 1 << 20, 1 << 24)
+STREAM_ELEMENTS = (1 << 15, 1 << 16, 1 << 20, 1 << 24)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,24 @@ def stream_model(elements: int) -> onnx.ModelProto:
                   helper.make_tensor_value_info("c", TensorProto.FLOAT, [elements]), [])
 
 
+def mxnet_gemm_model(n: int) -> onnx.ModelProto:
+    """``Y = X @ W.T`` with n x n float32 operands, as an MXNet FullyConnected (``org.mxnet`` model)."""
+    from dlbricks._mxnet_frontend import import_mxnet, load_mxnet
+
+    mx = import_mxnet()
+    y = mx.sym.FullyConnected(mx.sym.var("x"), num_hidden=n, no_bias=True, flatten=False, name="fc")
+    return load_mxnet(y, input_shapes={"x": (n, n)}, name=f"gemm{n}").to_onnx()
+
+
+def mxnet_stream_model(elements: int) -> onnx.ModelProto:
+    """``C = A + B`` over float32 vectors, as an MXNet elemwise_add (``org.mxnet`` model)."""
+    from dlbricks._mxnet_frontend import import_mxnet, load_mxnet
+
+    mx = import_mxnet()
+    c = mx.sym.elemwise_add(mx.sym.var("a"), mx.sym.var("b"), name="add")
+    return load_mxnet(c, input_shapes={"a": (elements,), "b": (elements,)}, name=f"add{elements}").to_onnx()
+
+
 def _rate(work: float, m: Measurement) -> float:
     if not m.ok or m.min_s is None:
         raise BackendError(f"calibration run failed: {m.error}")
@@ -64,11 +83,41 @@ def _rate(work: float, m: Measurement) -> float:
 
 
 def calibrate_peaks(config: object | None = None, budget: Budget | None = None) -> Calibration:
-    """Measure peak FLOP/s and bandwidth under a backend configuration (default: 1 CPU thread)."""
+    """Measure peak FLOP/s and bandwidth under a backend configuration (default: onnxruntime, 1 CPU
+    thread); an ``MxnetConfig`` measures MXNet's FullyConnected and elemwise_add instead."""
     budget = budget or Budget(min_time=0.3, max_time=2.0)
-    models = [gemm_model(n) for n in GEMM_SIZES] + [stream_model(e) for e in STREAM_ELEMENTS]
-    results = list(benchmark(models, config=config, budget=budget))  # type: ignore[arg-type]
+    mxnet = type(config).__name__ == "MxnetConfig"
+    gemm_of, stream_of = (mxnet_gemm_model, mxnet_stream_model) if mxnet else (gemm_model, stream_model)
+    models = [gemm_of(n) for n in GEMM_SIZES] + [stream_of(e) for e in STREAM_ELEMENTS]
+    results = list(benchmark(models, backend="mxnet" if mxnet else "onnxruntime", config=config,  # type: ignore[arg-type]
+                             budget=budget))
     gemm = tuple((n, _rate(2.0 * n ** 3, m)) for n, m in zip(GEMM_SIZES, results, strict=False))
     stream = tuple((12 * e, _rate(12.0 * e, m))
                    for e, m in zip(STREAM_ELEMENTS, results[len(GEMM_SIZES):], strict=True))
     return Calibration(Peaks(max(r for _, r in gemm), max(r for _, r in stream)), gemm, stream)
+
+
+def merge_peaks(stored: Any, backend: str, calibration: Calibration) -> tuple[float, float, dict[str, Any]]:
+    """The machine's peaks after calibrating ``backend``: the best of every backend calibrated so far,
+    as ``(flops_per_s, bytes_per_s, details)`` for ``Store.record_peaks``.
+
+    ``stored`` is the ``PeaksRecord`` already stored for the system, or None. A peak is a property of
+    the machine and the roofline must stay below every framework's runs (MXNet's oneDNN
+    convolutions beat the rate of onnxruntime's MatMul), so each backend's calibration is kept in
+    the details and the peaks are the maximum over them.
+    """
+    backends: dict[str, Any] = {}
+    if stored is not None:
+        backends = dict(stored.details.get("backends") or {
+            "onnxruntime": {"flops_per_s": stored.flops_per_s, "bytes_per_s": stored.bytes_per_s,
+                            **stored.details}})
+    backends[backend] = {"flops_per_s": calibration.peaks.flops_per_s,
+                         "bytes_per_s": calibration.peaks.bytes_per_s,
+                         "gemm": calibration.gemm, "stream": calibration.stream}
+    return (max(b["flops_per_s"] for b in backends.values()), max(b["bytes_per_s"] for b in backends.values()),
+            {"backends": backends})
+
+
+def calibrated_backends(stored: Any) -> set[str]:
+    """Backends whose calibration went into a stored ``PeaksRecord`` (older databases: onnxruntime)."""
+    return set(stored.details.get("backends") or {"onnxruntime": None})

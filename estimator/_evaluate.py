@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from dlbricks import BrickSet, InvalidArgumentError, ModelGraph, decompose, load_model
 from dlbricks.benchmarks_db import Store, populate
 from dlbricks.estimator._api import backend_name, estimate, open_store, threads_of
-from dlbricks.estimator._calibrate import calibrate_peaks
+from dlbricks.estimator._calibrate import calibrate_peaks, calibrated_backends, merge_peaks
 from dlbricks.generators import (
     Budget, Measurement, OrtConfig, Runner, SystemInfo, benchmark, collect_system_info,
 )
@@ -191,11 +191,11 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
         brickset.add(dec)
     summary = brickset.summary()
     say(f"{summary.models} models, {summary.layers} layers, {summary.unique_bricks} unique bricks")
-    if store.peaks(system) is None:
-        say("calibrating peak FLOP/s and bandwidth (roofline)")
-        cal = calibrate_peaks(OrtConfig(intra_op_num_threads=threads_of(config) or 1))
-        store.record_peaks(system, cal.peaks.flops_per_s, cal.peaks.bytes_per_s,
-                           {"gemm": cal.gemm, "stream": cal.stream})
+    stored = store.peaks(system)
+    if stored is None or backend not in calibrated_backends(stored):
+        say(f"calibrating peak FLOP/s and bandwidth with {backend} (roofline)")
+        cal_config = config if backend == "mxnet" else OrtConfig(intra_op_num_threads=threads_of(config) or 1)
+        store.record_peaks(system, *merge_peaks(stored, backend, calibrate_peaks(cal_config)))
     # The estimate's configuration first (its time is what the speedup compares), then the warm
     # sweep that gives each brick its fastest state for the lower bound. This machine's speed
     # swings by 10-20% from one second to the next (neighbours' load), so the suite runs model by

@@ -71,6 +71,26 @@ def test_calibrate_stores_peaks(tmp_path: Path) -> None:
     with Store(db) as store:
         peaks = store.peaks(collect_system_info())
     assert peaks is not None and peaks[0] > 1e8 and peaks[1] > 1e8
+    assert set(peaks.details["backends"]) == {"onnxruntime"}
+
+
+def test_peaks_are_the_best_of_every_framework_calibrated() -> None:
+    from collections import namedtuple
+
+    from dlbricks.estimator import Calibration, Peaks
+    from dlbricks.estimator._calibrate import calibrated_backends, merge_peaks
+
+    Stored = namedtuple("Stored", "flops_per_s bytes_per_s details")
+    old = Stored(2e11, 5e10, {"gemm": [[256, 2e11]], "stream": []})  # a database from before per-framework peaks
+    assert calibrated_backends(old) == {"onnxruntime"}
+    mxnet = Calibration(Peaks(3e11, 4e10), ((256, 3e11),), ((1 << 20, 4e10),))
+    flops, bandwidth, details = merge_peaks(old, "mxnet", mxnet)
+    assert (flops, bandwidth) == (3e11, 5e10)
+    assert calibrated_backends(Stored(flops, bandwidth, details)) == {"onnxruntime", "mxnet"}
+    assert details["backends"]["onnxruntime"]["gemm"] == [[256, 2e11]]
+    slower = Calibration(Peaks(1e11, 1e10), (), ())
+    again = merge_peaks(Stored(flops, bandwidth, details), "mxnet", slower)
+    assert again[:2] == (2e11, 5e10)  # a recalibration replaces that framework's figures
 
 
 def test_evaluate_main_job_on_a_tiny_suite(tmp_path: Path) -> None:
