@@ -33,7 +33,7 @@ from dlbricks.generators import (
     measure_floor,
     random_inputs,
 )
-from dlbricks.generators._ort import MAX_COLD_COPIES, THREAD_POOLS_ENV, cold_copies
+from dlbricks.generators._ort import MAX_COLD_COPIES, MAX_COLD_COPIES_NCHWC, THREAD_POOLS_ENV, cold_copies
 
 HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
 
@@ -276,3 +276,14 @@ def test_cold_copies_span_twice_the_last_level_cache() -> None:
     assert tiny == MAX_COLD_COPIES
     huge = cold_copies(model, [np.zeros((1,), np.float32)], llc_bytes=1)
     assert huge == 1
+
+
+def test_cold_copies_at_level_all_stay_few() -> None:
+    """At "all", each copy holds its own NCHWc reorder buffers: fewer copies (see MAX_COLD_COPIES_NCHWC)."""
+    brick = next(iter(dlbricks.decompose(conv_model()).bricks.values()))
+    model = brick.to_onnx()
+    expected = cold_copies(model, [np.zeros((1, 16, 14, 14), np.float32)])
+    for level, most in (("disable", MAX_COLD_COPIES), ("all", MAX_COLD_COPIES_NCHWC)):
+        prepared = OrtBackend().prepare(model, OrtConfig(graph_optimization_level=level))
+        assert prepared.copies == min(expected, most) > 1
+        prepared.close()
