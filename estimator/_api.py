@@ -136,30 +136,32 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     predictor = _predictor(store, system, cfg.config_id) if missing and on_missing == "predict" else None
     if peaks is None:
         peaks = store_peaks(store, system)
-    overhead, extra = _reorder_costs(dec, cfg)
+    overhead, extra, cheapest = _reorder_costs(dec, cfg)
     return estimate_decomposition(
         dec, measured, config_id=cfg.config_id, on_missing=on_missing, predictor=predictor,
         measure=measure, alternatives=_alternatives(store, dec, system, cfg), peaks=peaks,
-        brick_overhead_s=overhead, model_extra_s=extra)
+        brick_overhead_s=overhead, model_extra_s=extra, fastest_overhead_s=cheapest or None)
 
 
 @functools.lru_cache(maxsize=16)
-def _reorder_s_per_byte(threads: int) -> float:
+def _reorder_cost(threads: int, cache: str) -> Any:
     from dlbricks.estimator._reorders import calibrate_reorder
 
-    return calibrate_reorder(OrtConfig(intra_op_num_threads=threads))
+    return calibrate_reorder(OrtConfig(intra_op_num_threads=threads, cache=cache))
 
 
-def _reorder_costs(dec: Decomposition, config: OrtConfig) -> tuple[dict[str, float], float]:
-    """Fused bricks at "all": each brick's own layout reorders (subtracted) and the model's (added once)."""
+def _reorder_costs(dec: Decomposition, config: OrtConfig) -> tuple[dict[str, float], float, dict[str, float]]:
+    """Fused bricks at "all": each brick's own layout reorders (subtracted), the model's (added once),
+    and each brick's reorders at their cheapest, with warm caches (subtracted for the lower bound)."""
     if dec.granularity != "fused:all" or getattr(config, "graph_optimization_level", None) != "all":
-        return {}, 0.0
-    from dlbricks.estimator._reorders import brick_reorder_bytes
+        return {}, 0.0, {}
+    from dlbricks.estimator._reorders import brick_reorder_sizes
 
-    per_byte = _reorder_s_per_byte(config.intra_op_num_threads)
     threads = config.intra_op_num_threads
-    overhead = {sig: per_byte * brick_reorder_bytes(b, "all", threads) for sig, b in dec.bricks.items()}
-    return overhead, per_byte * sum(dec.reorder_bytes)
+    cost, warm = _reorder_cost(threads, config.cache), _reorder_cost(threads, "warm")
+    sizes = {sig: brick_reorder_sizes(b, "all", threads) for sig, b in dec.bricks.items()}
+    return ({sig: cost.total(n) for sig, n in sizes.items()}, cost.total(dec.reorder_bytes),
+            {sig: warm.total(n) for sig, n in sizes.items()})
 
 
 def store_peaks(store: Store, system: Any) -> Peaks | None:

@@ -107,6 +107,7 @@ def estimate_decomposition(
     peaks: Peaks | None = None,
     brick_overhead_s: Mapping[str, float] | None = None,
     model_extra_s: float = 0.0,
+    fastest_overhead_s: Mapping[str, float] | None = None,
 ) -> Estimate:
     """Compose a model's latency from its bricks.
 
@@ -134,6 +135,9 @@ def estimate_decomposition(
         fused brick at "all"): subtracted from the brick.
     model_extra_s : float
         Work the model does once per run that no brick holds (its own layout reorders): added once.
+    fastest_overhead_s : mapping of signature to seconds, optional
+        The same overhead at its cheapest (reorders with warm caches), subtracted from each brick's
+        fastest run for the lower bound; default ``brick_overhead_s``.
     """
     if on_missing not in ON_MISSING:
         raise InvalidArgumentError(f"'on_missing' must be one of {ON_MISSING}. Got {on_missing!r} instead.")
@@ -172,7 +176,7 @@ def estimate_decomposition(
             predicted.append(brick.signature)
     every = {sig: [m, *(alternatives or {}).get(sig, ())] for sig, m in found.items()}
     return _compose(dec, latency, halfwidth, floor_s + model_extra_s, config_id, predicted, every, peaks,
-                    overhead)
+                    overhead if fastest_overhead_s is None else fastest_overhead_s)
 
 
 def _compose(dec: Decomposition, latency: Mapping[str, float], halfwidth: Mapping[str, float],

@@ -380,7 +380,7 @@ class OrtBackend:
             ) from e
         sessions = [session]
         if config.cache in ("cold", "cold-weights") and _is_brick(model):
-            most = MAX_COLD_COPIES_NCHWC if config.graph_optimization_level == "all" else MAX_COLD_COPIES
+            most = MAX_COLD_COPIES_NCHWC if _runs_nchwc(model, config) else MAX_COLD_COPIES
             copies = cold_copies(model, first, max_copies=most)
             sessions += [_make_session(ort, model, config) for _ in range(copies - 1)]
         return OrtPrepared(ort, sessions, inputs, first, config)
@@ -471,6 +471,12 @@ def _providers(config: OrtConfig) -> list[Any]:
         **dict(config.provider_options),
     }
     return [("CUDAExecutionProvider", cuda_options), "CPUExecutionProvider"]
+
+
+def _runs_nchwc(model: onnx.ModelProto, config: OrtConfig) -> bool:
+    """Whether the session may run NCHWc layout reorders: level "all", or NCHWc ops in the model."""
+    return config.graph_optimization_level == "all" or any(
+        o.domain == "com.microsoft.nchwc" for o in model.opset_import)
 
 
 def _is_brick(model: onnx.ModelProto) -> bool:

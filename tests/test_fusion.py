@@ -216,3 +216,20 @@ def test_decompose_fused_granularity_and_reorder_accounting() -> None:
     conv = next(b for b in fused.bricks.values() if b.op_type.startswith("Conv+BatchNormalization"))
     assert brick_reorder_bytes(conv, "all") > 0
     assert brick_reorder_bytes(conv, "extended") == 0
+
+
+def test_reorder_cost_is_priced_by_size_in_the_bricks_cache_state() -> None:
+    """Reorders are timed as bricks (session copies, cold buffers) at several sizes; a reorder's cost
+    interpolates per byte between them."""
+    from dlbricks.estimator._reorders import ReorderCost, calibrate_reorder
+    from dlbricks.generators import Budget, OrtConfig
+
+    table = ReorderCost((1000, 100_000), (2e-11, 4e-11))
+    assert table(1000) == pytest.approx(2e-8) and table(100_000) == pytest.approx(4e-6)
+    assert table(10_000) == pytest.approx(3e-11 * 10_000)  # halfway in log size
+    assert table(10) == pytest.approx(2e-10) and table(0) == 0.0
+    assert table.total([1000, 1000]) == pytest.approx(4e-8)
+    shapes = ((1, 16, 14, 14), (1, 64, 56, 56))
+    cost = calibrate_reorder(OrtConfig(), Budget.quick(), shapes=shapes)
+    assert cost.sizes == (4 * 16 * 14 * 14, 4 * 64 * 56 * 56)
+    assert all(0 < c < 1e-9 for c in cost.seconds_per_byte)  # faster than 1 GB/s, and measured
