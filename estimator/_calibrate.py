@@ -1,6 +1,6 @@
 """Measuring a machine's peaks with the same harness as the bricks: FLOP/s and memory bandwidth.
 
-Peak FLOP/s: float32 MatMuls of several sizes; peak bandwidth: Adds over working sets from
+Peak FLOP/s: float32 MatMuls of several sizes and 3x3 convolutions; peak bandwidth: Adds over working sets from
 cache-sized to DRAM-sized. Each peak is the best rate any size reached (from the fastest sample),
 so that per brick max(FLOPs / peak, bytes / peak) stays a floor that no measured run beats: a brick
 whose data fits in cache moves bytes faster than DRAM allows.
@@ -20,9 +20,12 @@ from dlbricks._errors import BackendError
 from dlbricks.estimator._estimate import Peaks
 from dlbricks.generators import Budget, Measurement, benchmark
 
-__all__ = ["calibrate_peaks", "Calibration", "GEMM_SIZES", "STREAM_ELEMENTS", "calibrated_backends", "merge_peaks"]
+__all__ = ["calibrate_peaks", "Calibration", "CONV_SHAPES", "GEMM_SIZES", "STREAM_ELEMENTS", "calibrated_backends", "merge_peaks"]
 
 GEMM_SIZES = (256, 512, 1024)
+#: 3x3 convolutions of ResNet-18 (channels in = out, height = width): oneDNN's convolutions in MXNet run 2-8% above
+#: the rate of its (and onnxruntime's) best GEMM, and a peak must be the best rate any kernel reaches.
+CONV_SHAPES = ((64, 56), (128, 28), (256, 14), (512, 7))
 STREAM_ELEMENTS = (1 << 15, 1 << 16, 1 << 20, 1 << 24)
 
 
@@ -33,6 +36,7 @@ class Calibration:
     peaks: Peaks
     gemm: tuple[tuple[int, float], ...]  # (size, FLOP/s)
     stream: tuple[tuple[int, float], ...]  # (bytes moved, bytes/s)
+    conv: tuple[tuple[int, int, float], ...] = ()  # (channels, height = width, FLOP/s)
 
 
 def _model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], output: onnx.ValueInfoProto,
@@ -51,6 +55,20 @@ def gemm_model(n: int) -> onnx.ModelProto:
                   helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, n]), [w])
 
 
+def conv_model(channels: int, size: int) -> onnx.ModelProto:
+    """A 3x3 convolution, padding 1, ``channels`` in and out, on a ``size`` x ``size`` image."""
+    w = numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((channels, channels, 3, 3), dtype=np.float32), "w")
+    shape = [1, channels, size, size]
+    return _model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                  helper.make_tensor_value_info("y", TensorProto.FLOAT, shape), [w])
+
+
+def _conv_flops(channels: int, size: int) -> float:
+    return 2.0 * channels * channels * 9 * size * size
+
+
 def stream_model(elements: int) -> onnx.ModelProto:
     """``C = A + B`` over float32 vectors: reads two, writes one."""
     return _model([helper.make_node("Add", ["a", "b"], ["c"])],
@@ -65,6 +83,16 @@ def mxnet_gemm_model(n: int) -> onnx.ModelProto:
     mx = import_mxnet()
     y = mx.sym.FullyConnected(mx.sym.var("x"), num_hidden=n, no_bias=True, flatten=False, name="fc")
     return load_mxnet(y, input_shapes={"x": (n, n)}, name=f"gemm{n}").to_onnx()
+
+
+def mxnet_conv_model(channels: int, size: int) -> onnx.ModelProto:
+    """:func:`conv_model` as an MXNet Convolution (``org.mxnet`` model)."""
+    from dlbricks._mxnet_frontend import import_mxnet, load_mxnet
+
+    mx = import_mxnet()
+    y = mx.sym.Convolution(mx.sym.var("x"), num_filter=channels, kernel=(3, 3), pad=(1, 1), no_bias=True,
+                           name="conv")
+    return load_mxnet(y, input_shapes={"x": (1, channels, size, size)}, name=f"conv{channels}").to_onnx()
 
 
 def mxnet_stream_model(elements: int) -> onnx.ModelProto:
@@ -83,18 +111,24 @@ def _rate(work: float, m: Measurement) -> float:
 
 
 def calibrate_peaks(config: object | None = None, budget: Budget | None = None) -> Calibration:
-    """Measure peak FLOP/s and bandwidth under a backend configuration (default: onnxruntime, 1 CPU
-    thread); an ``MxnetConfig`` measures MXNet's FullyConnected and elemwise_add instead."""
+    """Measure peak FLOP/s (MatMuls and 3x3 convolutions) and bandwidth (Adds) under a backend
+    configuration (default: onnxruntime, 1 CPU thread); an ``MxnetConfig`` measures MXNet's
+    FullyConnected, Convolution and elemwise_add instead."""
     budget = budget or Budget(min_time=0.3, max_time=2.0)
     mxnet = type(config).__name__ == "MxnetConfig"
-    gemm_of, stream_of = (mxnet_gemm_model, mxnet_stream_model) if mxnet else (gemm_model, stream_model)
-    models = [gemm_of(n) for n in GEMM_SIZES] + [stream_of(e) for e in STREAM_ELEMENTS]
+    gemm_of, conv_of, stream_of = ((mxnet_gemm_model, mxnet_conv_model, mxnet_stream_model) if mxnet
+                                   else (gemm_model, conv_model, stream_model))
+    models = ([gemm_of(n) for n in GEMM_SIZES] + [conv_of(c, h) for c, h in CONV_SHAPES]
+              + [stream_of(e) for e in STREAM_ELEMENTS])
     results = list(benchmark(models, backend="mxnet" if mxnet else "onnxruntime", config=config,  # type: ignore[arg-type]
                              budget=budget))
-    gemm = tuple((n, _rate(2.0 * n ** 3, m)) for n, m in zip(GEMM_SIZES, results, strict=False))
-    stream = tuple((12 * e, _rate(12.0 * e, m))
-                   for e, m in zip(STREAM_ELEMENTS, results[len(GEMM_SIZES):], strict=True))
-    return Calibration(Peaks(max(r for _, r in gemm), max(r for _, r in stream)), gemm, stream)
+    gemm_runs, conv_runs = results[:len(GEMM_SIZES)], results[len(GEMM_SIZES):len(GEMM_SIZES) + len(CONV_SHAPES)]
+    stream_runs = results[len(GEMM_SIZES) + len(CONV_SHAPES):]
+    gemm = tuple((n, _rate(2.0 * n ** 3, m)) for n, m in zip(GEMM_SIZES, gemm_runs, strict=True))
+    conv = tuple((c, h, _rate(_conv_flops(c, h), m)) for (c, h), m in zip(CONV_SHAPES, conv_runs, strict=True))
+    stream = tuple((12 * e, _rate(12.0 * e, m)) for e, m in zip(STREAM_ELEMENTS, stream_runs, strict=True))
+    flops = max([r for _, r in gemm] + [r for _, _, r in conv])
+    return Calibration(Peaks(flops, max(r for _, r in stream)), gemm, stream, conv)
 
 
 def merge_peaks(stored: Any, backend: str, calibration: Calibration) -> tuple[float, float, dict[str, Any]]:
@@ -113,7 +147,7 @@ def merge_peaks(stored: Any, backend: str, calibration: Calibration) -> tuple[fl
                             **stored.details}})
     backends[backend] = {"flops_per_s": calibration.peaks.flops_per_s,
                          "bytes_per_s": calibration.peaks.bytes_per_s,
-                         "gemm": calibration.gemm, "stream": calibration.stream}
+                         "gemm": calibration.gemm, "conv": calibration.conv, "stream": calibration.stream}
     return (max(b["flops_per_s"] for b in backends.values()), max(b["bytes_per_s"] for b in backends.values()),
             {"backends": backends})
 

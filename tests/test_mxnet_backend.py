@@ -16,6 +16,8 @@ from tests import _mxnet
 pytestmark = _mxnet.MARKS
 mx = _mxnet.import_mxnet()
 
+MEASURED_NOISE = 0.05  # drift of this machine's speed between two measurements seconds apart
+
 from dlbricks.generators import (  # noqa: E402
     Budget,
     Measurement,
@@ -199,16 +201,17 @@ def test_estimate_from_mxnet_bricks(mobilenet: dlbricks.ModelGraph) -> None:
     assert dataclasses.asdict(est)["layers"] == len(mobilenet)
 
 
-def test_mxnet_calibration_keeps_the_roofline_below_mxnet_bricks(mobilenet: dlbricks.ModelGraph) -> None:
+def test_mxnet_calibration_keeps_the_roofline_below_mxnet_bricks() -> None:
     """Peaks calibrated in MXNet (FullyConnected, elemwise_add) and merged with onnxruntime's: the
-    model's roofline stays below the sum of its bricks' fastest runs (per brick it need not: MXNet's
-    per-call floor is 15 us, and a 200 KB activation in L2 takes 1-2 us after it)."""
+    compute side of the roofline stays below MXNet's convolutions (they run near the peak; with
+    onnxruntime's peak alone, ResNet-18's roofline came out above its lower bound; with GEMMs alone, a
+    3x3 convolution ran 2% above the peak)."""
     from dlbricks.estimator import calibrate_peaks
     from dlbricks.estimator._calibrate import calibrated_backends, merge_peaks
     from dlbricks.estimator._estimate import Peaks
 
     config = MxnetConfig(cache="warm")
-    mx_cal = calibrate_peaks(config, Budget.quick())
+    mx_cal = calibrate_peaks(config)
     ort_cal = calibrate_peaks(budget=Budget.quick())
     assert mx_cal.peaks.flops_per_s > 1e8 and mx_cal.peaks.bytes_per_s > 1e8
     flops, bandwidth, details = merge_peaks(None, "mxnet", mx_cal)
@@ -217,10 +220,10 @@ def test_mxnet_calibration_keeps_the_roofline_below_mxnet_bricks(mobilenet: dlbr
     assert flops == max(mx_cal.peaks.flops_per_s, ort_cal.peaks.flops_per_s)
     assert calibrated_backends(record._replace(details=details)) == {"mxnet", "onnxruntime"}
     peaks = Peaks(flops, bandwidth)
-    dec = dlbricks.decompose(mobilenet)
-    assert all(b.flops is not None for b in dec.bricks.values())
-    fastest = {m.key: m.min_s - m.floor_s for m in benchmark(list(dec.bricks.values()), backend="mxnet",
-                                                             config=config, budget=Budget.quick())}
-    roofline = sum(peaks.roofline_s(dec.bricks[o.signature]) for o in dec.occurrences)
-    lower_bound = sum(fastest[o.signature] for o in dec.occurrences)
-    assert 0 < roofline <= lower_bound
+    dec = dlbricks.decompose(build_gluon("resnet18_v1"))
+    heavy = [b for b in dec.bricks.values() if b.op_type in ("Convolution", "FullyConnected")]
+    assert heavy and all(b.flops for b in heavy)
+    for brick, m in zip(heavy, benchmark(heavy, backend="mxnet", config=config, budget=Budget.quick()),
+                        strict=True):
+        # the peaks and the brick are measured seconds apart, and this machine's speed drifts by a few %
+        assert peaks.roofline_s(brick) <= (m.min_s - m.floor_s) * (1 + MEASURED_NOISE), (brick.op_type, m.min_s)
