@@ -221,8 +221,10 @@ def test_mxnet_calibration_keeps_the_roofline_below_mxnet_bricks() -> None:
     assert calibrated_backends(record._replace(details=details)) == {"mxnet", "onnxruntime"}
     peaks = Peaks(flops, bandwidth)
     dec = dlbricks.decompose(build_gluon("resnet18_v1"))
-    heavy = [b for b in dec.bricks.values() if b.op_type in ("Convolution", "FullyConnected")]
-    assert heavy and all(b.flops for b in heavy)
+    # compute-bound bricks of 0.5 ms and more: MXNet's per-call floor (7-20 us from one run to the next)
+    # makes the floor-corrected rate of a 50 us convolution uncertain by 20%
+    heavy = [b for b in dec.bricks.values() if b.op_type == "Convolution" and b.flops >= 1e8]
+    assert len(heavy) >= 3
     for brick, m in zip(heavy, benchmark(heavy, backend="mxnet", config=config, budget=Budget.quick()),
                         strict=True):
         # the peaks and the brick are measured seconds apart, and this machine's speed drifts by a few %
