@@ -19,11 +19,11 @@ import argparse
 import onnx
 from onnx import TensorProto, helper
 
+from dlbricks._fusion import NCHWC_DOMAIN
 from dlbricks.generators import Budget, OrtBackend, OrtConfig, collect_system_info
 from dlbricks.generators._floor import measure_floor
 from dlbricks.generators._harness import measure_model
 
-NCHWC_DOMAIN = "com.microsoft.nchwc"
 #: (channels, height and width) of typical activations: ResNet-50 stages, MobileNet, VGG.
 SHAPES = ((64, 112), (256, 56), (512, 28), (1024, 14), (2048, 7), (32, 112), (96, 56), (512, 14))
 #: MLAS pads NCHWc channels to its block size: 16 with AVX-512, 8 with AVX2 (both divide these).

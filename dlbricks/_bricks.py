@@ -21,7 +21,7 @@ from dlbricks._errors import InvalidArgumentError, UnrunnableBrickError
 from dlbricks._graph import VALUE_RANGES_KEY
 from dlbricks._types import TensorSpec
 
-__all__ = ["Brick", "ConstantSpec", "EXACT_MAX_ELEMENTS", "SEMANTIC_INPUTS", "BRICK_META_KEY"]
+__all__ = ["Brick", "ConstantSpec", "EXACT_MAX_ELEMENTS", "SEMANTIC_INPUTS", "BRICK_META_KEY", "SIGNATURE_KEY"]
 
 #: Constants of at most this many elements are always kept exactly.
 EXACT_MAX_ELEMENTS = 64
@@ -45,6 +45,8 @@ POSITIVE_INPUTS: Mapping[str, frozenset[int]] = {
 }
 #: metadata_props key of the brick description in serialized bricks.
 BRICK_META_KEY = "dlbricks.brick"
+#: Metadata key of a brick's signature in its ONNX model: what tells a backend that a model is a brick.
+SIGNATURE_KEY = "dlbricks.signature"
 WEIGHT_MODES = ("synthetic", "real")
 
 
@@ -192,7 +194,7 @@ class Brick:
         model.functions.extend(self.functions)
         model.metadata_props.add(key=VALUE_RANGES_KEY, value=json.dumps(
             {k: list(v) for k, v in self.value_ranges.items()}, sort_keys=True))
-        model.metadata_props.add(key="dlbricks.signature", value=self.signature)
+        model.metadata_props.add(key=SIGNATURE_KEY, value=self.signature)
         return model
 
     def check_runnable(self) -> str | None:

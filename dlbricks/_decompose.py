@@ -15,9 +15,9 @@ from dlbricks._bricks import (
 from dlbricks._canonical import canonical_nodes, signature_of, value_digest
 from dlbricks._cost import node_flops
 from dlbricks._errors import InvalidArgumentError
+from dlbricks._graph import LayerNode, ModelGraph
 from dlbricks._mxnet_frontend import MXNET_DOMAIN
 from dlbricks._mxnet_to_onnx import mxnet_brick_flops
-from dlbricks._graph import LayerNode, ModelGraph
 from dlbricks._onnx_frontend import ModelLike, load_model
 from dlbricks._ranges import consumer_range
 from dlbricks._types import TensorSpec, runnable_ir_version

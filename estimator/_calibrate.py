@@ -1,14 +1,14 @@
 """Measuring a machine's peaks with the same harness as the bricks: FLOP/s and memory bandwidth.
 
-Peak FLOP/s: float32 MatMuls of several sizes and 3x3 convolutions; peak bandwidth: Adds over working sets from
-cache-sized to DRAM-sized. Each peak is the best rate any size reached (from the fastest sample),
+Peak FLOP/s: float32 MatMuls of several sizes and 3x3 convolutions; peak bandwidth: Adds over
+working sets from cache-sized to DRAM-sized. Each peak is the best rate any size reached (from the fastest sample),
 so that per brick max(FLOPs / peak, bytes / peak) stays a floor that no measured run beats: a brick
 whose data fits in cache moves bytes faster than DRAM allows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,11 +20,12 @@ from dlbricks._errors import BackendError
 from dlbricks.estimator._estimate import Peaks
 from dlbricks.generators import Budget, Measurement, benchmark
 
-__all__ = ["calibrate_peaks", "Calibration", "CONV_SHAPES", "GEMM_SIZES", "STREAM_ELEMENTS", "calibrated_backends", "merge_peaks"]
+__all__ = ["calibrate_peaks", "Calibration", "CONV_SHAPES", "GEMM_SIZES", "STREAM_ELEMENTS", "calibrated_backends",
+           "merge_peaks"]
 
 GEMM_SIZES = (256, 512, 1024)
-#: 3x3 convolutions of ResNet-18 (channels in = out, height = width): oneDNN's convolutions in MXNet run 2-8% above
-#: the rate of its (and onnxruntime's) best GEMM, and a peak must be the best rate any kernel reaches.
+#: 3x3 convolutions of ResNet-18 (channels in = out, height = width): oneDNN's convolutions in MXNet
+#: ran 2-8% above the rate of the best GEMM, and a peak must be the best rate any kernel reaches.
 CONV_SHAPES = ((64, 56), (128, 28), (256, 14), (512, 7))
 STREAM_ELEMENTS = (1 << 16, 1 << 20, 1 << 24)
 

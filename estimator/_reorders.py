@@ -24,13 +24,14 @@ import onnx
 from onnx import TensorProto, helper
 
 from dlbricks import Brick
+from dlbricks._bricks import SIGNATURE_KEY
+from dlbricks._fusion import NCHWC_DOMAIN
 from dlbricks._ortutil import session_options
 from dlbricks.generators import Budget, OrtConfig, benchmark
 
 __all__ = ["brick_reorder_bytes", "brick_reorder_sizes", "calibrate_reorder", "ReorderCost", "REORDER_OPS",
            "REORDER_SHAPES", "NCHWC_DOMAIN"]
 
-NCHWC_DOMAIN = "com.microsoft.nchwc"
 REORDER_OPS = ("ReorderInput", "ReorderOutput")
 
 
@@ -102,7 +103,7 @@ def _round_trip_model(shape: tuple[int, ...]) -> onnx.ModelProto:
     model.ir_version = 8
     # Measured as a brick, in the bricks' cache state: inside a fused brick's session the reorders
     # write buffers of each session copy, which the cache emulation keeps cold.
-    model.metadata_props.add(key="dlbricks.signature", value="nchwc-reorder-round-trip-" + "x".join(map(str, shape)))
+    model.metadata_props.add(key=SIGNATURE_KEY, value="nchwc-reorder-round-trip-" + "x".join(map(str, shape)))
     return model
 
 

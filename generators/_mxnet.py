@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from dlbricks._bricks import SIGNATURE_KEY
 from dlbricks._errors import BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
 from dlbricks.generators._inputs import random_inputs
 from dlbricks.generators._ort import cold_copies
@@ -383,7 +384,7 @@ def _bind(mx: ModuleType, built: Any, inputs: Mapping[str, Any], ctx: Any, model
 
 def _is_brick(model: onnx.ModelProto) -> bool:
     """Whether ``model`` is a dlbricks brick (it carries its signature), not a whole model."""
-    return any(p.key == "dlbricks.signature" for p in model.metadata_props)
+    return any(p.key == SIGNATURE_KEY for p in model.metadata_props)
 
 
 _warned: set[str] = set()

@@ -20,7 +20,9 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from dlbricks._bricks import SIGNATURE_KEY
 from dlbricks._errors import BackendError, BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
+from dlbricks._fusion import NCHWC_DOMAIN
 from dlbricks.generators._inputs import random_inputs
 from dlbricks.generators._util import closed, one_line, round_robin
 
@@ -476,12 +478,12 @@ def _providers(config: OrtConfig) -> list[Any]:
 def _runs_nchwc(model: onnx.ModelProto, config: OrtConfig) -> bool:
     """Whether the session may run NCHWc layout reorders: level "all", or NCHWc ops in the model."""
     return config.graph_optimization_level == "all" or any(
-        o.domain == "com.microsoft.nchwc" for o in model.opset_import)
+        o.domain == NCHWC_DOMAIN for o in model.opset_import)
 
 
 def _is_brick(model: onnx.ModelProto) -> bool:
     """Whether ``model`` is a dlbricks brick (it carries its signature), not a whole model."""
-    return any(p.key == "dlbricks.signature" for p in model.metadata_props)
+    return any(p.key == SIGNATURE_KEY for p in model.metadata_props)
 
 
 def cold_copies(model: onnx.ModelProto, outputs: list[Any], llc_bytes: int | None = None,
