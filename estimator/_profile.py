@@ -1,8 +1,11 @@
 """In-model times of every layer, from onnxruntime's own profiler.
 
-Summing per-node kernel times inside the running model lands within a few percent of the whole
-model's latency, so it is the reference for explaining an estimate's error per brick: a brick whose
-own time differs from its layers' in-model time is measured out of its context (cache state, fusion).
+Per-node kernel times inside the running model are the reference for explaining an estimate's error
+per brick: a brick whose own time differs much from its layers' in-model time is measured out of its
+context (cache state, fusion). The profiler costs time inside the kernel events too: MobileNet-v2's
+152 profiled kernels summed to 10.26 ms against 9.22 ms for the unprofiled whole model (about 7 us per
+layer), so a 5 us BatchNormalization brick looked twice as slow in the model as alone, while the same
+brick run right after its producing convolution, without the profiler, took 8.0 against 7.8 us alone.
 """
 
 from __future__ import annotations

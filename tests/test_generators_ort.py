@@ -33,7 +33,13 @@ from dlbricks.generators import (
     measure_floor,
     random_inputs,
 )
-from dlbricks.generators._ort import MAX_COLD_COPIES, MAX_COLD_COPIES_NCHWC, THREAD_POOLS_ENV, cold_copies
+from dlbricks.generators._ort import (
+    MAX_COLD_COPIES,
+    MAX_COLD_COPIES_NCHWC,
+    THREAD_POOLS_ENV,
+    USE_ENV_ALLOCATORS,
+    cold_copies,
+)
 
 HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
 
@@ -287,3 +293,26 @@ def test_cold_copies_at_level_all_stay_few() -> None:
         prepared = OrtBackend().prepare(model, OrtConfig(graph_optimization_level=level))
         assert prepared.copies == min(expected, most) > 1
         prepared.close()
+
+
+def test_cold_copies_share_one_arena_and_whole_models_keep_their_own() -> None:
+    """Cold copies of a brick take scratch buffers from one arena, as the layers of a model do; a
+    whole model and a warm brick run with the session's own arena, as users run them."""
+    brick = next(iter(dlbricks.decompose(conv_model()).bricks.values()))
+    cases = ((brick.to_onnx(), OrtConfig(), "1"),
+             (brick.to_onnx(), OrtConfig(cache="warm"), ""),
+             (conv_model(), OrtConfig(), ""))
+    for model, config, expected in cases:
+        prepared = OrtBackend().prepare(model, config)
+        entries = {_config_entry(s.get_session_options(), USE_ENV_ALLOCATORS) for s in prepared._sessions}
+        assert entries == {expected}, (config.cache, prepared.copies)
+        prepared.run()
+        prepared.close()
+
+
+def _config_entry(options: ort.SessionOptions, key: str) -> str:
+    """A session option's value, "" when it is not set (onnxruntime raises then)."""
+    try:
+        return options.get_session_config_entry(key)
+    except RuntimeError:
+        return ""
