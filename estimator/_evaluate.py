@@ -316,7 +316,9 @@ class _PairedWhole:
     def result(self) -> Measurement:
         if self._first.ok:
             self._sample(self._runner.budget)
-            self._say(f"{self._name}: whole model sampled {len(self._runs)} times")
+            medians = sorted(1e3 * (m.median_s or 0.0) for m in self._runs)
+            self._say(f"{self._name}: whole model sampled {len(self._runs)} times, medians "
+                      f"{medians[0]:.2f}-{medians[-1]:.2f} ms")
         return replace(pool(self._runs), wall_time_s=self._first.wall_time_s)
 
     def _sample(self, budget: Budget) -> None:
