@@ -30,6 +30,10 @@ def _config_options(fn: Any) -> Any:
                         type=click.Path(dir_okay=False), help="The brick database.")(fn)
 
 
+_granularity_option = click.option(
+    "--granularity", type=click.Choice(("layer", "fused")), default="layer", show_default=True,
+    help="fused: one brick per kernel onnxruntime runs at --opt-level.")
+
 _BUDGETS = {"quick": Budget.quick, "default": lambda: EVALUATE_BUDGET,
             "thorough": lambda: Budget(warmup_time=0.2, min_time=1.0, min_runs=20, max_time=10.0, rel_ci=0.01)}
 _budget_option = click.option("--budget", "budget_name", type=click.Choice(tuple(_BUDGETS)), default="default",
@@ -65,16 +69,18 @@ def _print_estimate(est: Estimate, top: int) -> None:
 @click.command("estimate")
 @click.argument("model")
 @_config_options
+@_granularity_option
 @click.option("--on-missing", type=click.Choice(ON_MISSING), default="error", show_default=True,
               help="Bricks without a measurement: refuse, predict, or measure now.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--top", type=int, default=15, show_default=True, help="Breakdown rows to print.")
 @handle_errors
-def estimate_cmd(model: str, db: str, threads: int, opt_level: str, on_missing: str, as_json: bool,
-                 top: int) -> None:
+def estimate_cmd(model: str, db: str, threads: int, opt_level: str, granularity: str, on_missing: str,
+                 as_json: bool, top: int) -> None:
     """Estimate MODEL's latency from the brick database (a file, or a stored or zoo model name)."""
     with open_store(db) as store:
-        est = estimate(model, store, config=_config(threads, opt_level), on_missing=on_missing)
+        est = estimate(model, store, config=_config(threads, opt_level), granularity=granularity,
+                       on_missing=on_missing)
     if as_json:
         click.echo(json.dumps(est.to_dict(), indent=2))
     else:
@@ -87,16 +93,17 @@ def estimate_cmd(model: str, db: str, threads: int, opt_level: str, on_missing: 
 @click.option("--per-brick", is_flag=True,
               help="Also show each brick's time beside its layers' in-model time (onnxruntime profiler).")
 @click.option("--top", type=int, default=15, show_default=True, help="Bricks to show with --per-brick.")
+@_granularity_option
 @_budget_option
 @handle_errors
 def validate_cmd(models: tuple[str, ...], db: str, threads: int, opt_level: str, per_brick: bool,
-                 top: int, budget_name: str) -> None:
+                 top: int, granularity: str, budget_name: str) -> None:
     """Measure MODELs whole, store the runs, and compare with their estimates."""
     rows, validations = [], []
     with open_store(db) as store:
         for model in models:
-            v = validate(model, store, config=_config(threads, opt_level), budget=_BUDGETS[budget_name](),
-                         per_brick=per_brick)
+            v = validate(model, store, config=_config(threads, opt_level), granularity=granularity,
+                         budget=_BUDGETS[budget_name](), per_brick=per_brick)
             validations.append(v)
             rows.append([v.estimate.model, _ms(v.measured.median_s), _ms(v.estimate.sequential_s),
                          f"{100 * v.error:+.1f}", _ms(v.estimate.lower_bound_s), _ms(v.estimate.roofline_s),
@@ -178,8 +185,7 @@ def _print_evaluation(ev: Evaluation) -> None:
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write PNG figures there (needs the 'plot' extra).")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
-@click.option("--granularity", type=click.Choice(("layer", "fused")), default="layer", show_default=True,
-              help="fused: one brick per kernel onnxruntime runs at --opt-level.")
+@_granularity_option
 @click.option("--framework", type=click.Choice(("onnxruntime", "mxnet")), default="onnxruntime",
               show_default=True, help="mxnet: the Gluon vision zoo run in MXNet (the mxnet extra).")
 @_budget_option

@@ -62,6 +62,23 @@ def test_validate_bounds_hold(filled: tuple[Path, Path]) -> None:
         assert rec.median_s > 0
 
 
+def test_fused_estimates_are_kept_apart_from_layer_ones(filled: tuple[Path, Path], tmp_path: Path) -> None:
+    """validate and estimate take --granularity; a fused estimate says so and uses fused bricks only."""
+    model, _ = filled
+    db = tmp_path / "fused.db"
+    level = ["--opt-level", "extended", "--db", str(db)]
+    validated = CliRunner().invoke(main, ["validate", str(model), *level, "--granularity", "fused",
+                                          "--budget", "quick"])
+    assert validated.exit_code == 0, validated.output
+    fused = CliRunner().invoke(main, ["estimate", str(model), *level, "--granularity", "fused", "--json"])
+    assert fused.exit_code == 0, fused.output
+    data = json.loads(fused.output)
+    assert data["granularity"] == "fused:extended" and data["coverage"] == 1.0
+    assert {b["op_type"] for b in data["breakdown"]} >= {"Conv+BatchNormalization+Relu"}
+    layer = CliRunner().invoke(main, ["estimate", str(model), *level])
+    assert layer.exit_code == 2 and "have no measurement" in layer.output
+
+
 def test_calibrate_stores_peaks(tmp_path: Path) -> None:
     db = tmp_path / "p.db"
     result = CliRunner().invoke(main, ["calibrate", "--db", str(db)])
