@@ -144,7 +144,7 @@ JOIN backends AS be ON be.config_id = m.config_id;
 #: Tables that a dlbricks database has (any other table means another application's file).
 DLBRICKS_TABLES = frozenset({"schema_migrations", "systems", "backends", "bricks", "models",
                              "model_bricks", "model_edges", "measurements", "model_measurements",
-                             "claims", "peaks"})
+                             "claims", "peaks", "model_reorders"})
 
 
 _V2 = """
@@ -154,6 +154,16 @@ CREATE TABLE peaks (
     bytes_per_s REAL NOT NULL,
     details TEXT NOT NULL CHECK (json_valid(details)),
     measured_at TEXT NOT NULL
+);
+"""
+
+
+_V3 = """
+CREATE TABLE model_reorders (
+    model TEXT NOT NULL REFERENCES models (key),
+    granularity TEXT NOT NULL,
+    sizes TEXT NOT NULL CHECK (json_valid(sizes)),
+    PRIMARY KEY (model, granularity)
 );
 """
 
@@ -168,10 +178,17 @@ def _m0002_peaks(db: sqlite_utils.Database) -> None:
     db.executescript(_V2)
 
 
+def _m0003_model_reorders(db: sqlite_utils.Database) -> None:
+    """``model_reorders``: bytes of each layout reorder onnxruntime runs in a model at a fused
+    granularity (level "all"), so that an estimate of a stored model adds them as a fresh one does."""
+    db.executescript(_V3)
+
+
 #: ``(name, migration)`` in order; migration ``i`` (0-based) brings the schema to version ``i + 1``.
 MIGRATIONS: tuple[tuple[str, Callable[[sqlite_utils.Database], None]], ...] = (
     ("0001_initial", _m0001_initial),
     ("0002_peaks", _m0002_peaks),
+    ("0003_model_reorders", _m0003_model_reorders),
 )
 
 #: The schema version this code writes and reads.

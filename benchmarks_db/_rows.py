@@ -72,6 +72,14 @@ def brick_row(brick: Brick, added_at: str) -> Row:
             "bytes_moved": brick.bytes_moved, "onnx": brick.to_bytes(), "added_at": added_at}
 
 
+def reorder_rows(dec: Decomposition) -> list[Row]:
+    """The ``model_reorders`` row of a decomposition whose model runs layout reorders (else none)."""
+    if not dec.reorder_bytes:
+        return []
+    return [{"model": dec.model_key, "granularity": dec.granularity,
+             "sizes": to_json([int(n) for n in dec.reorder_bytes])}]
+
+
 def model_rows(dec: Decomposition, source: ModelSource | None,
                added_at: str) -> tuple[Row, list[Row], list[Row]]:
     """The ``models`` row (without ``source`` when None), ``model_bricks`` and ``model_edges`` rows."""

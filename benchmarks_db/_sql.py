@@ -226,14 +226,23 @@ def existing_signatures(db: sqlite_utils.Database, signatures: Sequence[str]) ->
 
 
 def replace_model_graph(db: sqlite_utils.Database, model: str, granularity: str,
-                        occurrences: Sequence[Row], edges: Sequence[Row]) -> None:
-    """Replace the occurrences and brick-DAG edges of one model at one granularity."""
-    for table in ("model_bricks", "model_edges"):
+                        occurrences: Sequence[Row], edges: Sequence[Row], reorders: Sequence[Row] = ()) -> None:
+    """Replace the occurrences, brick-DAG edges and layout reorders of one model at one granularity."""
+    for table in ("model_bricks", "model_edges", "model_reorders"):
         db.conn.execute(f"DELETE FROM {table} WHERE model = ? AND granularity = ?", (model, granularity))
     if occurrences:
         db["model_bricks"].insert_all(occurrences, batch_size=500)
     if edges:
         db["model_edges"].insert_all(edges, batch_size=500)
+    if reorders:
+        db["model_reorders"].insert_all(reorders)
+
+
+def model_reorders(db: sqlite_utils.Database, model: str, granularity: str) -> tuple[int, ...]:
+    """Bytes of each layout reorder stored for one model at one granularity (empty if none)."""
+    row = db.conn.execute("SELECT sizes FROM model_reorders WHERE model = ? AND granularity = ?",
+                          (model, granularity)).fetchone()
+    return tuple(int(n) for n in json.loads(row[0])) if row else ()
 
 
 @functools.cache

@@ -156,11 +156,12 @@ class Store:
         now = _rows.now()
         bricks = [_rows.brick_row(b, now) for s, b in dec.bricks.items() if s not in existing]
         model, occurrences, edges = _rows.model_rows(dec, source, now)
+        reorders = _rows.reorder_rows(dec)
 
         def tx() -> None:
             _sql.insert_ignore(self._db, "bricks", bricks)
             _sql.upsert(self._db, "models", model, "key", keep=("added_at",))
-            _sql.replace_model_graph(self._db, dec.model_key, dec.granularity, occurrences, edges)
+            _sql.replace_model_graph(self._db, dec.model_key, dec.granularity, occurrences, edges, reorders)
 
         _sql.write(self._db, tx)
         return len(bricks)
@@ -426,7 +427,8 @@ class Store:
         bricks = {sig: self.brick(sig) for sig in dict.fromkeys(o.signature for o in occurrences)}
         return Decomposition(model=record.name, model_key=key, granularity=granularity,
                              inputs=record.inputs, bricks=bricks, occurrences=occurrences,
-                             dag=self.dag(key, granularity))
+                             dag=self.dag(key, granularity),
+                             reorder_bytes=_sql.model_reorders(self._db, key, granularity))
 
     @_guard
     def unmeasured(self, system: Any, config_id: str, signatures: Sequence[str] | None = None, *,
@@ -553,7 +555,7 @@ class Store:
             def tx() -> MergeReport:
                 copied = {t: _sql.copy_missing(self._db, t) for t in
                           ("systems", "peaks", "backends", "bricks", "models", "model_bricks",
-                           "model_edges")}
+                           "model_edges", "model_reorders")}
                 bricks = _sql.merge_measurements(self._db, "measurements", rule)
                 models = _sql.merge_measurements(self._db, "model_measurements", rule)
                 return MergeReport(source, rule, copied["systems"], copied["backends"],

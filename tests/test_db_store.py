@@ -78,11 +78,11 @@ def test_an_older_database_is_migrated_in_place(tmp_path) -> None:
     with pytest.raises(DatabaseError, match="to migrate it"):
         Store(path, readonly=True)
     with Store(path) as s:
-        assert s.schema_version == bdb.SCHEMA_VERSION == 2
+        assert s.schema_version == bdb.SCHEMA_VERSION == 3
         assert [x.fingerprint for x in s.systems()] == ["old"]
         assert s.peaks("old") is None
         names = [r[0] for r in s.db.execute("SELECT name FROM schema_migrations ORDER BY version")]
-        assert names == ["0001_initial", "0002_peaks"]
+        assert names == ["0001_initial", "0002_peaks", "0003_model_reorders"]
 
 
 def test_peaks_per_system(store: Store) -> None:

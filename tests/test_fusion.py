@@ -218,6 +218,27 @@ def test_decompose_fused_granularity_and_reorder_accounting() -> None:
     assert brick_reorder_bytes(conv, "extended") == 0
 
 
+def test_a_stored_fused_model_keeps_its_layout_reorders(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The model's own reorders at "all" (added once per estimate) survive the database, so a model
+    estimated by its stored name is priced as the freshly decomposed one; storing it at another
+    granularity leaves them alone."""
+    import dlbricks
+    from dlbricks.benchmarks_db import Store
+    from dlbricks.model_zoo import build
+
+    graph = dlbricks.load_model(build("resnet18_v1"))
+    fused = dlbricks.decompose(graph, "fused", opt_level="all")
+    with Store(tmp_path / "r.db") as store:
+        store.add_decomposition(fused)
+        store.add_decomposition(dlbricks.decompose(graph))
+        assert store.decomposition("resnet18_v1", "fused:all").reorder_bytes == fused.reorder_bytes
+        assert store.decomposition("resnet18_v1", "layer").reorder_bytes == ()
+        other = Store(tmp_path / "merged.db")
+        other.merge_from(tmp_path / "r.db")
+        assert other.decomposition("resnet18_v1", "fused:all").reorder_bytes == fused.reorder_bytes
+        other.close()
+
+
 def test_reorder_cost_is_priced_by_size_in_the_bricks_cache_state() -> None:
     """Reorders are timed as bricks (session copies, cold buffers) at several sizes; a reorder's cost
     interpolates per byte between them."""
