@@ -16,7 +16,7 @@ from dlbricks.estimator._estimate import (
 )
 from dlbricks.estimator._evaluate import DEFAULT_SUITE, Evaluation, EvaluationRow, evaluate, measure_whole
 from dlbricks.estimator._predict import LatencyPredictor, OpModel
-from dlbricks.estimator._profile import in_model_times
+from dlbricks.estimator._profile import InModelTimes, in_model_times
 
 __all__ = [
     # estimating from a database
@@ -31,6 +31,7 @@ __all__ = [
     "calibrate_peaks",
     "Calibration",
     "in_model_times",
+    "InModelTimes",
     "open_store",
     # composition
     "estimate_decomposition",

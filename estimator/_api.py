@@ -185,6 +185,9 @@ class Validation:
     measured: Measurement
     decomposition: Decomposition
     in_model: Mapping[int, float] | None = None
+    in_model_reorders_s: float = 0.0
+    in_model_kernels: int = 0
+    in_model_total_s: float = 0.0
 
     @property
     def error(self) -> float:
@@ -233,5 +236,6 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
         from dlbricks.estimator._profile import in_model_times
 
         times = in_model_times(graph, config)
-        in_model = {o.index: sum(times.get(n, 0.0) for n in o.nodes) for o in dec.occurrences}
+        in_model = {o.index: sum(times.layers.get(n, 0.0) for n in o.nodes) for o in dec.occurrences}
+        return Validation(est, whole, dec, in_model, times.reorders_s, times.kernels, times.total_s)
     return Validation(est, whole, dec, in_model)

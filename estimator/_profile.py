@@ -14,6 +14,7 @@ import json
 import os
 import tempfile
 from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,12 +22,37 @@ from dlbricks import ModelGraph, random_inputs
 from dlbricks._ortutil import session_options
 from dlbricks.generators import OrtConfig
 
-__all__ = ["in_model_times"]
+__all__ = ["InModelTimes", "in_model_times"]
+
+#: Kernels onnxruntime inserts at level "all" to move tensors into and out of the NCHWc layout.
+REORDER_KERNELS = frozenset({"ReorderInput", "ReorderOutput"})
+_KERNEL_TIME = "_kernel_time"
+_NCHWC_SUFFIX = "_nchwc"
+
+
+@dataclass(frozen=True, slots=True)
+class InModelTimes:
+    """Median kernel times (seconds) inside the running model, from onnxruntime's profiler.
+
+    ``layers``: by layer name; a kernel that runs several layers (fused) counts on one of them, so
+    sum over a brick's layers. ``reorders_s``: the layout reorders onnxruntime inserted (level
+    "all"), which belong to no layer. ``kernels``: kernels one run executes; ``total_s``: their sum.
+    """
+
+    layers: dict[str, float]
+    reorders_s: float
+    kernels: int
+    total_s: float
 
 
 def in_model_times(graph: ModelGraph, config: OrtConfig | None = None, runs: int = 30,
-                   warmup: int = 5) -> dict[str, float]:
-    """Median kernel time (seconds) of every layer inside the running model, by layer name."""
+                   warmup: int = 5) -> InModelTimes:
+    """Profile ``graph`` under ``config`` and attribute each kernel's median time to its layers.
+
+    A kernel is matched to a layer by the node name the profiler reports (layers are renamed
+    ``__dlb<index>`` first) or, for kernels the optimizer created (fusions, the NCHWc transformer,
+    which names a kernel after its output), by the layer that produced that output.
+    """
     import onnxruntime as ort
 
     config = config or OrtConfig()
@@ -34,6 +60,9 @@ def in_model_times(graph: ModelGraph, config: OrtConfig | None = None, runs: int
     for i, node in enumerate(model.graph.node):
         node.name = f"__dlb{i}"
     by_index = {layer.index: layer.name for layer in graph.layers}
+    owner = {f"__dlb{i}": by_index[i] for i in by_index}
+    owner.update({out: by_index[i] for i, node in enumerate(model.graph.node) if i in by_index
+                  for out in node.output})
     with tempfile.TemporaryDirectory() as tmp:
         options = session_options(config.graph_optimization_level, config.intra_op_num_threads,
                                   inter_threads=config.inter_op_num_threads,
@@ -47,8 +76,18 @@ def in_model_times(graph: ModelGraph, config: OrtConfig | None = None, runs: int
     durations: dict[str, list[float]] = defaultdict(list)
     for event in events:
         name = event.get("name", "")
-        if event.get("cat") == "Node" and name.startswith("__dlb") and name.endswith("_kernel_time"):
-            index = int(name[len("__dlb"):-len("_kernel_time")])
-            if index in by_index:
-                durations[by_index[index]].append(event["dur"] * 1e-6)
-    return {name: float(np.median(d[warmup:] or d)) for name, d in durations.items()}
+        if event.get("cat") == "Node" and name.endswith(_KERNEL_TIME):
+            durations[name[:-len(_KERNEL_TIME)]].append(event["dur"] * 1e-6)
+    medians = {kernel: float(np.median(d[warmup:] or d)) for kernel, d in durations.items()}
+    ops = {e.get("name", "")[:-len(_KERNEL_TIME)]: e.get("args", {}).get("op_name") for e in events
+           if e.get("cat") == "Node" and e.get("name", "").endswith(_KERNEL_TIME)}
+    layers: dict[str, float] = defaultdict(float)
+    reorders = 0.0
+    for kernel, t in medians.items():
+        if ops.get(kernel) in REORDER_KERNELS:
+            reorders += t
+            continue
+        layer = owner.get(kernel) or owner.get(kernel.removesuffix(_NCHWC_SUFFIX))
+        if layer is not None:
+            layers[layer] += t
+    return InModelTimes(dict(layers), reorders, len(medians), sum(medians.values()))

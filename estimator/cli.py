@@ -121,12 +121,15 @@ def _print_per_brick(v: Any, top: int) -> None:
     for occ in v.decomposition.occurrences:
         in_model[occ.signature] = in_model.get(occ.signature, 0.0) + v.in_model[occ.index]
     total_in = sum(in_model.values())
-    nodes = len(v.decomposition.occurrences)
-    per_node_us = 1e6 * (total_in - v.measured.median_s) / max(nodes, 1)
+    per_kernel_us = 1e6 * (v.in_model_total_s - v.measured.median_s) / max(v.in_model_kernels, 1)
     click.echo(f"\n{v.estimate.model}: bricks {_ms(v.estimate.sequential_s - v.estimate.floor_s)} ms "
-               f"vs in-model kernels {_ms(total_in)} ms (profiler); the profiled kernels of {nodes} layers "
-               f"sum to {per_node_us:+.1f} us per layer against the unprofiled whole model: compare bricks "
-               "of a few such microseconds with care")
+               f"vs their layers' kernels in the model {_ms(total_in)} ms (profiler)")
+    if v.in_model_reorders_s:
+        click.echo(f"layout reorders: in the model {_ms(v.in_model_reorders_s)} ms, "
+                   f"in the estimate {_ms(v.estimate.floor_s)} ms (floor included)")
+    click.echo(f"the profiled run's {v.in_model_kernels} kernels sum to {_ms(v.in_model_total_s)} ms, "
+               f"{per_kernel_us:+.1f} us per kernel against the unprofiled whole model: compare bricks of a "
+               "few such microseconds with care")
     rows = [[c.signature[:12], c.op_type, str(c.count), _ms(c.total_s), _ms(in_model.get(c.signature)),
              f"{c.total_s / in_model[c.signature]:.2f}" if in_model.get(c.signature) else "-"]
             for c in v.estimate.breakdown[:top]]

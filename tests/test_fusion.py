@@ -254,3 +254,20 @@ def test_reorder_cost_is_priced_by_size_in_the_bricks_cache_state() -> None:
     cost = calibrate_reorder(OrtConfig(), Budget.quick(), shapes=shapes)
     assert cost.sizes == (4 * 16 * 14 * 14, 4 * 64 * 56 * 56)
     assert all(0 < c < 1e-9 for c in cost.seconds_per_byte)  # faster than 1 GB/s, and measured
+
+
+def test_in_model_times_attribute_fused_kernels_and_reorders() -> None:
+    """At level "all" the profiler names fused NCHWc kernels after their outputs: every kernel's time
+    still lands on a layer of its group or, for ReorderInput/ReorderOutput, on the model's reorders."""
+    import dlbricks
+    from dlbricks.estimator import in_model_times
+    from dlbricks.generators import OrtConfig
+    from dlbricks.model_zoo import build
+
+    graph = dlbricks.load_model(build("resnet18_v1"))
+    times = in_model_times(graph, OrtConfig(graph_optimization_level="all"), runs=3, warmup=1)
+    fused = dlbricks.decompose(graph, "fused", opt_level="all")
+    assert times.reorders_s > 0 and times.kernels > len(fused.occurrences)
+    assert sum(times.layers.values()) + times.reorders_s == pytest.approx(times.total_s, rel=1e-9)
+    per_brick = [sum(times.layers.get(n, 0.0) for n in o.nodes) for o in fused.occurrences]
+    assert all(t > 0 for t in per_brick)
