@@ -50,8 +50,9 @@ def in_model_times(graph: ModelGraph, config: OrtConfig | None = None, runs: int
     """Profile ``graph`` under ``config`` and attribute each kernel's median time to its layers.
 
     A kernel is matched to a layer by the node name the profiler reports (layers are renamed
-    ``__dlb<index>`` first) or, for kernels the optimizer created (fusions, the NCHWc transformer,
-    which names a kernel after its output), by the layer that produced that output.
+    ``__dlb<index>`` first) or, for kernels the optimizer created (fusions; the NCHWc transformer
+    names a kernel after its output), by the layer that produced that output or whose name leads
+    the kernel's. Kernels matched nowhere count in ``total_s`` only.
     """
     import onnxruntime as ort
 
@@ -87,7 +88,16 @@ def in_model_times(graph: ModelGraph, config: OrtConfig | None = None, runs: int
         if ops.get(kernel) in REORDER_KERNELS:
             reorders += t
             continue
-        layer = owner.get(kernel) or owner.get(kernel.removesuffix(_NCHWC_SUFFIX))
+        layer = _owner_of(kernel, owner)
         if layer is not None:
             layers[layer] += t
     return InModelTimes(dict(layers), reorders, len(medians), sum(medians.values()))
+
+
+def _owner_of(kernel: str, owner: dict[str, str]) -> str | None:
+    """The layer a profiled kernel name belongs to: the node itself, a kernel named after a layer's
+    output (``<output>_nchwc``), or one named after a layer's node (``__dlb3/QuickGeluFusion/``)."""
+    found = owner.get(kernel) or owner.get(kernel.removesuffix(_NCHWC_SUFFIX))
+    if found is None and kernel.startswith("__dlb"):
+        found = owner.get(kernel.split("/", 1)[0])
+    return found

@@ -264,10 +264,11 @@ def test_in_model_times_attribute_fused_kernels_and_reorders() -> None:
     from dlbricks.generators import OrtConfig
     from dlbricks.model_zoo import build
 
-    graph = dlbricks.load_model(build("resnet18_v1"))
-    times = in_model_times(graph, OrtConfig(graph_optimization_level="all"), runs=3, warmup=1)
-    fused = dlbricks.decompose(graph, "fused", opt_level="all")
-    assert times.reorders_s > 0 and times.kernels > len(fused.occurrences)
-    assert sum(times.layers.values()) + times.reorders_s == pytest.approx(times.total_s, rel=1e-9)
-    per_brick = [sum(times.layers.get(n, 0.0) for n in o.nodes) for o in fused.occurrences]
-    assert all(t > 0 for t in per_brick)
+    for name in ("resnet18_v1", "efficientnet_b0"):  # NCHWc convolutions; QuickGelu (SiLU) fusions
+        graph = dlbricks.load_model(build(name))
+        times = in_model_times(graph, OrtConfig(graph_optimization_level="all"), runs=2, warmup=1)
+        fused = dlbricks.decompose(graph, "fused", opt_level="all")
+        assert times.reorders_s > 0 and times.kernels > len(fused.occurrences)
+        assert sum(times.layers.values()) + times.reorders_s == pytest.approx(times.total_s, rel=1e-9)
+        per_brick = [sum(times.layers.get(n, 0.0) for n in o.nodes) for o in fused.occurrences]
+        assert all(t > 0 for t in per_brick), name
