@@ -22,7 +22,6 @@ from onnx import helper
 
 from dlbricks._bricks import SIGNATURE_KEY
 from dlbricks._errors import BackendError, BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
-from dlbricks._fusion import NCHWC_DOMAIN
 from dlbricks.generators._inputs import random_inputs
 from dlbricks.generators._util import closed, one_line, round_robin
 
@@ -36,14 +35,12 @@ THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 CACHE_STATES = ("cold-weights", "cold", "warm")
 #: Most session copies of one brick. At 16 (session 1) a 1x1 convolution with 0.6 MB of weights cycled
 #: 13 MB, which stays in the last-level cache, so it ran 40% faster than in MobileNet-v2 (where its
-#: weights come from memory); a copy costs 0.06-0.2 ms to create and its scratch buffers.
+#: weights come from memory); a copy costs 0.06-0.2 ms to create. The same at level "all": there a
+#: cap of 16 once kept per-copy NCHWc reorder buffers from going cold; with the copies on one arena
+#: they stay warm, and EfficientNet-B0's fused 1x1 convolutions (0.3-0.9 MB of weights) ran 12-24%
+#: faster than inside the model with 16 copies and within 1-4% with 128 (interleaved runs), while
+#: ResNet-50's, whose weights span the cache with fewer copies anyway, did not change.
 MAX_COLD_COPIES = 128
-#: Most copies at ``graph_optimization_level="all"``, where onnxruntime runs convolutions in the NCHWc
-#: layout with reorders around them inside the brick's session. Fused bricks at "all", 4 CNNs of the
-#: default suite, each copy with its own arena: +10..+17% with 16 copies, +12..+33% with 128. With the
-#: copies on one arena, the default suite (one run each): 16 copies mean |error| 2.08%, 11/12 within
-#: 5%; 128 copies 3.72%, 9/12 (ResNet-50 +0.8% vs +7.1%).
-MAX_COLD_COPIES_NCHWC = 16
 THREAD_POOLS_ENV = "DLBRICKS_ORT_THREAD_POOLS"
 #: Session option that makes a session allocate from the process's registered (shared) allocators.
 USE_ENV_ALLOCATORS = "session.use_env_allocators"
@@ -386,8 +383,7 @@ class OrtBackend:
             ) from e
         sessions = [session]
         if config.cache in ("cold", "cold-weights") and _is_brick(model):
-            most = MAX_COLD_COPIES_NCHWC if _runs_nchwc(model, config) else MAX_COLD_COPIES
-            copies = cold_copies(model, first, max_copies=most)
+            copies = cold_copies(model, first)
             shared = config.device == "cpu" and copies > 1
             if shared:
                 sessions = [_make_session(ort, model, config, shared_arena=True)]
@@ -500,12 +496,6 @@ def _providers(config: OrtConfig) -> list[Any]:
         **dict(config.provider_options),
     }
     return [("CUDAExecutionProvider", cuda_options), "CPUExecutionProvider"]
-
-
-def _runs_nchwc(model: onnx.ModelProto, config: OrtConfig) -> bool:
-    """Whether the session may run NCHWc layout reorders: level "all", or NCHWc ops in the model."""
-    return config.graph_optimization_level == "all" or any(
-        o.domain == NCHWC_DOMAIN for o in model.opset_import)
 
 
 def _is_brick(model: onnx.ModelProto) -> bool:
