@@ -151,17 +151,16 @@ def _reorder_cost(threads: int, cache: str) -> Any:
 
 
 def _reorder_costs(dec: Decomposition, config: OrtConfig) -> tuple[dict[str, float], float, dict[str, float]]:
-    """Fused bricks at "all": each brick's own layout reorders (subtracted), the model's (added once),
-    and each brick's reorders at their cheapest, with warm caches (subtracted for the lower bound)."""
+    """Fused bricks at "all": what each brick's own session runs beyond its kernel (layout reorders,
+    kernels the model fuses away; profiled, subtracted from the brick's time, for the lower bound
+    too) and the model's own layout reorders (priced by size, added once)."""
     if dec.granularity != "fused:all" or getattr(config, "graph_optimization_level", None) != "all":
         return {}, 0.0, {}
-    from dlbricks.estimator._reorders import brick_reorder_sizes
+    from dlbricks.estimator._reorders import brick_session_kernels
 
     threads = config.intra_op_num_threads
-    cost, warm = _reorder_cost(threads, config.cache), _reorder_cost(threads, "warm")
-    sizes = {sig: brick_reorder_sizes(b, "all", threads) for sig, b in dec.bricks.items()}
-    return ({sig: cost.total(n) for sig, n in sizes.items()}, cost.total(dec.reorder_bytes),
-            {sig: warm.total(n) for sig, n in sizes.items()})
+    leftover = {sig: brick_session_kernels(b, "all", threads).leftover_s for sig, b in dec.bricks.items()}
+    return leftover, _reorder_cost(threads, config.cache).total(dec.reorder_bytes), leftover
 
 
 def store_peaks(store: Store, system: Any) -> Peaks | None:

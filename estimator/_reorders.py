@@ -3,18 +3,22 @@
 At ``ORT_ENABLE_ALL`` the CPU provider runs convolutions in the blocked NCHWc layout and inserts
 ReorderInput/ReorderOutput where an NCHWc region begins and ends. A fused brick run alone is its own
 region, so its session converts its input and output itself, while inside the model the neighbouring
-kernels share the blocked tensor. The rule: each brick's own reorders (found in the brick's optimized
-graph, sized from its input and output specs) are subtracted from its time; the reorders of the model
-(the fusion plan's ``reorder_tensors``, found in the model's optimized graph) are added once per run.
-Both are priced by size (:class:`ReorderCost`), measured on this machine with the same harness in the
-bricks' cache state.
+kernels share the blocked tensor; and a group whose kernel the model fuses with a blocked operand (a
+convolution with its residual Add and Relu) runs in its own session as a convolution, a reorder, an
+Add and a Relu. The rule: each brick's session is profiled once (:func:`brick_session_kernels`) and
+every kernel but its main one (reorders, kernels the model fuses away) is subtracted from its time;
+the reorders of the model (the fusion plan's ``reorder_tensors``, found in the model's optimized graph)
+are added once per run, priced by size (:class:`ReorderCost`), measured on this machine with the same
+harness in the bricks' cache state.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import math
 import tempfile
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,14 +27,14 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from dlbricks import Brick
+from dlbricks import Brick, random_inputs
 from dlbricks._bricks import SIGNATURE_KEY
 from dlbricks._fusion import NCHWC_DOMAIN
 from dlbricks._ortutil import session_options
 from dlbricks.generators import Budget, OrtConfig, benchmark
 
-__all__ = ["brick_reorder_bytes", "brick_reorder_sizes", "calibrate_reorder", "ReorderCost", "REORDER_OPS",
-           "REORDER_SHAPES", "NCHWC_DOMAIN"]
+__all__ = ["brick_reorder_bytes", "brick_reorder_sizes", "brick_session_kernels", "calibrate_reorder",
+           "ReorderCost", "SessionKernels", "REORDER_OPS", "REORDER_SHAPES", "NCHWC_DOMAIN"]
 
 REORDER_OPS = ("ReorderInput", "ReorderOutput")
 
@@ -70,6 +74,100 @@ def brick_reorder_sizes(brick: Brick, opt_level: str, threads: int = 1) -> tuple
 def brick_reorder_bytes(brick: Brick, opt_level: str, threads: int = 1) -> int:
     """Bytes that the layout reorders onnxruntime inserts in the brick's own session convert."""
     return sum(brick_reorder_sizes(brick, opt_level, threads))
+
+
+#: Runs of a brick's own session, profiled and plain, that split its time into kernels.
+PROFILE_RUNS = 40
+_WARMUP_RUNS = 5
+_KERNEL_TIME = "_kernel_time"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKernels:
+    """The kernels a brick's own session runs, in run order, with their median times (seconds), and
+    the median of a plain (unprofiled) run of the same session less an empty run's."""
+
+    kernels: tuple[tuple[str, float], ...]
+    run_s: float
+
+    @property
+    def main(self) -> int:
+        """Index of the brick's own kernel: the slowest that is not a layout reorder."""
+        candidates = [i for i, (op, _) in enumerate(self.kernels) if op not in REORDER_OPS] or [0]
+        return max(candidates, key=lambda i: self.kernels[i][1])
+
+    @property
+    def profiler_s(self) -> float:
+        """What the profiler adds to each kernel's time: the kernels' sum beyond a plain run, shared."""
+        if not self.kernels:
+            return 0.0
+        return max(0.0, sum(t for _, t in self.kernels) - self.run_s) / len(self.kernels)
+
+    @property
+    def leftover_s(self) -> float:
+        """Seconds of every kernel but the main one, each less the profiler's share."""
+        if not self.kernels:
+            return 0.0
+        main, extra = self.main, self.profiler_s
+        return sum(max(0.0, t - extra) for i, (_, t) in enumerate(self.kernels) if i != main)
+
+
+def brick_session_kernels(brick: Brick, opt_level: str, threads: int = 1) -> SessionKernels:
+    """Profile the brick's own session at ``opt_level`` (once per brick and process)."""
+    return _cached_kernels(brick.signature, brick.to_bytes(), opt_level, threads)
+
+
+@functools.lru_cache(maxsize=8192)
+def _cached_kernels(signature: str, data: bytes, opt_level: str, threads: int) -> SessionKernels:
+    import onnxruntime as ort
+
+    brick = Brick.from_bytes(data)
+    model = brick.to_onnx().SerializeToString()
+    feeds = random_inputs(brick.inputs)
+    with tempfile.TemporaryDirectory(prefix="dlbricks-kernels-") as tmp:
+        options = session_options(opt_level, threads, profile_prefix=str(Path(tmp) / "profile"))
+        profiled = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        for _ in range(_WARMUP_RUNS + PROFILE_RUNS):
+            profiled.run(None, feeds)
+        with open(profiled.end_profiling()) as f:
+            events = json.load(f)
+    durations: dict[str, list[float]] = {}
+    ops: dict[str, str] = {}
+    for event in events:
+        name = event.get("name", "")
+        if event.get("cat") == "Node" and name.endswith(_KERNEL_TIME):
+            durations.setdefault(name, []).append(event["dur"] * 1e-6)
+            ops[name] = event.get("args", {}).get("op_name", "")
+    kernels = tuple((ops[n], float(np.median(d[_WARMUP_RUNS:] or d))) for n, d in durations.items())
+    plain = ort.InferenceSession(model, session_options(opt_level, threads), providers=["CPUExecutionProvider"])
+    run_s = _median_run(plain, feeds) - _empty_run_s(threads)
+    return SessionKernels(kernels, max(run_s, 0.0))
+
+
+def _median_run(session: object, feeds: dict[str, np.ndarray]) -> float:
+    for _ in range(_WARMUP_RUNS):
+        session.run(None, feeds)  # type: ignore[attr-defined]
+    times = []
+    for _ in range(PROFILE_RUNS):
+        start = time.perf_counter()
+        session.run(None, feeds)  # type: ignore[attr-defined]
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+@functools.lru_cache(maxsize=8)
+def _empty_run_s(threads: int) -> float:
+    """A plain run of a one-Identity session: what a run costs beyond its kernels."""
+    import onnxruntime as ort
+
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "empty",
+                              [value("x", TensorProto.FLOAT, (1,))], [value("y", TensorProto.FLOAT, (1,))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    session = ort.InferenceSession(model.SerializeToString(), session_options("disable", threads),
+                                   providers=["CPUExecutionProvider"])
+    return _median_run(session, {"x": np.zeros((1,), np.float32)})
 
 
 @dataclass(frozen=True, slots=True)
