@@ -1,6 +1,7 @@
 """Measuring a machine's peaks with the same harness as the bricks: FLOP/s and memory bandwidth.
 
-Peak FLOP/s: float32 MatMuls of several sizes and 3x3 convolutions; peak bandwidth: Adds over
+Peak FLOP/s: float32 MatMuls of several sizes and 3x3 convolutions (with onnxruntime, at the
+default level and in the NCHWc layout of level "all"); peak bandwidth: Adds over
 working sets from cache-sized to DRAM-sized. Each peak is the best rate any size reached (from the fastest sample),
 so that per brick max(FLOPs / peak, bytes / peak) stays a floor that no measured run beats: a brick
 whose data fits in cache moves bytes faster than DRAM allows.
@@ -9,7 +10,7 @@ whose data fits in cache moves bytes faster than DRAM allows.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -18,16 +19,21 @@ from onnx import TensorProto, helper, numpy_helper
 
 from dlbricks._errors import BackendError
 from dlbricks.estimator._estimate import Peaks
-from dlbricks.generators import Budget, Measurement, benchmark
+from dlbricks.generators import Budget, Measurement, OrtConfig, benchmark
 
-__all__ = ["calibrate_peaks", "Calibration", "CONV_SHAPES", "GEMM_SIZES", "STREAM_ELEMENTS", "calibrated_backends",
-           "merge_peaks"]
+__all__ = ["calibrate_peaks", "Calibration", "CONV_SHAPES", "GEMM_SIZES", "NCHWC_DEPTH", "STREAM_ELEMENTS",
+           "calibrated_backends", "merge_peaks"]
 
 GEMM_SIZES = (256, 512, 1024)
 #: 3x3 convolutions of ResNet-18 (channels in = out, height = width): oneDNN's convolutions in MXNet
 #: ran 2-8% above the rate of the best GEMM, and a peak must be the best rate any kernel reaches.
 CONV_SHAPES = ((64, 56), (128, 28), (256, 14), (512, 7))
 STREAM_ELEMENTS = (1 << 16, 1 << 20, 1 << 24)
+#: Convolutions chained per calibration model at onnxruntime's level "all", where they run in the
+#: NCHWc layout: one reorder in and one out for the chain, so the rate is the kernels'. Fused bricks at
+#: "all" are timed without their reorders, and MLAS's NCHWc convolutions beat its NCHW ones: without
+#: these the roofline of ResNets at "all" rose above their lower bound.
+NCHWC_DEPTH = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +44,7 @@ class Calibration:
     gemm: tuple[tuple[int, float], ...]  # (size, FLOP/s)
     stream: tuple[tuple[int, float], ...]  # (bytes moved, bytes/s)
     conv: tuple[tuple[int, int, float], ...] = ()  # (channels, height = width, FLOP/s)
+    conv_nchwc: tuple[tuple[int, int, float], ...] = ()  # the same at onnxruntime's level "all"
 
 
 def _model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], output: onnx.ValueInfoProto,
@@ -56,14 +63,18 @@ def gemm_model(n: int) -> onnx.ModelProto:
                   helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, n]), [w])
 
 
-def conv_model(channels: int, size: int) -> onnx.ModelProto:
-    """A 3x3 convolution, padding 1, ``channels`` in and out, on a ``size`` x ``size`` image."""
-    w = numpy_helper.from_array(
-        np.random.default_rng(0).standard_normal((channels, channels, 3, 3), dtype=np.float32), "w")
+def conv_model(channels: int, size: int, depth: int = 1) -> onnx.ModelProto:
+    """``depth`` chained 3x3 convolutions, padding 1, ``channels`` in and out, on a ``size`` x ``size``
+    image."""
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal((channels, channels, 3, 3), dtype=np.float32),
+                                       f"w{i}") for i in range(depth)]
+    names = ["x"] + [f"h{i}" for i in range(depth - 1)] + ["y"]
+    nodes = [helper.make_node("Conv", [names[i], f"w{i}"], [names[i + 1]], pads=[1, 1, 1, 1])
+             for i in range(depth)]
     shape = [1, channels, size, size]
-    return _model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
-                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-                  helper.make_tensor_value_info("y", TensorProto.FLOAT, shape), [w])
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                  helper.make_tensor_value_info("y", TensorProto.FLOAT, shape), weights)
 
 
 def _conv_flops(channels: int, size: int) -> float:
@@ -128,8 +139,15 @@ def calibrate_peaks(config: object | None = None, budget: Budget | None = None) 
     gemm = tuple((n, _rate(2.0 * n ** 3, m)) for n, m in zip(GEMM_SIZES, gemm_runs, strict=True))
     conv = tuple((c, h, _rate(_conv_flops(c, h), m)) for (c, h), m in zip(CONV_SHAPES, conv_runs, strict=True))
     stream = tuple((12 * e, _rate(12.0 * e, m)) for e, m in zip(STREAM_ELEMENTS, stream_runs, strict=True))
-    flops = max([r for _, r in gemm] + [r for _, _, r in conv])
-    return Calibration(Peaks(flops, max(r for _, r in stream)), gemm, stream, conv)
+    nchwc: tuple[tuple[int, int, float], ...] = ()
+    if not mxnet:
+        chains = [conv_model(c, h, NCHWC_DEPTH) for c, h in CONV_SHAPES]
+        runs = benchmark(chains, config=replace(config or OrtConfig(), graph_optimization_level="all"),
+                         budget=budget)
+        nchwc = tuple((c, h, _rate(NCHWC_DEPTH * _conv_flops(c, h), m))
+                      for (c, h), m in zip(CONV_SHAPES, runs, strict=True))
+    flops = max([r for _, r in gemm] + [r for _, _, r in conv + nchwc])
+    return Calibration(Peaks(flops, max(r for _, r in stream)), gemm, stream, conv, nchwc)
 
 
 def merge_peaks(stored: Any, backend: str, calibration: Calibration) -> tuple[float, float, dict[str, Any]]:
@@ -148,7 +166,8 @@ def merge_peaks(stored: Any, backend: str, calibration: Calibration) -> tuple[fl
                             **stored.details}})
     backends[backend] = {"flops_per_s": calibration.peaks.flops_per_s,
                          "bytes_per_s": calibration.peaks.bytes_per_s,
-                         "gemm": calibration.gemm, "conv": calibration.conv, "stream": calibration.stream}
+                         "gemm": calibration.gemm, "conv": calibration.conv, "stream": calibration.stream,
+                         "conv_nchwc": calibration.conv_nchwc}
     return (max(b["flops_per_s"] for b in backends.values()), max(b["bytes_per_s"] for b in backends.values()),
             {"backends": backends})
 

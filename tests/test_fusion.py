@@ -272,3 +272,35 @@ def test_in_model_times_attribute_fused_kernels_and_reorders() -> None:
         assert sum(times.layers.values()) + times.reorders_s == pytest.approx(times.total_s, rel=1e-9)
         per_brick = [sum(times.layers.get(n, 0.0) for n in o.nodes) for o in fused.occurrences]
         assert all(t > 0 for t in per_brick), name
+
+
+def test_session_kernels_leave_out_the_main_kernel_and_the_profilers_share() -> None:
+    """Harness logic on given kernel times: the main kernel is the slowest non-reorder one; the rest,
+    less what the profiler adds per kernel, is what a brick's session runs beyond it."""
+    from dlbricks.estimator._reorders import SessionKernels
+
+    sk = SessionKernels((("ReorderInput", 10e-6), ("Conv", 400e-6), ("ReorderOutput", 30e-6),
+                         ("Add", 40e-6), ("Relu", 24e-6)), run_s=494e-6)
+    assert sk.main == 1 and sk.profiler_s == pytest.approx(2e-6)
+    assert sk.leftover_s == pytest.approx(104e-6 - 4 * 2e-6)
+    assert SessionKernels((("ReorderInput", 900e-6), ("Relu", 5e-6)), 905e-6).main == 1
+    assert SessionKernels((), 0.0).leftover_s == 0.0
+
+
+def test_a_residual_brick_at_level_all_runs_unfused_kernels_that_are_subtracted() -> None:
+    """Inside the model onnxruntime fuses the residual Add and Relu into the NCHWc convolution; the
+    brick's own session cannot (its residual is a plain input), so it runs them apart."""
+    import dlbricks
+    from dlbricks.estimator._reorders import brick_session_kernels
+
+    fused = dlbricks.decompose(dlbricks.load_model(_models.resnet_like(blocks=2, batch=1)), "fused",
+                               opt_level="all")
+    brick = next(b for b in fused.bricks.values() if "Add" in b.op_type and b.op_type.startswith("Conv"))
+    sk = brick_session_kernels(brick, "all")
+    ops = [op for op, _ in sk.kernels]
+    assert ops[sk.main] == "Conv" and {"Add", "ReorderOutput"} <= set(ops)
+    assert 0 < sk.leftover_s < sum(t for _, t in sk.kernels)
+    chain = dlbricks.decompose(MODELS["conv_bn_relu"](), "fused", opt_level="extended")
+    for plain in chain.bricks.values():  # one kernel each: nothing left over
+        alone = brick_session_kernels(plain, "extended")
+        assert len(alone.kernels) == 1 and alone.leftover_s == 0.0
