@@ -90,12 +90,12 @@ class OrtConfig:
         Cache state a *brick* (a model carrying ``dlbricks.signature`` metadata) meets; whole
         models always run as users run them, one session again and again. ``"cold-weights"``: the
         state of a layer inside a model: several copies of the brick's session, each with its own
-        weights, sharing one input and one output buffer and (on CPU) one arena for their scratch
-        buffers, run round-robin; enough copies that their weights span twice the last-level cache,
-        so each run meets cold weights but a warm input, output and scratch (inside a model, the input
-        was just written, onnxruntime's memory planner hands out recently freed buffers, and every
-        layer takes its scratch from the session's one arena). ``"cold"``: outputs cold too (each copy its own output: an
-        upper bound on the cache misses). ``"warm"``: the same session again and again (weights stay
+        weights, sharing one input and one output buffer and (on CPU, with the arena enabled) one
+        arena for their scratch buffers, run round-robin; enough copies that their weights span twice
+        the last-level cache, so each run meets cold weights but a warm input, output and scratch
+        (inside a model, the input was just written, onnxruntime's memory planner hands out recently
+        freed buffers, and every layer takes its scratch from the session's one arena). ``"cold"``:
+        outputs cold too (each copy its own output: an upper bound on the cache misses). ``"warm"``: the same session again and again (weights stay
         in cache: the fastest state, used for the lower bound).
     onnxruntime_version : str, default the installed version
         Part of the configuration: results of another version are another configuration.
@@ -384,7 +384,7 @@ class OrtBackend:
         sessions = [session]
         if config.cache in ("cold", "cold-weights") and _is_brick(model):
             copies = cold_copies(model, first)
-            shared = config.device == "cpu" and copies > 1
+            shared = config.device == "cpu" and config.enable_cpu_mem_arena and copies > 1
             if shared:
                 sessions = [_make_session(ort, model, config, shared_arena=True)]
             sessions += [_make_session(ort, model, config, shared_arena=shared) for _ in range(copies - 1)]
