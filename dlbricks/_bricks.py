@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from dlbricks._cost import padding_flops
 from dlbricks._errors import InvalidArgumentError, UnrunnableBrickError
 from dlbricks._graph import VALUE_RANGES_KEY
 from dlbricks._types import TensorSpec
@@ -118,6 +119,14 @@ class Brick:
     def op_type(self) -> str:
         """The op types joined by ``+`` (``"Conv"``, ``"Conv+Relu"``)."""
         return "+".join(self.op_types)
+
+    @property
+    def padding_flops(self) -> int:
+        """FLOPs of ``flops`` that its convolutions spend on zero padding (see
+        :func:`dlbricks._cost.padding_flops`), for those whose input and weights the brick holds."""
+        specs = {s.name: s for s in self.inputs} | {c.spec.name: c.spec for c in self.constants}
+        return sum(padding_flops(n, specs.get(n.input[0]), specs.get(n.input[1]))
+                   for n in self.nodes if n.op_type == "Conv" and len(n.input) > 1)
 
     @property
     def bytes_moved(self) -> int:

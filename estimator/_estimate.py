@@ -31,8 +31,9 @@ class Peaks:
     bytes_per_s: float
 
     def roofline_s(self, brick: Brick) -> float:
-        """max(FLOPs / peak FLOP/s, bytes moved / peak bandwidth): time no run can beat."""
-        compute = (brick.flops or 0) / self.flops_per_s
+        """max(FLOPs / peak FLOP/s, bytes moved / peak bandwidth): time no run can beat (FLOPs over
+        a convolution's zero padding left out: no implementation must do them)."""
+        compute = max((brick.flops or 0) - brick.padding_flops, 0) / self.flops_per_s
         return max(compute, brick.bytes_moved / self.bytes_per_s)
 
 

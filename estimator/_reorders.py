@@ -77,9 +77,11 @@ def brick_reorder_bytes(brick: Brick, opt_level: str, threads: int = 1) -> int:
     return sum(brick_reorder_sizes(brick, opt_level, threads))
 
 
-#: Runs of a brick's own session, profiled and plain, that split its time into kernels.
+#: Most runs of a brick's own session, profiled and plain, that split its time into kernels; fewer for
+#: slow bricks, so that each set lasts about :data:`PROFILE_TIME_S`.
 PROFILE_RUNS = 40
-_WARMUP_RUNS = 5
+PROFILE_TIME_S = 0.05
+_WARMUP_RUNS = 3
 _KERNEL_TIME = "_kernel_time"
 
 
@@ -125,10 +127,15 @@ def _cached_kernels(signature: str, data: bytes, opt_level: str, threads: int) -
     brick = Brick.from_bytes(data)
     model = brick.to_onnx().SerializeToString()
     feeds = random_inputs(brick.inputs)
+    plain = ort.InferenceSession(model, session_options(opt_level, threads), providers=["CPUExecutionProvider"])
+    plain.run(None, feeds)
+    start = time.perf_counter()
+    plain.run(None, feeds)
+    runs = int(min(PROFILE_RUNS, max(3, PROFILE_TIME_S / max(time.perf_counter() - start, 1e-9))))
     with tempfile.TemporaryDirectory(prefix="dlbricks-kernels-") as tmp:
         options = session_options(opt_level, threads, profile_prefix=str(Path(tmp) / "profile"))
         profiled = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-        for _ in range(_WARMUP_RUNS + PROFILE_RUNS):
+        for _ in range(_WARMUP_RUNS + runs):
             profiled.run(None, feeds)
         with open(profiled.end_profiling()) as f:
             events = json.load(f)
@@ -140,17 +147,16 @@ def _cached_kernels(signature: str, data: bytes, opt_level: str, threads: int) -
             durations.setdefault(name, []).append(event["dur"] * 1e-6)
             ops[name] = event.get("args", {}).get("op_name", "")
     kernels = tuple((ops[n], float(np.median(d[_WARMUP_RUNS:] or d))) for n, d in durations.items())
-    plain = ort.InferenceSession(model, session_options(opt_level, threads), providers=["CPUExecutionProvider"])
-    run_s = _median_run(plain, feeds) - _empty_run_s(threads)
+    run_s = _median_run(plain, feeds, runs) - _empty_run_s(threads)
     return SessionKernels(kernels, max(run_s, 0.0))
 
 
-def _median_run(session: Any, feeds: dict[str, np.ndarray]) -> float:
+def _median_run(session: Any, feeds: dict[str, np.ndarray], runs: int = PROFILE_RUNS) -> float:
     """Median seconds of a plain ``session.run`` after a few warm-up runs."""
     for _ in range(_WARMUP_RUNS):
         session.run(None, feeds)
     times = []
-    for _ in range(PROFILE_RUNS):
+    for _ in range(runs):
         start = time.perf_counter()
         session.run(None, feeds)
         times.append(time.perf_counter() - start)

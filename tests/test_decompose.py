@@ -55,6 +55,29 @@ def test_flops_and_bytes() -> None:
     assert all(b.flops == 0 for b in reshape_like)
 
 
+def test_padding_flops_leave_out_taps_over_zero_padding() -> None:
+    """FLOPs count every tap; the roofline leaves out taps that read padding (exact per axis)."""
+    from onnx import helper
+
+    from dlbricks._cost import padding_flops
+    from dlbricks._types import TensorSpec
+
+    dec = dlbricks.decompose(_models.resnet_like(channels=16), batch_size=1)
+    conv = next(b for b in dec.bricks.values() if b.op_type == "Conv" and b.inputs[0].shape[1] == 16)
+    per_tap = 2 * 16 * 16  # Cout * Cin, multiply-add
+    # 16x16, 3x3, padding 1: per axis 16 * 3 taps, 2 of them (the first and last output's outer tap) on padding
+    assert conv.padding_flops == per_tap * (48 * 48 - 46 * 46)
+    x, w = TensorSpec("x", (1, 8, 32, 32), "float32"), TensorSpec("w", (4, 8, 3, 3), "float32")
+    atrous = helper.make_node("Conv", ["x", "w"], ["y"], pads=[36] * 4, dilations=[36, 36])
+    assert padding_flops(atrous, x, w) == 2 * 4 * 8 * (96 * 96 - 32 * 32)  # only the centre tap reads x
+    plain = helper.make_node("Conv", ["x", "w"], ["y"])  # no padding: nothing to leave out
+    assert padding_flops(plain, x, w) == 0 and padding_flops(atrous, None, w) == 0
+    from dlbricks.estimator import Peaks
+
+    peaks = Peaks(flops_per_s=1e9, bytes_per_s=1e30)
+    assert peaks.roofline_s(conv) == pytest.approx((conv.flops - conv.padding_flops) / 1e9)
+
+
 def test_unknown_op_flops_are_unknown() -> None:
     dec = dlbricks.decompose(_models.control_flow_model())
     loop = next(b for b in dec.bricks.values() if b.op_type == "Loop")
