@@ -42,6 +42,10 @@ CACHE_STATES = ("cold-weights", "cold", "warm")
 #: ResNet-50's, whose weights span the cache with fewer copies anyway, did not change.
 MAX_COLD_COPIES = 128
 THREAD_POOLS_ENV = "DLBRICKS_ORT_THREAD_POOLS"
+#: Version of how bricks are measured, part of every :attr:`OrtConfig.config_id`: results measured
+#: another way are another configuration, never mixed in one estimate. 1: each cold copy with its own
+#: arena, at most 16 copies at level "all"; 2: the copies share one arena, one cap at every level.
+MEASUREMENT_METHOD = 2
 #: Session option that makes a session allocate from the process's registered (shared) allocators.
 USE_ENV_ALLOCATORS = "session.use_env_allocators"
 
@@ -132,8 +136,10 @@ class OrtConfig:
 
     @property
     def config_id(self) -> str:
-        """16 hex digits of the SHA-256 of the canonical JSON of :meth:`to_dict`."""
-        payload = json.dumps({"backend": OrtBackend.name, **self.to_dict()}, sort_keys=True)
+        """16 hex digits of the SHA-256 of the canonical JSON of :meth:`to_dict` and the
+        :data:`MEASUREMENT_METHOD`."""
+        payload = json.dumps({"backend": OrtBackend.name, **self.to_dict(), "method": MEASUREMENT_METHOD},
+                             sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:

@@ -316,3 +316,12 @@ def _config_entry(options: ort.SessionOptions, key: str) -> str:
         return options.get_session_config_entry(key)
     except RuntimeError:
         return ""
+
+
+def test_config_id_changes_with_the_measurement_method(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bricks measured by an older method (an arena per copy) are another configuration."""
+    from dlbricks.generators import _ort
+
+    now = OrtConfig().config_id
+    monkeypatch.setattr(_ort, "MEASUREMENT_METHOD", _ort.MEASUREMENT_METHOD - 1)
+    assert OrtConfig().config_id != now
