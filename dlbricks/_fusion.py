@@ -60,14 +60,15 @@ from dlbricks._errors import BackendError, InvalidArgumentError
 from dlbricks._graph import LayerNode, ModelGraph
 from dlbricks._ortutil import session_options
 
-__all__ = ["FusionPlan", "OPT_LEVELS", "fusion_groups", "optimized_model"]
+__all__ = ["FusionPlan", "NCHWC_DOMAIN", "OPT_LEVELS", "REORDER_OPS", "fusion_groups", "optimized_model"]
 
 #: Graph optimization levels, as in ``OrtConfig.graph_optimization_level``.
 OPT_LEVELS = ("disable", "basic", "extended", "all")
 
 NCHWC_DOMAIN = "com.microsoft.nchwc"
 NHWC_DOMAIN = "com.ms.internal.nhwc"
-_REORDER_OPS = frozenset({"ReorderInput", "ReorderOutput"})
+#: The kernels onnxruntime inserts at level "all" to move tensors into and out of the NCHWc layout.
+REORDER_OPS = frozenset({"ReorderInput", "ReorderOutput"})
 #: Original op types a kernel's seed may have, in order of preference, where not its own op type.
 _SEED_TYPES: Mapping[str, tuple[str, ...]] = {
     "Gemm": ("Gemm", "MatMul"),
@@ -195,7 +196,7 @@ def _optimize(model_graph: ModelGraph, opt_level: str, threads: int, *, weights:
 
 def _is_reorder(node: onnx.NodeProto, nhwc_tensors: set[str]) -> bool:
     """A layout conversion: an NCHWc reorder, or a Transpose next to an NHWC kernel."""
-    if node.domain == NCHWC_DOMAIN and node.op_type in _REORDER_OPS:
+    if node.domain == NCHWC_DOMAIN and node.op_type in REORDER_OPS:
         return True
     return node.op_type == "Transpose" and not node.domain and any(
         t in nhwc_tensors for t in (*node.input, *node.output))

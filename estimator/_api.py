@@ -13,6 +13,7 @@ from dlbricks._errors import InvalidArgumentError
 from dlbricks.benchmarks_db import Store
 from dlbricks.estimator._estimate import Estimate, Peaks, estimate_decomposition
 from dlbricks.estimator._predict import LatencyPredictor
+from dlbricks.estimator._profile import InModelTimes, in_model_times
 from dlbricks.generators import Budget, Measurement, OrtConfig, benchmark, collect_system_info
 
 __all__ = ["estimate", "validate", "Validation", "open_store"]
@@ -177,16 +178,15 @@ class Validation:
     """An estimate beside the whole model's measured latency (seconds).
 
     ``in_model`` (with ``per_brick=True``): per occurrence index, the in-model time of its layers
-    from onnxruntime's profiler, to set beside each brick's own time.
+    from onnxruntime's profiler, to set beside each brick's own time; ``profile`` the whole profile
+    (the model's layout reorders, its kernels and their sum).
     """
 
     estimate: Estimate
     measured: Measurement
     decomposition: Decomposition
     in_model: Mapping[int, float] | None = None
-    in_model_reorders_s: float = 0.0
-    in_model_kernels: int = 0
-    in_model_total_s: float = 0.0
+    profile: InModelTimes | None = None
 
     @property
     def error(self) -> float:
@@ -232,9 +232,7 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
                    on_missing=on_missing, budget=budget)
     in_model = None
     if per_brick:
-        from dlbricks.estimator._profile import in_model_times
-
         times = in_model_times(graph, config)
         in_model = {o.index: sum(times.layers.get(n, 0.0) for n in o.nodes) for o in dec.occurrences}
-        return Validation(est, whole, dec, in_model, times.reorders_s, times.kernels, times.total_s)
+        return Validation(est, whole, dec, in_model, times)
     return Validation(est, whole, dec, in_model)

@@ -19,13 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from dlbricks import ModelGraph, random_inputs
+from dlbricks._fusion import REORDER_OPS
 from dlbricks._ortutil import session_options
 from dlbricks.generators import OrtConfig
 
-__all__ = ["InModelTimes", "in_model_times"]
+__all__ = ["InModelTimes", "in_model_times", "kernel_medians"]
 
-#: Kernels onnxruntime inserts at level "all" to move tensors into and out of the NCHWc layout.
-REORDER_KERNELS = frozenset({"ReorderInput", "ReorderOutput"})
 _KERNEL_TIME = "_kernel_time"
 _NCHWC_SUFFIX = "_nchwc"
 
@@ -74,24 +73,31 @@ def in_model_times(graph: ModelGraph, config: OrtConfig | None = None, runs: int
             session.run(None, feeds)
         with open(session.end_profiling()) as f:
             events = json.load(f)
-    durations: dict[str, list[float]] = defaultdict(list)
-    for event in events:
-        name = event.get("name", "")
-        if event.get("cat") == "Node" and name.endswith(_KERNEL_TIME):
-            durations[name[:-len(_KERNEL_TIME)]].append(event["dur"] * 1e-6)
-    medians = {kernel: float(np.median(d[warmup:] or d)) for kernel, d in durations.items()}
-    ops = {e.get("name", "")[:-len(_KERNEL_TIME)]: e.get("args", {}).get("op_name") for e in events
-           if e.get("cat") == "Node" and e.get("name", "").endswith(_KERNEL_TIME)}
+    medians = kernel_medians(events, warmup)
     layers: dict[str, float] = defaultdict(float)
     reorders = 0.0
-    for kernel, t in medians.items():
-        if ops.get(kernel) in REORDER_KERNELS:
+    for kernel, (op, t) in medians.items():
+        if op in REORDER_OPS:
             reorders += t
             continue
         layer = _owner_of(kernel, owner)
         if layer is not None:
             layers[layer] += t
-    return InModelTimes(dict(layers), reorders, len(medians), sum(medians.values()))
+    return InModelTimes(dict(layers), reorders, len(medians), sum(t for _, t in medians.values()))
+
+
+def kernel_medians(events: list[dict], warmup: int) -> dict[str, tuple[str, float]]:
+    """Each kernel of an onnxruntime profile (its ``*_kernel_time`` events): its op type and median
+    duration in seconds after the first ``warmup`` runs, by kernel name, in run order."""
+    durations: dict[str, list[float]] = defaultdict(list)
+    ops: dict[str, str] = {}
+    for event in events:
+        name = event.get("name", "")
+        if event.get("cat") == "Node" and name.endswith(_KERNEL_TIME):
+            kernel = name[:-len(_KERNEL_TIME)]
+            durations[kernel].append(event["dur"] * 1e-6)
+            ops[kernel] = event.get("args", {}).get("op_name", "")
+    return {k: (ops[k], float(np.median(d[warmup:] or d))) for k, d in durations.items()}
 
 
 def _owner_of(kernel: str, owner: dict[str, str]) -> str | None:

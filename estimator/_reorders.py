@@ -30,51 +30,12 @@ from onnx import TensorProto, helper
 
 from dlbricks import Brick, random_inputs
 from dlbricks._bricks import SIGNATURE_KEY
-from dlbricks._fusion import NCHWC_DOMAIN
+from dlbricks._fusion import NCHWC_DOMAIN, REORDER_OPS
 from dlbricks._ortutil import session_options
-from dlbricks.generators import Budget, OrtConfig, benchmark
+from dlbricks.estimator._profile import kernel_medians
+from dlbricks.generators import Budget, OrtConfig, benchmark, floor_model
 
-__all__ = ["brick_reorder_bytes", "brick_reorder_sizes", "brick_session_kernels", "calibrate_reorder",
-           "ReorderCost", "SessionKernels", "REORDER_OPS", "REORDER_SHAPES", "NCHWC_DOMAIN"]
-
-REORDER_OPS = ("ReorderInput", "ReorderOutput")
-
-
-def _optimized(model: onnx.ModelProto, opt_level: str, threads: int) -> onnx.ModelProto:
-    import onnxruntime as ort
-
-    with tempfile.TemporaryDirectory(prefix="dlbricks-reorder-") as tmp:
-        path = Path(tmp) / "optimized.onnx"
-        options = session_options(opt_level, threads, optimized_path=str(path), external_weights=True,
-                                  log_severity=4)
-        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        return onnx.load(str(path), load_external_data=False)
-
-
-@functools.lru_cache(maxsize=8192)
-def _cached_sizes(signature: str, data: bytes, opt_level: str, threads: int) -> tuple[int, ...]:
-    brick = Brick.from_bytes(data)
-    specs = {s.name: s for s in (*brick.inputs, *brick.outputs)}
-    graph = _optimized(brick.to_onnx(), opt_level, threads).graph
-    sizes = []
-    for node in graph.node:
-        if node.domain == NCHWC_DOMAIN and node.op_type in REORDER_OPS:
-            boundary = node.input[0] if node.op_type == "ReorderInput" else node.output[0]
-            if boundary in specs:
-                sizes.append(specs[boundary].nbytes)
-    return tuple(sizes)
-
-
-def brick_reorder_sizes(brick: Brick, opt_level: str, threads: int = 1) -> tuple[int, ...]:
-    """Bytes of each layout reorder that onnxruntime inserts in the brick's own session."""
-    if opt_level != "all":
-        return ()
-    return _cached_sizes(brick.signature, brick.to_bytes(), opt_level, threads)
-
-
-def brick_reorder_bytes(brick: Brick, opt_level: str, threads: int = 1) -> int:
-    """Bytes that the layout reorders onnxruntime inserts in the brick's own session convert."""
-    return sum(brick_reorder_sizes(brick, opt_level, threads))
+__all__ = ["brick_session_kernels", "calibrate_reorder", "ReorderCost", "SessionKernels", "REORDER_SHAPES"]
 
 
 #: Most runs of a brick's own session, profiled and plain, that split its time into kernels; fewer for
@@ -82,7 +43,6 @@ def brick_reorder_bytes(brick: Brick, opt_level: str, threads: int = 1) -> int:
 PROFILE_RUNS = 40
 PROFILE_TIME_S = 0.05
 _WARMUP_RUNS = 3
-_KERNEL_TIME = "_kernel_time"
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,14 +99,7 @@ def _cached_kernels(signature: str, data: bytes, opt_level: str, threads: int) -
             profiled.run(None, feeds)
         with open(profiled.end_profiling()) as f:
             events = json.load(f)
-    durations: dict[str, list[float]] = {}
-    ops: dict[str, str] = {}
-    for event in events:
-        name = event.get("name", "")
-        if event.get("cat") == "Node" and name.endswith(_KERNEL_TIME):
-            durations.setdefault(name, []).append(event["dur"] * 1e-6)
-            ops[name] = event.get("args", {}).get("op_name", "")
-    kernels = tuple((ops[n], float(np.median(d[_WARMUP_RUNS:] or d))) for n, d in durations.items())
+    kernels = tuple(kernel_medians(events, _WARMUP_RUNS).values())
     run_s = _median_run(plain, feeds, runs) - _empty_run_s(threads)
     return SessionKernels(kernels, max(run_s, 0.0))
 
@@ -165,15 +118,10 @@ def _median_run(session: Any, feeds: dict[str, np.ndarray], runs: int = PROFILE_
 
 @functools.lru_cache(maxsize=8)
 def _empty_run_s(threads: int) -> float:
-    """A plain run of a one-Identity session: what a run costs beyond its kernels."""
+    """A plain run of the floor model (one Identity): what a run costs beyond its kernels."""
     import onnxruntime as ort
 
-    value = helper.make_tensor_value_info
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "empty",
-                              [value("x", TensorProto.FLOAT, (1,))], [value("y", TensorProto.FLOAT, (1,))])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    session = ort.InferenceSession(model.SerializeToString(), session_options("disable", threads),
+    session = ort.InferenceSession(floor_model().SerializeToString(), session_options("disable", threads),
                                    providers=["CPUExecutionProvider"])
     return _median_run(session, {"x": np.zeros((1,), np.float32)})
 
@@ -207,8 +155,7 @@ def _round_trip_model(shape: tuple[int, ...]) -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                     helper.make_opsetid(NCHWC_DOMAIN, 1)])
     model.ir_version = 8
-    # Measured as a brick, in the bricks' cache state: inside a fused brick's session the reorders
-    # write buffers of each session copy, which the cache emulation keeps cold.
+    # Measured as a brick, in the bricks' cache state (session copies on one arena).
     model.metadata_props.add(key=SIGNATURE_KEY, value="nchwc-reorder-round-trip-" + "x".join(map(str, shape)))
     return model
 

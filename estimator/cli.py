@@ -111,7 +111,7 @@ def validate_cmd(models: tuple[str, ...], db: str, threads: int, opt_level: str,
     click.echo(format_table(["model", "measured ms", "estimated ms", "error %", "lower bound ms",
                              "roofline ms", "bounds hold"], rows, right={1, 2, 3, 4, 5}))
     for v in validations:
-        if v.in_model is not None:
+        if v.in_model is not None and v.profile is not None:
             _print_per_brick(v, top)
 
 
@@ -121,13 +121,14 @@ def _print_per_brick(v: Any, top: int) -> None:
     for occ in v.decomposition.occurrences:
         in_model[occ.signature] = in_model.get(occ.signature, 0.0) + v.in_model[occ.index]
     total_in = sum(in_model.values())
-    per_kernel_us = 1e6 * (v.in_model_total_s - v.measured.median_s) / max(v.in_model_kernels, 1)
+    profile = v.profile
+    per_kernel_us = 1e6 * (profile.total_s - v.measured.median_s) / max(profile.kernels, 1)
     click.echo(f"\n{v.estimate.model}: bricks {_ms(v.estimate.sequential_s - v.estimate.floor_s)} ms "
                f"vs their layers' kernels in the model {_ms(total_in)} ms (profiler)")
-    if v.in_model_reorders_s:
-        click.echo(f"layout reorders: in the model {_ms(v.in_model_reorders_s)} ms, "
+    if profile.reorders_s:
+        click.echo(f"layout reorders: in the model {_ms(profile.reorders_s)} ms, "
                    f"in the estimate {_ms(v.estimate.floor_s)} ms (floor included)")
-    click.echo(f"the profiled run's {v.in_model_kernels} kernels sum to {_ms(v.in_model_total_s)} ms, "
+    click.echo(f"the profiled run's {profile.kernels} kernels sum to {_ms(profile.total_s)} ms, "
                f"{per_kernel_us:+.1f} us per kernel against the unprofiled whole model: compare bricks of a "
                "few such microseconds with care")
     rows = [[c.signature[:12], c.op_type, str(c.count), _ms(c.total_s), _ms(in_model.get(c.signature)),

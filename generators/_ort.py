@@ -37,8 +37,8 @@ CACHE_STATES = ("cold-weights", "cold", "warm")
 #: 13 MB, which stays in the last-level cache, so it ran 40% faster than in MobileNet-v2 (where its
 #: weights come from memory); a copy costs 0.06-0.2 ms to create. The same at level "all": there a
 #: cap of 16 once kept per-copy NCHWc reorder buffers from going cold; with the copies on one arena
-#: they stay warm, and EfficientNet-B0's fused 1x1 convolutions (0.3-0.9 MB of weights) ran 12-24%
-#: faster than inside the model with 16 copies and within 1-4% with 128 (interleaved runs), while
+#: they stay warm, and EfficientNet-B0's fused 1x1 convolutions (0.3-0.9 MB of weights) ran 10-24%
+#: faster than inside the model with 16 copies and within 6% with 128 (interleaved runs), while
 #: ResNet-50's, whose weights span the cache with fewer copies anyway, did not change.
 MAX_COLD_COPIES = 128
 THREAD_POOLS_ENV = "DLBRICKS_ORT_THREAD_POOLS"
