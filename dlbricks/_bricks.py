@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,8 +19,8 @@ import onnx
 
 from dlbricks._cost import padding_flops
 from dlbricks._errors import InvalidArgumentError, UnrunnableBrickError
-from dlbricks._graph import VALUE_RANGES_KEY
-from dlbricks._types import TensorSpec
+from dlbricks._graph import VALUE_RANGES_KEY, VALUE_STATISTICS_KEY
+from dlbricks._types import TensorSpec, ValueStatistics
 
 __all__ = ["Brick", "ConstantSpec", "EXACT_MAX_ELEMENTS", "SEMANTIC_INPUTS", "BRICK_META_KEY", "SIGNATURE_KEY"]
 
@@ -136,13 +136,21 @@ class Brick:
         hundreds of MiB, say) counts as much as its output, not its whole size.
         """
         outputs = sum(s.nbytes for s in self.outputs)
-        total = sum(s.nbytes for s in self.inputs) + sum(c.spec.nbytes for c in self.constants) + outputs
-        if len(self.nodes) == 1 and self.nodes[0].op_type in GATHERS and self.nodes[0].input:
-            data = self.nodes[0].input[0]
-            specs = [s for s in self.inputs if s.name == data] + [c.spec for c in self.constants if c.spec.name == data]
-            if specs:
-                total -= max(specs[0].nbytes - outputs, 0)
-        return total
+        inputs = sum(s.nbytes for s in self.inputs)
+        return inputs + self.constant_bytes + outputs - self._gathered_excess(self.inputs)
+
+    @property
+    def constant_bytes(self) -> int:
+        """Bytes of its constants (weights) one run reads: a gather from a constant table counts
+        the rows it fetches (its output), not the table."""
+        return sum(c.spec.nbytes for c in self.constants) - self._gathered_excess([c.spec for c in self.constants])
+
+    def _gathered_excess(self, specs: Sequence[TensorSpec]) -> int:
+        """Bytes of a gather's data tensor, among ``specs``, that the gather does not read."""
+        if len(self.nodes) != 1 or self.nodes[0].op_type not in GATHERS or not self.nodes[0].input:
+            return 0
+        data = [s for s in specs if s.name == self.nodes[0].input[0]]
+        return max(data[0].nbytes - sum(s.nbytes for s in self.outputs), 0) if data else 0
 
     @property
     def value_ranges(self) -> dict[str, tuple[int, int]]:
@@ -156,9 +164,9 @@ class Brick:
             "granularity": self.granularity,
             "op_types": list(self.op_types),
             "attributes": [_attributes(n) for n in self.nodes],
-            "inputs": [s.to_dict() for s in self.inputs],
-            "outputs": [s.to_dict() for s in self.outputs],
-            "constants": [{**c.spec.to_dict(), "exact": c.exact} for c in self.constants],
+            "inputs": [s.to_dict(statistics=False) for s in self.inputs],
+            "outputs": [s.to_dict(statistics=False) for s in self.outputs],
+            "constants": [{**c.spec.to_dict(statistics=False), "exact": c.exact} for c in self.constants],
             "flops": self.flops,
             "bytes_moved": self.bytes_moved,
         }
@@ -192,7 +200,12 @@ class Brick:
         return onnx.numpy_helper.from_array(
             synthetic_array(const.spec, const.synthetic, _seed(self.signature, index)), const.spec.name)
 
-    def _model(self, initializers: list[onnx.TensorProto]) -> onnx.ModelProto:
+    @property
+    def value_statistics(self) -> dict[str, ValueStatistics]:
+        """How its inputs' values are distributed in the model it was cut from (where known)."""
+        return {s.name: s.statistics for s in self.inputs if s.statistics is not None}
+
+    def _model(self, initializers: list[onnx.TensorProto], statistics: bool = True) -> onnx.ModelProto:
         graph = onnx.helper.make_graph(
             list(self.nodes), f"brick_{self.signature[:12]}",
             [s.to_value_info() for s in self.inputs], [s.to_value_info() for s in self.outputs],
@@ -203,6 +216,9 @@ class Brick:
         model.functions.extend(self.functions)
         model.metadata_props.add(key=VALUE_RANGES_KEY, value=json.dumps(
             {k: list(v) for k, v in self.value_ranges.items()}, sort_keys=True))
+        if statistics and self.value_statistics:
+            model.metadata_props.add(key=VALUE_STATISTICS_KEY, value=json.dumps(
+                {k: v.to_dict() for k, v in self.value_statistics.items()}, sort_keys=True))
         model.metadata_props.add(key=SIGNATURE_KEY, value=self.signature)
         return model
 
@@ -241,7 +257,7 @@ class Brick:
                 tensor = onnx.TensorProto(name=const.spec.name, data_type=const.spec.onnx_dtype,
                                           dims=list(const.spec.shape))
             initializers.append(tensor)
-        model = self._model(initializers)
+        model = self._model(initializers, statistics=False)  # the inputs' specs below carry them
         meta = {"signature": self.signature, "granularity": self.granularity, "flops": self.flops,
                 "constants": [[c.exact, c.synthetic] for c in self.constants],
                 "inputs": [s.to_dict() for s in self.inputs]}

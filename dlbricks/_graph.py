@@ -13,10 +13,12 @@ import onnx
 
 from dlbricks._types import TensorSpec, runnable_ir_version
 
-__all__ = ["LayerNode", "ModelGraph", "ModelSource", "VALUE_RANGES_KEY"]
+__all__ = ["LayerNode", "ModelGraph", "ModelSource", "VALUE_RANGES_KEY", "VALUE_STATISTICS_KEY"]
 
 #: metadata_props key under which models and bricks carry the valid ranges of integer inputs.
 VALUE_RANGES_KEY = "dlbricks.value_ranges"
+#: metadata_props key of a brick's input statistics: ``{"in0": ValueStatistics.to_dict()}``.
+VALUE_STATISTICS_KEY = "dlbricks.value_statistics"
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,9 +12,9 @@ from collections.abc import Iterable
 import numpy as np
 
 from dlbricks._errors import InvalidArgumentError, UnrunnableBrickError
-from dlbricks._types import TensorSpec
+from dlbricks._types import TensorSpec, ValueStatistics
 
-__all__ = ["DEFAULT_INT_RANGE", "random_array", "random_inputs"]
+__all__ = ["DEFAULT_INT_RANGE", "random_array", "random_inputs", "statistics_array"]
 
 DEFAULT_INT_RANGE = (0, 2)
 """Integers without a range: valid as an index into any non-empty axis, a boolean, a small count."""
@@ -54,6 +54,31 @@ def random_array(
             return rng.standard_normal(size=shape, dtype=np.float32).astype(dtype, copy=False)
         return rng.uniform(value_range[0], value_range[1], size=shape).astype(dtype)
     raise UnrunnableBrickError(f"Cannot generate random inputs of dtype {dtype}.")
+
+
+def statistics_array(shape: tuple[int, ...], dtype: np.dtype | str, statistics: ValueStatistics,
+                     rng: np.random.Generator) -> np.ndarray:
+    """A random feature map distributed like ``statistics``: per channel (axis 1) its mean and
+    standard deviation, along each channel's flattened spatial plane an AR(1) process with its
+    correlation.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If the shape has no channel axis or another number of channels than ``statistics``.
+    """
+    channels = len(statistics.mean)
+    if len(shape) < 3 or shape[1] != channels:
+        raise InvalidArgumentError(
+            f"Value statistics of {channels} channels do not fit a tensor of shape {list(shape)}.")
+    from scipy.signal import lfilter
+
+    rho = float(np.clip(statistics.correlation, -0.999, 0.999))
+    noise = rng.standard_normal((shape[0], channels, math.prod(shape[2:])))
+    plane = lfilter([math.sqrt(1.0 - rho * rho)], [1.0, -rho], noise, axis=-1)
+    per_channel = (1, channels, 1)
+    values = plane * np.reshape(statistics.std, per_channel) + np.reshape(statistics.mean, per_channel)
+    return values.reshape(shape).astype(dtype)
 
 
 def random_inputs(specs: Iterable[TensorSpec], seed: int = 0) -> dict[str, np.ndarray]:

@@ -17,12 +17,13 @@ mxnet is imported lazily, inside functions: ``import dlbricks`` works without it
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -36,7 +37,8 @@ from dlbricks._bricks import synthetic_array
 from dlbricks._errors import InvalidArgumentError, ModelLoadError, ShapeInferenceError
 from dlbricks._graph import LayerNode, ModelGraph, ModelSource
 from dlbricks._onnx_frontend import _check_batch_size, _check_input_shapes
-from dlbricks._types import TensorSpec
+from dlbricks._inputs import random_inputs
+from dlbricks._types import TensorSpec, ValueStatistics
 
 __all__ = ["MXNET_DOMAIN", "MXNET_OPSET", "LAYOUTS_ATTR", "load_mxnet", "is_mxnet_model", "import_mxnet"]
 
@@ -52,6 +54,7 @@ POSITIVE_MXNET_INPUTS: Mapping[str, frozenset[int]] = {"BatchNorm": frozenset({4
 #: (``onednn``: a blocked layout written by a oneDNN kernel; ``plain``; ``const``). Part of the
 #: signature: a brick is measured with its inputs in the layout they have in the model.
 LAYOUTS_ATTR = "dlbricks_input_layouts"
+SUBGRAPH_ENV = "MXNET_SUBGRAPH_BACKEND"
 #: Ops whose oneDNN kernel writes a blocked layout whatever its input's (MXNet 1.9, CPU).
 _BLOCKING_OPS = frozenset({"Convolution", "Deconvolution"})
 #: Ops whose oneDNN kernel keeps its (first) input's layout; ``act_type`` restricts Activation.
@@ -399,6 +402,8 @@ def _build(src: _Source, data_shapes: Mapping[str, tuple[int, ...]], name: str |
     tensors = {k: v for k, v in specs.items() if k not in constants}
     name = name or src.name
     proto = _model_proto(name, layers, inputs, outputs, tensors, constants)
+    stats = _value_statistics(src.label, proto, inputs, [o for layer in layers for o in layer.outputs])
+    tensors = {k: v.with_statistics(stats.get(k)) for k, v in tensors.items()}
     return ModelGraph(
         name=name, layers=tuple(layers), inputs=inputs, outputs=outputs, tensors=tensors,
         constants=constants, opsets={MXNET_DOMAIN: MXNET_OPSET}, ir_version=IR_VERSION,
@@ -429,6 +434,51 @@ def _infer(src: _Source, data_shapes: Mapping[str, tuple[int, ...]]) -> dict[str
                                       f"input_shapes of every data input.")
         specs[n] = TensorSpec(n, tuple(int(d) for d in shape), np.dtype(dtype).name)
     return specs
+
+
+def _value_statistics(label: str, proto: onnx.ModelProto, inputs: Sequence[TensorSpec],
+                      names: Sequence[str]) -> dict[str, ValueStatistics]:
+    """Statistics of the feature maps (float, rank >= 3) ``names`` in one run of the model on seeded
+    standard normal inputs (those a whole model is measured with), by tensor name.
+
+    Raises
+    ------
+    ModelLoadError
+        If MXNet cannot run the model.
+    """
+    from dlbricks._mxnet_bricks import model_to_symbol, to_ndarray
+
+    mx = import_mxnet(label)
+    built = model_to_symbol(proto)
+    internals = built.symbol.get_internals()
+    group = mx.sym.Group([internals[n] for n in names])
+    args = {k: to_ndarray(mx, v) for k, v in built.arg_params.items() if k in set(group.list_arguments())}
+    args.update({k: to_ndarray(mx, v) for k, v in random_inputs(inputs).items()})
+    aux = {k: to_ndarray(mx, v) for k, v in built.aux_params.items()}
+    try:
+        with _unfused():
+            executor = group.bind(mx.cpu(), args=args, aux_states=aux, grad_req="null")
+        executor.forward(is_train=False)
+        arrays = [o.asnumpy() for o in executor.outputs]
+    except mx.base.MXNetError as e:
+        raise ModelLoadError(f"{label}: MXNet cannot run the model: {_first_line(e)}") from e
+    stats = {name: ValueStatistics.of(array) for name, array in zip(names, arrays, strict=True)}
+    return {k: v for k, v in stats.items() if v is not None}
+
+
+@contextlib.contextmanager
+def _unfused() -> Iterator[None]:
+    """Bind without graph partitioning (MXNet reads ``MXNET_SUBGRAPH_BACKEND`` at every bind; its
+    default, oneDNN fusion, cannot bind a group of a model's internal tensors)."""
+    old = os.environ.get(SUBGRAPH_ENV)
+    os.environ[SUBGRAPH_ENV] = "NONE"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[SUBGRAPH_ENV]
+        else:
+            os.environ[SUBGRAPH_ENV] = old
 
 
 def _var_dtype(sym: Any, var: str) -> str:

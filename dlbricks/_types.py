@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import onnx
 
-__all__ = ["TensorSpec", "onnx_dtype_to_name", "name_to_onnx_dtype", "runnable_ir_version"]
+__all__ = ["TensorSpec", "ValueStatistics", "onnx_dtype_to_name", "name_to_onnx_dtype", "runnable_ir_version"]
 
 
 def runnable_ir_version(ir_version: int, opsets: object) -> int:
@@ -49,6 +50,69 @@ def _itemsize(dtype: str) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class ValueStatistics:
+    """How the values of a feature map are distributed in the model it belongs to.
+
+    Some kernels branch on every value (MXNet's ``clip``, ReLU6): their time depends on the data,
+    and a brick fed values unlike the model's runs at another speed (MobileNetV2's clip bricks:
+    -13% on AR(1) feature maps, +45% on i.i.d. values, against their in-model time). Per channel
+    (axis 1) the mean and standard deviation, and over the whole tensor the correlation of
+    neighbouring values along the flattened spatial plane (axes 2...) of the standardized values,
+    are what it takes to reproduce the in-model time (within 2% on MobileNetV2's clips).
+
+    Attributes
+    ----------
+    mean, std : tuple of float
+        Per channel.
+    correlation : float
+        Lag-1 correlation along the flattened spatial plane, in [-1, 1].
+    """
+
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    correlation: float
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> ValueStatistics | None:
+        """The statistics of a float array of rank >= 3 (batch, channel, spatial...); None for others."""
+        if values.ndim < 3 or not np.issubdtype(values.dtype, np.floating) or values.size == 0:
+            return None
+        axes = tuple(i for i in range(values.ndim) if i != 1)
+        data = values.astype(np.float64)
+        mean = data.mean(axis=axes)
+        std = data.std(axis=axes)
+        shape = [1] * values.ndim
+        shape[1] = -1
+        z = (data - mean.reshape(shape)) / np.where(std > 0, std, 1.0).reshape(shape)
+        plane = z.reshape(values.shape[0], values.shape[1], -1)
+        pairs = plane[..., 1:] * plane[..., :-1]
+        correlation = float(np.clip(pairs.mean(), -1.0, 1.0)) if pairs.size else 0.0
+        return cls(_as_float32(mean), _as_float32(std), correlation)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form (per-channel values as base64 float32)."""
+        return {"mean": _pack(self.mean), "std": _pack(self.std), "correlation": self.correlation}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ValueStatistics:
+        """Inverse of :meth:`to_dict`."""
+        return cls(_unpack(data["mean"]), _unpack(data["std"]), float(data["correlation"]))
+
+
+def _as_float32(values: np.ndarray) -> tuple[float, ...]:
+    """Values as stored (float32), so that a round trip through :meth:`ValueStatistics.to_dict` is exact."""
+    return tuple(float(v) for v in np.asarray(values, dtype=np.float32))
+
+
+def _pack(values: tuple[float, ...]) -> str:
+    return base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode("ascii")
+
+
+def _unpack(text: str) -> tuple[float, ...]:
+    return tuple(float(v) for v in np.frombuffer(base64.b64decode(text), dtype="<f4"))
+
+
+@dataclass(frozen=True, slots=True)
 class TensorSpec:
     """A tensor of concrete shape.
 
@@ -62,12 +126,16 @@ class TensorSpec:
         numpy-style dtype name (``"float32"``, ``"int64"``...).
     value_range : tuple of int, optional
         ``[low, high)`` of valid values for index-like integer inputs (Gather indices, lengths).
+    statistics : ValueStatistics, optional
+        How its values are distributed in the model (frontends that run the model fill it). Not
+        part of what identifies the spec: equal specs may carry different statistics.
     """
 
     name: str
     shape: tuple[int, ...]
     dtype: str
     value_range: tuple[int, int] | None = None
+    statistics: ValueStatistics | None = field(default=None, compare=False, repr=False)
 
     @property
     def numel(self) -> int:
@@ -86,29 +154,37 @@ class TensorSpec:
 
     def renamed(self, name: str) -> TensorSpec:
         """The same spec under another name."""
-        return TensorSpec(name, self.shape, self.dtype, self.value_range)
+        return TensorSpec(name, self.shape, self.dtype, self.value_range, self.statistics)
 
     def with_range(self, value_range: tuple[int, int] | None) -> TensorSpec:
         """The same spec with a valid value range."""
-        return TensorSpec(self.name, self.shape, self.dtype, value_range)
+        return TensorSpec(self.name, self.shape, self.dtype, value_range, self.statistics)
+
+    def with_statistics(self, statistics: ValueStatistics | None) -> TensorSpec:
+        """The same spec with the statistics of its values."""
+        return TensorSpec(self.name, self.shape, self.dtype, self.value_range, statistics)
 
     def to_value_info(self) -> onnx.ValueInfoProto:
         """ONNX value info of this spec."""
         return onnx.helper.make_tensor_value_info(self.name, self.onnx_dtype, list(self.shape))
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe form."""
+    def to_dict(self, statistics: bool = True) -> dict[str, Any]:
+        """JSON-safe form (with the value statistics unless ``statistics`` is False)."""
         out: dict[str, Any] = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
         if self.value_range is not None:
             out["value_range"] = list(self.value_range)
+        if statistics and self.statistics is not None:
+            out["statistics"] = self.statistics.to_dict()
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TensorSpec:
         """Inverse of :meth:`to_dict`."""
         vr = data.get("value_range")
+        stats = data.get("statistics")
         return cls(data["name"], tuple(int(d) for d in data["shape"]), data["dtype"],
-                   tuple(vr) if vr is not None else None)  # type: ignore[arg-type]
+                   tuple(vr) if vr is not None else None,  # type: ignore[arg-type]
+                   ValueStatistics.from_dict(stats) if stats is not None else None)
 
     def __str__(self) -> str:
         return f"{self.dtype}[{'x'.join(map(str, self.shape))}]"

@@ -1,8 +1,9 @@
 """Measuring a machine's peaks with the same harness as the bricks: FLOP/s and memory bandwidth.
 
 Peak FLOP/s: float32 MatMuls of several sizes and 3x3 convolutions (with onnxruntime, at the
-default level and in the NCHWc layout of level "all"); peak bandwidth: Adds over
-working sets from cache-sized to DRAM-sized. Each peak is the best rate any size reached (from the fastest sample),
+default level and in the NCHWc layout of level "all"); peak bandwidth: Adds (two reads, one write)
+and matrix-vector products (reading a weight matrix: what a fully connected layer does at batch 1)
+over working sets from cache-sized to DRAM-sized. Each peak is the best rate any size reached (from the fastest sample),
 so that per brick max(FLOPs / peak, bytes / peak) stays a floor that no measured run beats: a brick
 whose data fits in cache moves bytes faster than DRAM allows.
 """
@@ -21,14 +22,18 @@ from dlbricks._errors import BackendError
 from dlbricks.estimator._estimate import Peaks
 from dlbricks.generators import Budget, Measurement, OrtConfig, benchmark
 
-__all__ = ["calibrate_peaks", "Calibration", "CONV_SHAPES", "GEMM_SIZES", "NCHWC_DEPTH", "STREAM_ELEMENTS",
-           "calibrated_backends", "merge_peaks"]
+__all__ = ["calibrate_peaks", "Calibration", "CONV_SHAPES", "GEMM_SIZES", "GEMV_SIZES", "NCHWC_DEPTH",
+           "STREAM_ELEMENTS", "calibrated_backends", "merge_peaks"]
 
 GEMM_SIZES = (256, 512, 1024)
 #: 3x3 convolutions of ResNet-18 (channels in = out, height = width): oneDNN's convolutions in MXNet
 #: ran 2-8% above the rate of the best GEMM, and a peak must be the best rate any kernel reaches.
 CONV_SHAPES = ((64, 56), (128, 28), (256, 14), (512, 7))
 STREAM_ELEMENTS = (1 << 16, 1 << 20, 1 << 24)
+#: Matrix-vector products (n x n weights, 1 MB to 64 MB): reads only, so they stream faster than an
+#: Add, which also writes. AlexNet's fully connected layers (234 MB of weights) read memory 5-10%
+#: faster than the best Add, and the roofline rose above their lower bound.
+GEMV_SIZES = (512, 2048, 4096)
 #: Convolutions chained per calibration model at onnxruntime's level "all", where they run in the
 #: NCHWc layout: one reorder in and one out for the chain, so the rate is the kernels'. Fused bricks at
 #: "all" are timed without their reorders, and MLAS's NCHWc convolutions beat its NCHW ones: without
@@ -45,6 +50,7 @@ class Calibration:
     stream: tuple[tuple[int, float], ...]  # (bytes moved, bytes/s)
     conv: tuple[tuple[int, int, float], ...] = ()  # (channels, height = width, FLOP/s)
     conv_nchwc: tuple[tuple[int, int, float], ...] = ()  # the same at onnxruntime's level "all"
+    gemv: tuple[tuple[int, float], ...] = ()  # (bytes of weights, bytes/s)
 
 
 def _model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], output: onnx.ValueInfoProto,
@@ -55,12 +61,13 @@ def _model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], outpu
     return model
 
 
-def gemm_model(n: int) -> onnx.ModelProto:
-    """``Y = X @ W`` with n x n float32 operands."""
+def gemm_model(n: int, rows: int | None = None) -> onnx.ModelProto:
+    """``Y = X @ W`` with an n x n float32 ``W`` and ``rows`` rows of ``X`` (default n)."""
+    rows = n if rows is None else rows
     w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((n, n), dtype=np.float32), "w")
     return _model([helper.make_node("MatMul", ["x", "w"], ["y"])],
-                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])],
-                  helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, n]), [w])
+                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, n])],
+                  helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, n]), [w])
 
 
 def conv_model(channels: int, size: int, depth: int = 1) -> onnx.ModelProto:
@@ -88,13 +95,15 @@ def stream_model(elements: int) -> onnx.ModelProto:
                   helper.make_tensor_value_info("c", TensorProto.FLOAT, [elements]), [])
 
 
-def mxnet_gemm_model(n: int) -> onnx.ModelProto:
-    """``Y = X @ W.T`` with n x n float32 operands, as an MXNet FullyConnected (``org.mxnet`` model)."""
+def mxnet_gemm_model(n: int, rows: int | None = None) -> onnx.ModelProto:
+    """``Y = X @ W.T`` with an n x n float32 ``W`` and ``rows`` rows of ``X`` (default n), as an MXNet
+    FullyConnected (``org.mxnet`` model)."""
     from dlbricks._mxnet_frontend import import_mxnet, load_mxnet
 
+    rows = n if rows is None else rows
     mx = import_mxnet()
     y = mx.sym.FullyConnected(mx.sym.var("x"), num_hidden=n, no_bias=True, flatten=False, name="fc")
-    return load_mxnet(y, input_shapes={"x": (n, n)}, name=f"gemm{n}").to_onnx()
+    return load_mxnet(y, input_shapes={"x": (rows, n)}, name=f"gemm{n}x{rows}").to_onnx()
 
 
 def mxnet_conv_model(channels: int, size: int) -> onnx.ModelProto:
@@ -131,14 +140,13 @@ def calibrate_peaks(config: object | None = None, budget: Budget | None = None) 
     gemm_of, conv_of, stream_of = ((mxnet_gemm_model, mxnet_conv_model, mxnet_stream_model) if mxnet
                                    else (gemm_model, conv_model, stream_model))
     models = ([gemm_of(n) for n in GEMM_SIZES] + [conv_of(c, h) for c, h in CONV_SHAPES]
-              + [stream_of(e) for e in STREAM_ELEMENTS])
-    results = list(benchmark(models, backend="mxnet" if mxnet else "onnxruntime", config=config,  # type: ignore[arg-type]
+              + [stream_of(e) for e in STREAM_ELEMENTS] + [gemm_of(n, 1) for n in GEMV_SIZES])
+    results = iter(benchmark(models, backend="mxnet" if mxnet else "onnxruntime", config=config,  # type: ignore[arg-type]
                              budget=budget))
-    gemm_runs, conv_runs = results[:len(GEMM_SIZES)], results[len(GEMM_SIZES):len(GEMM_SIZES) + len(CONV_SHAPES)]
-    stream_runs = results[len(GEMM_SIZES) + len(CONV_SHAPES):]
-    gemm = tuple((n, _rate(2.0 * n ** 3, m)) for n, m in zip(GEMM_SIZES, gemm_runs, strict=True))
-    conv = tuple((c, h, _rate(_conv_flops(c, h), m)) for (c, h), m in zip(CONV_SHAPES, conv_runs, strict=True))
-    stream = tuple((12 * e, _rate(12.0 * e, m)) for e, m in zip(STREAM_ELEMENTS, stream_runs, strict=True))
+    gemm = tuple((n, _rate(2.0 * n ** 3, next(results))) for n in GEMM_SIZES)
+    conv = tuple((c, h, _rate(_conv_flops(c, h), next(results))) for c, h in CONV_SHAPES)
+    stream = tuple((12 * e, _rate(12.0 * e, next(results))) for e in STREAM_ELEMENTS)
+    gemv = tuple((4 * n * n, _rate(4.0 * n * n, next(results))) for n in GEMV_SIZES)
     nchwc: tuple[tuple[int, int, float], ...] = ()
     if not mxnet:
         chains = [conv_model(c, h, NCHWC_DEPTH) for c, h in CONV_SHAPES]
@@ -147,7 +155,8 @@ def calibrate_peaks(config: object | None = None, budget: Budget | None = None) 
         nchwc = tuple((c, h, _rate(NCHWC_DEPTH * _conv_flops(c, h), m))
                       for (c, h), m in zip(CONV_SHAPES, runs, strict=True))
     flops = max([r for _, r in gemm] + [r for _, _, r in conv + nchwc])
-    return Calibration(Peaks(flops, max(r for _, r in stream)), gemm, stream, conv, nchwc)
+    bandwidth = max(r for _, r in stream + gemv)
+    return Calibration(Peaks(flops, bandwidth), gemm, stream, conv, nchwc, gemv)
 
 
 def merge_peaks(stored: Any, backend: str, calibration: Calibration) -> tuple[float, float, dict[str, Any]]:
@@ -167,7 +176,7 @@ def merge_peaks(stored: Any, backend: str, calibration: Calibration) -> tuple[fl
     backends[backend] = {"flops_per_s": calibration.peaks.flops_per_s,
                          "bytes_per_s": calibration.peaks.bytes_per_s,
                          "gemm": calibration.gemm, "conv": calibration.conv, "stream": calibration.stream,
-                         "conv_nchwc": calibration.conv_nchwc}
+                         "conv_nchwc": calibration.conv_nchwc, "gemv": calibration.gemv}
     return (max(b["flops_per_s"] for b in backends.values()), max(b["bytes_per_s"] for b in backends.values()),
             {"backends": backends})
 

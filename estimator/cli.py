@@ -151,7 +151,7 @@ def calibrate_cmd(db: str, threads: int, opt_level: str) -> None:
         flops, bandwidth, details = merge_peaks(store.peaks(system), "onnxruntime", cal)
         store.record_peaks(system, flops, bandwidth, details)
     click.echo(f"peak {cal.peaks.flops_per_s / 1e9:.1f} GFLOP/s (MatMul), "
-               f"{cal.peaks.bytes_per_s / 1e9:.1f} GB/s (Add), {threads} thread(s); stored in {db} "
+               f"{cal.peaks.bytes_per_s / 1e9:.1f} GB/s (Add, matrix-vector), {threads} thread(s); stored in {db} "
                f"(machine peaks over every framework calibrated: {flops / 1e9:.1f} GFLOP/s, "
                f"{bandwidth / 1e9:.1f} GB/s)")
 

@@ -16,18 +16,21 @@ import onnx
 from onnx import helper
 
 from dlbricks._errors import InvalidArgumentError, ShapeInferenceError, UnrunnableBrickError
-from dlbricks._inputs import DEFAULT_INT_RANGE, random_array
+from dlbricks._graph import VALUE_RANGES_KEY, VALUE_STATISTICS_KEY
+from dlbricks._inputs import DEFAULT_INT_RANGE, random_array, statistics_array
+from dlbricks._types import ValueStatistics
 
 __all__ = [
     "DEFAULT_INT_RANGE",
     "VALUE_RANGES_KEY",
+    "VALUE_STATISTICS_KEY",
     "input_specs",
     "random_array",
     "random_inputs",
+    "statistics_array",
     "value_ranges",
+    "value_statistics",
 ]
-
-VALUE_RANGES_KEY = "dlbricks.value_ranges"
 
 
 def value_ranges(model: onnx.ModelProto) -> dict[str, tuple[float, float]]:
@@ -52,6 +55,26 @@ def value_ranges(model: onnx.ModelProto) -> dict[str, tuple[float, float]]:
             f"The metadata {VALUE_RANGES_KEY!r} must be a JSON object. Got {raw!r} instead."
         )
     return {name: _parse_range(name, value) for name, value in data.items()}
+
+
+def value_statistics(model: onnx.ModelProto) -> dict[str, ValueStatistics]:
+    """The ``dlbricks.value_statistics`` metadata of ``model`` (a brick's inputs' in-model
+    distributions), by input name.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If the metadata is not a JSON object of statistics.
+    """
+    raw = next((p.value for p in model.metadata_props if p.key == VALUE_STATISTICS_KEY), None)
+    if raw is None:
+        return {}
+    try:
+        return {name: ValueStatistics.from_dict(value) for name, value in json.loads(raw).items()}
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise InvalidArgumentError(
+            f"The metadata {VALUE_STATISTICS_KEY!r} of model {model.graph.name!r} is not a JSON object of "
+            f"value statistics ({type(e).__name__}: {e}); rebuild the brick with Brick.to_onnx().") from e
 
 
 def _parse_range(name: str, value: object) -> tuple[float, float]:

@@ -30,7 +30,7 @@ import onnx
 
 from dlbricks._bricks import SIGNATURE_KEY
 from dlbricks._errors import BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
-from dlbricks.generators._inputs import random_inputs
+from dlbricks.generators._inputs import random_inputs, statistics_array, value_statistics
 from dlbricks.generators._ort import cold_copies
 from dlbricks.generators._util import closed, one_line, round_robin
 
@@ -39,11 +39,15 @@ __all__ = ["MxnetBackend", "MxnetConfig", "MxnetPrepared", "activation_like", "i
 CONTEXTS = ("cpu", "gpu")
 ENGINES = ("ThreadedEnginePerDevice", "ThreadedEngine", "NaiveEngine")
 CACHE_STATES = ("cold", "warm")
-INPUT_KINDS = ("activations", "normal")
+INPUT_KINDS = ("model", "activations", "normal")
 #: Correlation of neighbouring values along the innermost axis of "activations" inputs: feature maps
 #: after convolutions in Gluon CNNs change sign between neighbours about 25% of the time (measured
 #: on mobilenetv2_1.0), which an AR(1) process with this coefficient reproduces.
 ACTIVATION_CORRELATION = 0.75
+#: Version of how bricks are measured, part of every :attr:`MxnetConfig.config_id` (as
+#: :data:`dlbricks.generators._ort.MEASUREMENT_METHOD` for onnxruntime). 1: each cold copy with its
+#: own outputs; 2: the copies share the first executor's memory, as a model's layers share its pool.
+MEASUREMENT_METHOD = 2
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
@@ -91,12 +95,16 @@ class MxnetConfig:
         Threads inside an op (``OMP_NUM_THREADS``, also MKL and OpenBLAS); 0 leaves them unset.
     worker_threads : int, default 1
         Engine threads running independent CPU ops in parallel (``MXNET_CPU_WORKER_NTHREADS``).
-    inputs : {"activations", "normal"}, default "activations"
-        Random values a *brick* is fed. ``"normal"``: i.i.d. standard normal, as the onnxruntime
-        backend. ``"activations"``: float inputs of rank >= 3 correlated along their innermost axis
-        like feature maps (AR(1), :data:`ACTIVATION_CORRELATION`): MXNet's ``clip`` (ReLU6) branches
-        on every value and runs 1.8x slower on i.i.d. values than on feature maps. Whole models get
-        i.i.d. inputs.
+    inputs : {"model", "activations", "normal"}, default "model"
+        Random values a *brick* is fed. MXNet's ``clip`` (ReLU6) branches on every value: its time
+        depends on the data (MobileNetV2's clips: 24.4 ms on the model's own tensors, 35.3 ms on
+        i.i.d. normal values). ``"model"``: each float input of rank >= 3 distributed as in the
+        model the brick was cut from (:class:`~dlbricks.ValueStatistics` that
+        :func:`~dlbricks.load_mxnet` records: per-channel mean and deviation, correlation along
+        the plane; 24.7 ms), ``"activations"`` where the brick carries none. ``"activations"``:
+        standard normal values correlated along the innermost axis like a feature map (AR(1),
+        :data:`ACTIVATION_CORRELATION`; 20.8 ms). ``"normal"``: i.i.d. standard normal, as the
+        onnxruntime backend. Whole models get i.i.d. standard normal inputs.
     model_layouts : bool, default True
         With oneDNN, feed each brick input in the layout it has in the model (the nodes'
         ``dlbricks_input_layouts``): inputs written by oneDNN kernels are converted once, before
@@ -104,10 +112,12 @@ class MxnetConfig:
         times a Concat's own time) that it does not pay inside the model.
     cache : {"cold", "warm"}, default "cold"
         Cache state a *brick* meets (whole models always run as users run them, one executor
-        again and again). ``"cold"``: several executors of the brick, each with its own weights and
-        outputs and all bound to one input array, run round-robin, enough of them that their
-        footprint is twice the last-level cache: each run meets cold weights and a warm input, as
-        a layer inside a model does. ``"warm"``: one executor again and again.
+        again and again). ``"cold"``: several executors of the brick, each with its own weights,
+        all bound to one input array and sharing the first one's outputs and scratch memory (as a
+        model's layers share its memory pool, 6-13 MB for the Gluon zoo), run round-robin, enough
+        of them that their footprint is twice the last-level cache: each run meets cold weights
+        and a warm input and output, as a layer inside a model does (with an output per copy,
+        SqueezeNet's ReLUs ran 4-5x their in-model time). ``"warm"``: one executor again and again.
     mxnet_version : str, default the installed version
 
     Examples
@@ -126,7 +136,7 @@ class MxnetConfig:
     engine: str = "ThreadedEnginePerDevice"
     omp_threads: int = 1
     worker_threads: int = 1
-    inputs: str = "activations"
+    inputs: str = "model"
     model_layouts: bool = True
     cache: str = "cold"
     mxnet_version: str = field(default_factory=installed_mxnet_version)
@@ -138,8 +148,10 @@ class MxnetConfig:
 
     @property
     def config_id(self) -> str:
-        """16 hex digits of the SHA-256 of the canonical JSON of :meth:`to_dict`."""
-        payload = json.dumps({"backend": MxnetBackend.name, **self.to_dict()}, sort_keys=True)
+        """16 hex digits of the SHA-256 of the canonical JSON of :meth:`to_dict` and the
+        :data:`MEASUREMENT_METHOD`."""
+        payload = json.dumps({"backend": MxnetBackend.name, **self.to_dict(), "method": MEASUREMENT_METHOD},
+                             sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
@@ -315,8 +327,8 @@ class MxnetBackend:
         brick = _is_brick(model)
         ctx = mx.gpu(config.device_id) if config.context == "gpu" else mx.cpu()
         arrays = random_inputs(model, list(built.input_names))
-        if brick and config.inputs == "activations":
-            arrays = {k: activation_like(v, seed=i) for i, (k, v) in enumerate(arrays.items())}
+        if brick and config.inputs != "normal":
+            arrays = _feature_maps(model, arrays, config.inputs)
         inputs = {k: to_ndarray(mx, v, ctx) for k, v in arrays.items()}
         if brick and config.model_layouts and config.mkldnn and config.context == "cpu":
             inputs = {k: _to_onednn(mx, v) if built.input_layouts.get(k) == "onednn" else v
@@ -326,8 +338,21 @@ class MxnetBackend:
         if config.cache == "cold" and brick:
             outputs = [o.asnumpy() for o in first.outputs]
             copies = cold_copies(model, outputs)
-            executors += [_bind(mx, built, inputs, ctx, model) for _ in range(copies - 1)]
+            executors += [_bind(mx, built, inputs, ctx, model, shared=first) for _ in range(copies - 1)]
         return MxnetPrepared(executors, [inputs])
+
+
+def _feature_maps(model: onnx.ModelProto, arrays: Mapping[str, np.ndarray], kind: str) -> dict[str, np.ndarray]:
+    """``arrays`` redrawn as feature maps: with their in-model statistics (``kind == "model"``,
+    where the brick carries them), else :func:`activation_like`."""
+    stats = value_statistics(model) if kind == "model" else {}
+    out = {}
+    for i, (name, array) in enumerate(arrays.items()):
+        if name in stats and np.issubdtype(array.dtype, np.floating):
+            out[name] = statistics_array(array.shape, array.dtype, stats[name], np.random.default_rng(i))
+        else:
+            out[name] = activation_like(array, seed=i)
+    return out
 
 
 def activation_like(array: np.ndarray, seed: int = 0, rho: float = ACTIVATION_CORRELATION) -> np.ndarray:
@@ -361,15 +386,21 @@ def _to_onednn(mx: ModuleType, array: Any) -> Any:
     return out
 
 
-def _bind(mx: ModuleType, built: Any, inputs: Mapping[str, Any], ctx: Any, model: onnx.ModelProto) -> Any:
-    """One executor with its own weights and outputs, the shared ``inputs``, run once."""
+def _bind(mx: ModuleType, built: Any, inputs: Mapping[str, Any], ctx: Any, model: onnx.ModelProto,
+          shared: Any = None) -> Any:
+    """One executor with its own weights, the shared ``inputs``, run once.
+
+    With ``shared`` (an executor of the same symbol) its outputs and scratch memory are
+    ``shared``'s (``bind(shared_exec=...)``), as a model's layers share their executor's memory
+    pool; without, its own.
+    """
     from dlbricks._mxnet_bricks import to_ndarray
 
     args = dict(inputs)
     args.update({k: to_ndarray(mx, v, ctx) for k, v in built.arg_params.items()})
     aux = {k: to_ndarray(mx, v, ctx) for k, v in built.aux_params.items()}
     try:
-        executor = built.symbol.bind(ctx, args=args, aux_states=aux, grad_req="null")
+        executor = built.symbol.bind(ctx, args=args, aux_states=aux, grad_req="null", shared_exec=shared)
         executor.forward(is_train=False)
         for out in executor.outputs:
             out.wait_to_read()

@@ -138,3 +138,58 @@ def test_a_gather_moves_the_rows_it_fetches_not_its_whole_table() -> None:
     (brick,) = dlbricks.decompose(dlbricks.load_model(model)).bricks.values()
     out = 8 * 64 * 4
     assert brick.bytes_moved == 8 * 8 + out + out  # indices, the rows read, the rows written
+    assert brick.constant_bytes == out  # the roofline's memory side: the rows read
+
+
+def test_roofline_reads_weights_from_memory_and_activations_from_cache() -> None:
+    """The memory side counts the constants a run reads (activations stay in the cache inside a
+    model); a gather from a constant table reads only its rows (above)."""
+    from dlbricks.estimator import Peaks
+
+    dec = dlbricks.decompose(_models.resnet_like(channels=16), batch_size=1)
+    relu = next(b for b in dec.bricks.values() if b.op_type == "Relu")
+    conv = next(b for b in dec.bricks.values() if b.op_type == "Conv")
+    memory_bound = Peaks(flops_per_s=1e30, bytes_per_s=1e9)
+    assert relu.constant_bytes == 0 and memory_bound.roofline_s(relu) == pytest.approx(0, abs=1e-20)
+    assert conv.constant_bytes == sum(c.spec.nbytes for c in conv.constants) > 0
+    assert memory_bound.roofline_s(conv) == pytest.approx(conv.constant_bytes / 1e9)
+
+
+def test_value_statistics_survive_storage_and_drive_the_inputs() -> None:
+    """A brick input's in-model statistics travel with the brick (bytes, ONNX metadata), stay out of
+    its signature, and the generators draw inputs distributed like them."""
+    import dataclasses
+
+    import numpy as np
+
+    from dlbricks._inputs import statistics_array
+    from dlbricks._types import ValueStatistics
+    from dlbricks.generators._inputs import value_statistics
+
+    rng = np.random.default_rng(0)
+    shift = np.array([-3.0, 0.0, 2.0, 5.0]).reshape(1, 4, 1, 1)
+    values = (rng.standard_normal((2, 4, 32, 32)) * np.array([1.0, 2.0, 0.5, 3.0]).reshape(1, 4, 1, 1) + shift)
+    stats = ValueStatistics.of(values.astype(np.float32))
+    assert stats is not None and ValueStatistics.of(np.zeros((3, 4), np.float32)) is None
+    np.testing.assert_allclose(stats.mean, [-3, 0, 2, 5], atol=0.3)
+    np.testing.assert_allclose(stats.std, [1, 2, 0.5, 3], rtol=0.15)
+    assert abs(stats.correlation) < 0.1  # i.i.d. values
+    assert ValueStatistics.from_dict(stats.to_dict()) == stats
+
+    drawn = statistics_array((1, 4, 64, 64), np.float32, dataclasses.replace(stats, correlation=0.8), rng)
+    again = ValueStatistics.of(drawn)
+    assert drawn.dtype == np.float32 and again is not None
+    np.testing.assert_allclose(again.mean, stats.mean, atol=0.3)
+    np.testing.assert_allclose(again.std, stats.std, rtol=0.15)
+    assert again.correlation == pytest.approx(0.8, abs=0.05)
+    with pytest.raises(dlbricks.InvalidArgumentError, match="4 channels"):
+        statistics_array((1, 3, 8, 8), np.float32, stats, rng)
+
+    dec = dlbricks.decompose(_models.resnet_like(channels=4), batch_size=1)
+    brick = next(b for b in dec.bricks.values() if b.op_type == "Relu" and b.inputs[0].shape[1] == 4)
+    marked = dataclasses.replace(brick, inputs=(brick.inputs[0].with_statistics(stats),))
+    assert marked.signature == brick.signature and marked.inputs == brick.inputs
+    assert value_statistics(marked.to_onnx()) == {"in0": stats}
+    assert value_statistics(brick.to_onnx()) == {}
+    assert dlbricks.Brick.from_bytes(marked.to_bytes()).value_statistics == {"in0": stats}
+    assert "statistics" not in json.dumps(marked.describe())

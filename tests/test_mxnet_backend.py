@@ -62,6 +62,14 @@ def test_config_defaults_and_environment() -> None:
     assert MxnetConfig(mkldnn=False).worker_env()["MXNET_MKLDNN_ENABLED"] == "0"
 
 
+def test_config_id_changes_with_the_measurement_method(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlbricks.generators import _mxnet as backend_module
+
+    before = MxnetConfig(mxnet_version="1.9.1").config_id
+    monkeypatch.setattr(backend_module, "MEASUREMENT_METHOD", backend_module.MEASUREMENT_METHOD + 1)
+    assert MxnetConfig(mxnet_version="1.9.1").config_id != before
+
+
 def test_config_round_trip_and_id() -> None:
     cfg = MxnetConfig(omp_threads=2, cache="warm")
     assert MxnetConfig.from_dict(cfg.to_dict()) == cfg
@@ -126,7 +134,18 @@ def test_prepare_brick_outputs_match_mxnet(mobilenet: dlbricks.ModelGraph) -> No
     assert outs[True][0].shape == brick.outputs[0].shape
 
 
+def _address(array: object) -> int:
+    import ctypes
+
+    from mxnet.base import _LIB, check_call
+
+    pointer = ctypes.c_void_p()
+    check_call(_LIB.MXNDArrayGetData(array.handle, ctypes.byref(pointer)))  # type: ignore[attr-defined]
+    return int(pointer.value or 0)
+
+
 def test_cold_bricks_use_several_executors(mobilenet: dlbricks.ModelGraph) -> None:
+    """Cold copies: each its own weights, all one input and one output memory (a model's pool)."""
     dec = dlbricks.decompose(mobilenet)
     small = min(dec.bricks.values(), key=lambda b: b.bytes_moved)
     backend = MxnetBackend()
@@ -134,6 +153,14 @@ def test_cold_bricks_use_several_executors(mobilenet: dlbricks.ModelGraph) -> No
     warm = backend.prepare(small.to_onnx(), MxnetConfig(cache="warm"))
     whole = backend.prepare(mobilenet.to_onnx(), MxnetConfig())
     assert cold.copies > 1 and warm.copies == 1 and whole.copies == 1
+    conv = next(b for b in dec.bricks.values() if b.op_type == "Convolution")
+    copies = backend.prepare(conv.to_onnx(), MxnetConfig())
+    first, second = copies.executors[:2]
+    assert _address(first.outputs[0]) == _address(second.outputs[0])
+    assert _address(first.arg_dict["in0"]) == _address(second.arg_dict["in0"])
+    weights = next(n for n in first.arg_dict if n != "in0")
+    assert _address(first.arg_dict[weights]) != _address(second.arg_dict[weights])
+    copies.close()
     for prepared in (cold, warm, whole):
         prepared.run()
         prepared.run()
@@ -148,6 +175,28 @@ def test_onnx_models_are_refused() -> None:
     model = build("squeezenet1_1")
     with pytest.raises(UnrunnableBrickError, match="runs MXNet models"):
         MxnetBackend().prepare(model, MxnetConfig())
+
+
+def test_bricks_are_fed_values_distributed_as_in_the_model() -> None:
+    """inputs="model": a clip (ReLU6) brick's input has its in-model per-channel statistics;
+    "activations" and "normal" ignore them."""
+    from dlbricks._types import ValueStatistics
+
+    dec = dlbricks.decompose(build_gluon("mobilenetv2_0.25"))
+    clip = next(b for b in dec.bricks.values() if b.op_type == "clip" and b.inputs[0].shape[2] >= 28)
+    stats = clip.inputs[0].statistics
+    assert stats is not None
+    fed = {}
+    for kind in ("model", "activations", "normal"):
+        prepared = MxnetBackend().prepare(clip.to_onnx(), MxnetConfig(inputs=kind, cache="warm"))
+        fed[kind] = ValueStatistics.of(prepared.executors[0].arg_dict["in0"].asnumpy())
+        prepared.close()
+    np.testing.assert_allclose(fed["model"].mean, stats.mean, atol=0.25 * max(stats.std))
+    np.testing.assert_allclose(fed["model"].std, stats.std, rtol=0.25)
+    assert fed["model"].correlation == pytest.approx(stats.correlation, abs=0.1)
+    for kind in ("activations", "normal"):
+        np.testing.assert_allclose(fed[kind].std, 1.0, rtol=0.25)
+    assert abs(fed["activations"].correlation - fed["model"].correlation) > 0.3  # the kinds differ here
 
 
 def test_activation_like_inputs() -> None:

@@ -72,3 +72,32 @@ def test_synthetic_bricks_run() -> None:
         for out, spec in zip(exe.outputs, brick.outputs, strict=True):
             assert out.shape == spec.shape
             assert np.isfinite(out.asnumpy()).all(), brick.op_type
+
+
+def test_brick_inputs_carry_the_statistics_of_the_model_tensors() -> None:
+    """Every feature map a brick reads carries the statistics of that tensor in a run of the model on
+    the seeded standard normal input a whole model is measured with (also after a database round
+    trip); the model's own input carries none."""
+    from dlbricks._inputs import random_inputs
+    from dlbricks._types import ValueStatistics
+
+    graph = build_gluon("mobilenetv2_0.25")
+    values = model_tensors(graph, random_inputs(graph.inputs)[graph.inputs[0].name])
+    dec = dlbricks.decompose(graph)
+    checked = 0
+    for occ in dec.occurrences:
+        brick = dec.bricks[occ.signature]
+        stored = dlbricks.Brick.from_bytes(brick.to_bytes()).inputs
+        for spec, tensor, after in zip(brick.inputs, occ.inputs, stored, strict=True):
+            if tensor == graph.inputs[0].name:
+                assert spec.statistics is None
+                continue
+            expected = ValueStatistics.of(values[tensor])
+            assert spec.statistics is not None and expected is not None, (occ.nodes, tensor)
+            assert after.statistics == spec.statistics
+            if occ.index == min(o.index for o in dec.occurrences if o.signature == occ.signature):
+                np.testing.assert_allclose(spec.statistics.mean, expected.mean, rtol=1e-4, atol=1e-5)
+                np.testing.assert_allclose(spec.statistics.std, expected.std, rtol=1e-4, atol=1e-5)
+                assert spec.statistics.correlation == pytest.approx(expected.correlation, abs=1e-6)
+                checked += 1
+    assert checked > 50
