@@ -468,13 +468,20 @@ def _value_statistics(label: str, proto: onnx.ModelProto, inputs: Sequence[Tenso
 
 @contextlib.contextmanager
 def _unfused() -> Iterator[None]:
-    """Bind without graph partitioning (MXNet reads ``MXNET_SUBGRAPH_BACKEND`` at every bind; its
-    default, oneDNN fusion, cannot bind a group of a model's internal tensors)."""
+    """Bind without graph partitioning: MXNet reads ``MXNET_SUBGRAPH_BACKEND`` at every bind, and
+    its default, oneDNN fusion, cannot bind a group of a model's internal tensors. The C++ log line
+    MXNet writes to stderr for "NONE" at every bind is kept from the user's terminal."""
     old = os.environ.get(SUBGRAPH_ENV)
     os.environ[SUBGRAPH_ENV] = "NONE"
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
     try:
         yield
     finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
         if old is None:
             del os.environ[SUBGRAPH_ENV]
         else:
