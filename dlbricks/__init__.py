@@ -27,7 +27,7 @@ from dlbricks._errors import (
 from dlbricks._graph import LayerNode, ModelGraph, ModelSource
 from dlbricks._inputs import random_inputs
 from dlbricks._onnx_frontend import load_model
-from dlbricks._types import TensorSpec
+from dlbricks._types import TensorSpec, ValueStatistics
 
 __version__ = "0.1.0"
 
@@ -38,6 +38,7 @@ __all__ = [
     "ModelSource",
     "LayerNode",
     "TensorSpec",
+    "ValueStatistics",
     # decomposition
     "decompose",
     "Decomposition",

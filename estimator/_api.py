@@ -25,6 +25,9 @@ def open_store(db: Store | str | os.PathLike[str]) -> Store:
 
 def _decompose(graph: ModelGraph, granularity: str, config: OrtConfig) -> Decomposition:
     """Layer bricks, or fused bricks of the configuration's optimization level."""
+    if granularity == "fused" and not hasattr(config, "graph_optimization_level"):
+        raise InvalidArgumentError("granularity 'fused' groups the layers onnxruntime fuses; models run in "
+                                   f"{backend_name(config)} take granularity 'layer'.")
     if granularity == "fused":
         return decompose(graph, "fused", opt_level=config.graph_optimization_level)
     return decompose(graph, granularity)
@@ -207,7 +210,8 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
              on_missing: str = "measure", per_brick: bool = False) -> Validation:
     """Measure the whole model with the same harness, store the run, and compare with the estimate.
 
-    With ``per_brick``, also profile the model in onnxruntime to give each occurrence's in-model time.
+    With ``per_brick``, also profile the model in its runtime (onnxruntime's profiler, or MXNet's
+    for an ``MxnetConfig``) to give each occurrence's in-model time.
     """
     store = open_store(db)
     system = _system_key(system)
@@ -232,7 +236,12 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
                    on_missing=on_missing, budget=budget)
     in_model = None
     if per_brick:
-        times = in_model_times(graph, config)
+        if backend_name(config) == "mxnet":
+            from dlbricks.estimator._mxnet_profile import mxnet_in_model_times
+
+            times = mxnet_in_model_times(graph, config)
+        else:
+            times = in_model_times(graph, config)
         in_model = {o.index: sum(times.layers.get(n, 0.0) for n in o.nodes) for o in dec.occurrences}
         return Validation(est, whole, dec, in_model, times)
     return Validation(est, whole, dec, in_model)

@@ -44,6 +44,20 @@ def _config(threads: int, opt_level: str) -> OrtConfig:
     return OrtConfig(intra_op_num_threads=threads, graph_optimization_level=opt_level)
 
 
+def _framework_config(framework: str, threads: int, opt_level: str) -> Any:
+    """The configuration of ``framework``: onnxruntime's (``opt_level``) or MXNet's."""
+    if framework == "mxnet":
+        from dlbricks.generators._mxnet import MxnetConfig
+
+        return MxnetConfig(omp_threads=threads)
+    return _config(threads, opt_level)
+
+
+_framework_option = click.option(
+    "--framework", type=click.Choice(("onnxruntime", "mxnet")), default="onnxruntime", show_default=True,
+    help="mxnet: models run in MXNet (Gluon zoo names, the mxnet extra).")
+
+
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{1e3 * seconds:.3f}"
 
@@ -91,18 +105,20 @@ def estimate_cmd(model: str, db: str, threads: int, opt_level: str, granularity:
 @click.argument("models", nargs=-1, required=True)
 @_config_options
 @click.option("--per-brick", is_flag=True,
-              help="Also show each brick's time beside its layers' in-model time (onnxruntime profiler).")
+              help="Also show each brick's time beside its layers' in-model time (the runtime's profiler).")
 @click.option("--top", type=int, default=15, show_default=True, help="Bricks to show with --per-brick.")
 @_granularity_option
+@_framework_option
 @_budget_option
 @handle_errors
 def validate_cmd(models: tuple[str, ...], db: str, threads: int, opt_level: str, per_brick: bool,
-                 top: int, granularity: str, budget_name: str) -> None:
+                 top: int, granularity: str, framework: str, budget_name: str) -> None:
     """Measure MODELs whole, store the runs, and compare with their estimates."""
     rows, validations = [], []
+    config = _framework_config(framework, threads, opt_level)
     with open_store(db) as store:
         for model in models:
-            v = validate(model, store, config=_config(threads, opt_level), granularity=granularity,
+            v = validate(model, store, config=config, granularity=granularity,
                          budget=_BUDGETS[budget_name](), per_brick=per_brick)
             validations.append(v)
             rows.append([v.estimate.model, _ms(v.measured.median_s), _ms(v.estimate.sequential_s),
@@ -190,8 +206,7 @@ def _print_evaluation(ev: Evaluation) -> None:
               help="Write PNG figures there (needs the 'plot' extra).")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
 @_granularity_option
-@click.option("--framework", type=click.Choice(("onnxruntime", "mxnet")), default="onnxruntime",
-              show_default=True, help="mxnet: the Gluon vision zoo run in MXNet (the mxnet extra).")
+@_framework_option
 @_budget_option
 @handle_errors
 def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, plot_dir: Path | None, quiet: bool,
@@ -202,14 +217,8 @@ def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, plot_dir: Pa
     estimate, lower bound and roofline; for the suite, the benchmarking time of bricks vs whole
     models and the error figures.
     """
-    if framework == "mxnet":
-        from dlbricks.generators._mxnet import MxnetConfig
-
-        config: Any = MxnetConfig(omp_threads=threads)
-        models = suite_models(suite, "mxnet")
-    else:
-        config = _config(threads, opt_level)
-        models = suite_models(suite)
+    config = _framework_config(framework, threads, opt_level)
+    models = suite_models(suite, "mxnet") if framework == "mxnet" else suite_models(suite)
     say = (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
     with open_store(db) as store:
         ev = evaluate(models, store, config=config, budget=_BUDGETS[budget_name](),

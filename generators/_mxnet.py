@@ -99,9 +99,8 @@ class MxnetConfig:
         Random values a *brick* is fed. MXNet's ``clip`` (ReLU6) branches on every value: its time
         depends on the data (MobileNetV2's clips: 24.4 ms on the model's own tensors, 35.3 ms on
         i.i.d. normal values). ``"model"``: each float input of rank >= 3 distributed as in the
-        model the brick was cut from (:class:`~dlbricks.ValueStatistics` that
-        :func:`~dlbricks.load_mxnet` records: per-channel mean and deviation, correlation along
-        the plane; 24.7 ms), ``"activations"`` where the brick carries none. ``"activations"``:
+        model the brick was cut from (:class:`~dlbricks.ValueStatistics` that the MXNet frontend
+        records: per-channel mean and deviation, correlation along the plane; 24.7 ms), ``"activations"`` where the brick carries none. ``"activations"``:
         standard normal values correlated along the innermost axis like a feature map (AR(1),
         :data:`ACTIVATION_CORRELATION`; 20.8 ms). ``"normal"``: i.i.d. standard normal, as the
         onnxruntime backend. Whole models get i.i.d. standard normal inputs.

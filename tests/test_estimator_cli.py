@@ -89,6 +89,24 @@ def test_calibrate_stores_peaks(tmp_path: Path) -> None:
         peaks = store.peaks(collect_system_info())
     assert peaks is not None and peaks[0] > 1e8 and peaks[1] > 1e8
     assert set(peaks.details["backends"]) == {"onnxruntime"}
+    from dlbricks.estimator._calibrate import GEMV_SIZES
+
+    gemv = peaks.details["backends"]["onnxruntime"]["gemv"]
+    assert [size for size, _ in gemv] == [4 * n * n for n in GEMV_SIZES]
+    assert peaks[1] == max(rate for _, rate in gemv + peaks.details["backends"]["onnxruntime"]["stream"])
+
+
+def test_profiler_events_match_layers_in_order() -> None:
+    """MXNet's profiler names events by op type: they are matched to layers in order, engine events
+    (WaitForVar) to none."""
+    from dlbricks.estimator._mxnet_profile import match_events
+
+    events = [("Convolution", 3.0), ("BatchNorm", 1.0), ("WaitForVar", 9.0), ("Activation", 0.5),
+              ("Convolution", 2.0), ("Flatten", 0.1)]
+    layers = [("conv0", "Convolution"), ("bn0", "BatchNorm"), ("relu0", "Activation"), ("conv1", "Convolution"),
+              ("flat", "Flatten")]
+    assert match_events(events, layers) == {"conv0": 3.0, "bn0": 1.0, "relu0": 0.5, "conv1": 2.0, "flat": 0.1}
+    assert match_events(events[:2], layers) == {"conv0": 3.0, "bn0": 1.0}
 
 
 def test_peaks_are_the_best_of_every_framework_calibrated() -> None:

@@ -225,6 +225,30 @@ def test_bricks_and_model_measured_in_a_worker(mobilenet: dlbricks.ModelGraph) -
     assert results[-1].median_s > max(m.median_s for m in results[:-1])
 
 
+def test_validate_per_brick_profiles_the_model_in_mxnet(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`dlbricks validate --framework mxnet --per-brick`: every layer gets its in-model time from
+    MXNet's profiler (run in a subprocess under the configuration's environment)."""
+    from click.testing import CliRunner
+
+    from dlbricks.cli import main
+    from dlbricks.estimator import validate
+
+    db = str(tmp_path / "mx.db")
+    v = validate(build_gluon("mobilenet0.25"), db, config=MxnetConfig(), budget=Budget.quick(), per_brick=True)
+    assert v.profile is not None and v.in_model is not None
+    layers = v.decomposition.layers
+    assert v.profile.kernels >= layers and len(v.profile.layers) == layers
+    assert all(t > 0 for t in v.in_model.values())
+    assert 0.5 < v.profile.total_s / v.measured.median_s < 2.0
+    result = CliRunner().invoke(main, ["validate", "gluon_mobilenet0.25", "--framework", "mxnet", "--per-brick",
+                                       "--db", db, "--budget", "quick", "--top", "5"])
+    assert result.exit_code == 0, result.output
+    assert "in-model ms" in result.output and "Convolution" in result.output
+    fused = CliRunner().invoke(main, ["validate", "gluon_mobilenet0.25", "--framework", "mxnet",
+                                      "--granularity", "fused", "--db", db, "--budget", "quick"])
+    assert fused.exit_code == 2 and "take granularity 'layer'" in fused.output
+
+
 def test_worker_reports_a_failed_brick() -> None:
     from dlbricks.model_zoo import build
 
