@@ -145,7 +145,7 @@ def _address(array: object) -> int:
 
 
 def test_cold_bricks_use_several_executors(mobilenet: dlbricks.ModelGraph) -> None:
-    """Cold copies: each its own weights, all one input and one output memory (a model's pool)."""
+    """Cold copies: each its own weights, all one output memory (a model's pool)."""
     dec = dlbricks.decompose(mobilenet)
     small = min(dec.bricks.values(), key=lambda b: b.bytes_moved)
     backend = MxnetBackend()
@@ -157,7 +157,6 @@ def test_cold_bricks_use_several_executors(mobilenet: dlbricks.ModelGraph) -> No
     copies = backend.prepare(conv.to_onnx(), MxnetConfig())
     first, second = copies.executors[:2]
     assert _address(first.outputs[0]) == _address(second.outputs[0])
-    assert _address(first.arg_dict["in0"]) == _address(second.arg_dict["in0"])
     weights = next(n for n in first.arg_dict if n != "in0")
     assert _address(first.arg_dict[weights]) != _address(second.arg_dict[weights])
     copies.close()
@@ -167,6 +166,31 @@ def test_cold_bricks_use_several_executors(mobilenet: dlbricks.ModelGraph) -> No
         prepared.close()
     with pytest.raises(dlbricks.BackendError, match="closed"):
         cold.run()
+
+
+def test_cold_copies_cycle_through_input_draws() -> None:
+    """A data-dependent kernel must not learn its input: cold copies of a feature-map brick cycle
+    through INPUT_VARIANTS draws (fewer where they would not fit INPUT_VARIANT_BYTES together)."""
+    from dlbricks.generators._mxnet import INPUT_VARIANT_BYTES, INPUT_VARIANTS
+
+    dec = dlbricks.decompose(build_gluon("mobilenetv2_0.25"))
+    clips = sorted((b for b in dec.bricks.values() if b.op_type == "clip"), key=lambda b: b.inputs[0].nbytes)
+    small, big = clips[0], clips[-1]
+    assert small.inputs[0].nbytes * INPUT_VARIANTS <= INPUT_VARIANT_BYTES < big.inputs[0].nbytes * 2
+    prepared = MxnetBackend().prepare(small.to_onnx(), MxnetConfig())
+    assert prepared.copies > INPUT_VARIANTS
+    fed = [e.arg_dict["in0"] for e in prepared.executors]
+    distinct = {_address(a) for a in fed}
+    assert len(distinct) == INPUT_VARIANTS
+    assert _address(fed[0]) == _address(fed[INPUT_VARIANTS])
+    assert not np.array_equal(fed[0].asnumpy(), fed[1].asnumpy())
+    prepared.close()
+    prepared = MxnetBackend().prepare(big.to_onnx(), MxnetConfig())
+    assert len({_address(e.arg_dict["in0"]) for e in prepared.executors}) == 1
+    prepared.close()
+    warm = MxnetBackend().prepare(small.to_onnx(), MxnetConfig(cache="warm"))
+    assert warm.copies == 1
+    warm.close()
 
 
 def test_onnx_models_are_refused() -> None:
