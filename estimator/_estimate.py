@@ -43,6 +43,10 @@ class Peaks:
         return max(compute, brick.constant_bytes / self.bytes_per_s)
 
 
+#: Bricks whose fastest floor-corrected run is at least this long show the rate the machine reached.
+REACHED_MIN_S = 100e-6
+
+
 @dataclass(frozen=True, slots=True)
 class BrickContribution:
     """One brick's part of an estimate (times in seconds, floor-corrected, per model run)."""
@@ -196,6 +200,8 @@ def _compose(dec: Decomposition, latency: Mapping[str, float], halfwidth: Mappin
     counts = dec.counts()
     hw = combined_halfwidth(counts, halfwidth)
     lower = _lower_bounds(dec, alternatives, latency, floor_s, overhead)
+    if peaks is not None:
+        peaks = _reached(peaks, dec, lower[2], set(predicted))
     roof = {sig: peaks.roofline_s(b) for sig, b in dec.bricks.items()} if peaks else None
     total_work = seq - floor_s
     breakdown = tuple(sorted((
@@ -220,6 +226,25 @@ def _compose(dec: Decomposition, latency: Mapping[str, float], halfwidth: Mappin
         predicted_share=sum(c.total_s for c in breakdown if c.source == "predicted") / total_work
         if total_work > 0 else 0.0,
         predicted=tuple(predicted), breakdown=breakdown)
+
+
+def _reached(peaks: Peaks, dec: Decomposition, fastest: Mapping[str, float], predicted: set[str]) -> Peaks:
+    """``peaks`` raised to the best rates the model's own bricks reached in their fastest runs.
+
+    A peak is the best rate the machine was seen to reach, and this machine's speed drifts 10-20%
+    within seconds: a calibration taken at another moment can sit below what a brick reached
+    (the MXNet roofline of Inception-v3 rose 5% above its lower bound so). Only bricks of at least
+    :data:`REACHED_MIN_S` count, so that the floor's uncertainty (a few microseconds) cannot inflate a
+    rate; predicted bricks do not count.
+    """
+    flops, bandwidth = peaks.flops_per_s, peaks.bytes_per_s
+    for sig, brick in dec.bricks.items():
+        seconds = fastest.get(sig, 0.0)
+        if sig in predicted or seconds < REACHED_MIN_S:
+            continue
+        flops = max(flops, max((brick.flops or 0) - brick.padding_flops, 0) / seconds)
+        bandwidth = max(bandwidth, brick.constant_bytes / seconds)
+    return Peaks(flops, bandwidth)
 
 
 def _lower_bounds(dec: Decomposition, alternatives: Mapping[str, Sequence[Measurement]],

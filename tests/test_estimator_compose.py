@@ -146,3 +146,19 @@ def test_neighbour_correction_learns_what_a_linear_model_cannot() -> None:
     for brick in held_out:
         error = abs(corrected.predict(brick) / latency(brick) - 1)
         assert error < 0.1 and error < abs(linear.predict(brick) / latency(brick) - 1)
+
+
+def test_roofline_peaks_rise_to_what_the_bricks_reached() -> None:
+    """A calibration taken while the machine ran slower than when the bricks ran must not lift the
+    roofline above the lower bound: the peaks rise to the rates the model's big bricks reached."""
+    from dlbricks.estimator._estimate import REACHED_MIN_S
+
+    dec = dlbricks.decompose(_models.resnet_like(blocks=2, channels=64), batch_size=1)
+    ms = {sig: _measurement(sig, 1e-11 * (b.flops or 0) + 4e-6) for sig, b in dec.bricks.items()}
+    slow = Peaks(flops_per_s=5e10, bytes_per_s=1e30)  # the bricks reached about 1e11 FLOP/s
+    est = estimate_decomposition(dec, ms, config_id="cfg", peaks=slow)
+    assert est.roofline_s is not None and est.roofline_s <= est.lower_bound_s
+    big = [c for c in est.breakdown if c.lower_bound_s and c.lower_bound_s >= REACHED_MIN_S]
+    assert big and all(c.roofline_s <= c.lower_bound_s * (1 + 1e-9) for c in big)
+    naive = sum(dec.counts()[s] * slow.roofline_s(b) for s, b in dec.bricks.items())
+    assert naive > est.lower_bound_s  # the calibrated peaks alone would break the bound
