@@ -88,13 +88,14 @@ def _print_estimate(est: Estimate, top: int) -> None:
               help="Bricks without a measurement: refuse, predict, or measure now.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--top", type=int, default=15, show_default=True, help="Breakdown rows to print.")
+@_framework_option
 @handle_errors
 def estimate_cmd(model: str, db: str, threads: int, opt_level: str, granularity: str, on_missing: str,
-                 as_json: bool, top: int) -> None:
+                 as_json: bool, top: int, framework: str) -> None:
     """Estimate MODEL's latency from the brick database (a file, or a stored or zoo model name)."""
     with open_store(db) as store:
-        est = estimate(model, store, config=_config(threads, opt_level), granularity=granularity,
-                       on_missing=on_missing)
+        est = estimate(model, store, config=_framework_config(framework, threads, opt_level),
+                       granularity=granularity, on_missing=on_missing)
     if as_json:
         click.echo(json.dumps(est.to_dict(), indent=2))
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import warnings
 
 import numpy as np
@@ -268,6 +269,12 @@ def test_validate_per_brick_profiles_the_model_in_mxnet(tmp_path) -> None:  # ty
                                        "--db", db, "--budget", "quick", "--top", "5"])
     assert result.exit_code == 0, result.output
     assert "in-model ms" in result.output and "Convolution" in result.output
+    estimated = CliRunner().invoke(main, ["estimate", "gluon_mobilenet0.25", "--framework", "mxnet", "--db", db,
+                                          "--json"])
+    assert estimated.exit_code == 0, estimated.output
+    assert json.loads(estimated.output)["config_id"] == MxnetConfig().config_id
+    onnxruntime = CliRunner().invoke(main, ["estimate", "gluon_mobilenet0.25", "--db", db])
+    assert onnxruntime.exit_code == 2 and "no measurement" in onnxruntime.output  # other configuration
     fused = CliRunner().invoke(main, ["validate", "gluon_mobilenet0.25", "--framework", "mxnet",
                                       "--granularity", "fused", "--db", db, "--budget", "quick"])
     assert fused.exit_code == 2 and "take granularity 'layer'" in fused.output
