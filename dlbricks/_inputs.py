@@ -14,7 +14,7 @@ import numpy as np
 from dlbricks._errors import InvalidArgumentError, UnrunnableBrickError
 from dlbricks._types import TensorSpec, ValueStatistics
 
-__all__ = ["DEFAULT_INT_RANGE", "random_array", "random_inputs", "statistics_array"]
+__all__ = ["DEFAULT_INT_RANGE", "ar1_noise", "random_array", "random_inputs", "statistics_array"]
 
 DEFAULT_INT_RANGE = (0, 2)
 """Integers without a range: valid as an index into any non-empty axis, a boolean, a small count."""
@@ -56,6 +56,15 @@ def random_array(
     raise UnrunnableBrickError(f"Cannot generate random inputs of dtype {dtype}.")
 
 
+def ar1_noise(shape: tuple[int, ...], rho: float, rng: np.random.Generator) -> np.ndarray:
+    """Standard normal values (float64) correlated ``rho`` with their neighbour along the last axis:
+    an AR(1) process (:func:`scipy.signal.lfilter`) scaled to unit variance."""
+    from scipy.signal import lfilter
+
+    rho = float(np.clip(rho, -0.999, 0.999))
+    return lfilter([math.sqrt(1.0 - rho * rho)], [1.0, -rho], rng.standard_normal(shape), axis=-1)
+
+
 def statistics_array(shape: tuple[int, ...], dtype: np.dtype | str, statistics: ValueStatistics,
                      rng: np.random.Generator) -> np.ndarray:
     """A random feature map distributed like ``statistics``: per channel (axis 1) its mean and
@@ -71,11 +80,7 @@ def statistics_array(shape: tuple[int, ...], dtype: np.dtype | str, statistics: 
     if len(shape) < 3 or shape[1] != channels:
         raise InvalidArgumentError(
             f"Value statistics of {channels} channels do not fit a tensor of shape {list(shape)}.")
-    from scipy.signal import lfilter
-
-    rho = float(np.clip(statistics.correlation, -0.999, 0.999))
-    noise = rng.standard_normal((shape[0], channels, math.prod(shape[2:])))
-    plane = lfilter([math.sqrt(1.0 - rho * rho)], [1.0, -rho], noise, axis=-1)
+    plane = ar1_noise((shape[0], channels, math.prod(shape[2:])), statistics.correlation, rng)
     per_channel = (1, channels, 1)
     values = plane * np.reshape(statistics.std, per_channel) + np.reshape(statistics.mean, per_channel)
     return values.reshape(shape).astype(dtype)

@@ -455,7 +455,8 @@ def _value_statistics(label: str, proto: onnx.ModelProto, inputs: Sequence[Tenso
     built = model_to_symbol(proto)
     internals = built.symbol.get_internals()
     group = mx.sym.Group([internals[n] for n in names])
-    args = {k: to_ndarray(mx, v) for k, v in built.arg_params.items() if k in set(group.list_arguments())}
+    arguments = set(group.list_arguments())
+    args = {k: to_ndarray(mx, v) for k, v in built.arg_params.items() if k in arguments}
     args.update({k: to_ndarray(mx, v) for k, v in random_inputs(inputs).items()})
     aux = {k: to_ndarray(mx, v) for k, v in built.aux_params.items()}
     try:

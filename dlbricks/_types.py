@@ -55,7 +55,7 @@ class ValueStatistics:
 
     Some kernels branch on every value (MXNet's ``clip``, ReLU6): their time depends on the data,
     and a brick fed values unlike the model's runs at another speed (MobileNetV2's clip bricks:
-    -13% on AR(1) feature maps, +45% on i.i.d. values, against their in-model time). Per channel
+    -14% on AR(1) feature maps, +45% on i.i.d. values, against their in-model time). Per channel
     (axis 1) the mean and standard deviation, and over the whole tensor the correlation of
     neighbouring values along the flattened spatial plane (axes 2...) of the standardized values,
     are what it takes to reproduce the in-model time (within 2% on MobileNetV2's clips).

@@ -25,23 +25,22 @@ def open_store(db: Store | str | os.PathLike[str]) -> Store:
 
 def _decompose(graph: ModelGraph, granularity: str, config: OrtConfig) -> Decomposition:
     """Layer bricks, or fused bricks of the configuration's optimization level."""
-    if granularity == "fused" and not hasattr(config, "graph_optimization_level"):
-        _refuse_fused(config)
     if granularity == "fused":
-        return decompose(graph, "fused", opt_level=config.graph_optimization_level)
+        return decompose(graph, "fused", opt_level=_fused_level(config))
     return decompose(graph, granularity)
 
 
 def _label(granularity: str, config: OrtConfig) -> str:
-    if granularity == "fused" and not hasattr(config, "graph_optimization_level"):
-        _refuse_fused(config)
-    return f"fused:{config.graph_optimization_level}" if granularity == "fused" else granularity
+    return f"fused:{_fused_level(config)}" if granularity == "fused" else granularity
 
 
-def _refuse_fused(config: Any) -> None:
-    """Raise: fused bricks are onnxruntime's groups, ``config`` is another runtime's."""
-    raise InvalidArgumentError("granularity 'fused' groups the layers onnxruntime fuses; models run in "
-                               f"{backend_name(config)} take granularity 'layer'.")
+def _fused_level(config: Any) -> str:
+    """The optimization level whose groups fused bricks are: onnxruntime's only."""
+    level = getattr(config, "graph_optimization_level", None)
+    if level is None:
+        raise InvalidArgumentError("granularity 'fused' groups the layers onnxruntime fuses; models run in "
+                                   f"{backend_name(config)} take granularity 'layer'.")
+    return str(level)
 
 
 def _decomposition(model: Any, store: Store, granularity: str, config: OrtConfig) -> Decomposition:

@@ -37,10 +37,15 @@ class Peaks:
         and so are activations on the memory side: inside a model they live in the cache
         (MXNet's memory pool is 6-13 MB for the Gluon zoo; onnxruntime's arena reuses its
         buffers), and a layer moving them runs faster than the stream bandwidth (MobileNet's
-        ReLUs: 3-4x). Weights come from memory: each layer meets its own once per run.
+        ReLUs: 3-5x). Weights come from memory: each layer meets its own once per run.
         """
-        compute = max((brick.flops or 0) - brick.padding_flops, 0) / self.flops_per_s
-        return max(compute, brick.constant_bytes / self.bytes_per_s)
+        flops, weight_bytes = _roofline_work(brick)
+        return max(flops / self.flops_per_s, weight_bytes / self.bytes_per_s)
+
+
+def _roofline_work(brick: Brick) -> tuple[int, int]:
+    """What the roofline charges a brick: FLOPs off the zero padding, and its weights' bytes."""
+    return max((brick.flops or 0) - brick.padding_flops, 0), brick.constant_bytes
 
 
 #: Bricks whose fastest floor-corrected run is at least this long show the rate the machine reached.
@@ -242,8 +247,8 @@ def _reached(peaks: Peaks, dec: Decomposition, fastest: Mapping[str, float], pre
         seconds = fastest.get(sig, 0.0)
         if sig in predicted or seconds < REACHED_MIN_S:
             continue
-        flops = max(flops, max((brick.flops or 0) - brick.padding_flops, 0) / seconds)
-        bandwidth = max(bandwidth, brick.constant_bytes / seconds)
+        work, weight_bytes = _roofline_work(brick)
+        flops, bandwidth = max(flops, work / seconds), max(bandwidth, weight_bytes / seconds)
     return Peaks(flops, bandwidth)
 
 

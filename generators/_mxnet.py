@@ -16,7 +16,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
-import math
 import os
 import warnings
 from collections.abc import Callable, Mapping
@@ -30,6 +29,7 @@ import onnx
 
 from dlbricks._bricks import SIGNATURE_KEY
 from dlbricks._errors import BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
+from dlbricks._inputs import ar1_noise
 from dlbricks.generators._inputs import random_inputs, statistics_array, value_statistics
 from dlbricks.generators._ort import cold_copies
 from dlbricks.generators._util import closed, one_line, round_robin
@@ -109,7 +109,8 @@ class MxnetConfig:
         depends on the data (MobileNetV2's clips: 24.4 ms on the model's own tensors, 35.3 ms on
         i.i.d. normal values). ``"model"``: each float input of rank >= 3 distributed as in the
         model the brick was cut from (:class:`~dlbricks.ValueStatistics` that the MXNet frontend
-        records: per-channel mean and deviation, correlation along the plane; 24.7 ms), ``"activations"`` where the brick carries none. ``"activations"``:
+        records: per-channel mean and deviation, correlation along the plane; 24.7 ms),
+        ``"activations"`` where the brick carries none. ``"activations"``:
         standard normal values correlated along the innermost axis like a feature map (AR(1),
         :data:`ACTIVATION_CORRELATION`; 20.8 ms). ``"normal"``: i.i.d. standard normal, as the
         onnxruntime backend. Whole models get i.i.d. standard normal inputs.
@@ -124,7 +125,7 @@ class MxnetConfig:
         sharing the first one's outputs and scratch memory (as a model's layers share its memory
         pool, 6-13 MB for the Gluon zoo), run round-robin, enough of them that their footprint is
         twice the last-level cache: each run meets cold weights and a warm input and output, as a
-        layer inside a model does (with an output per copy, SqueezeNet's ReLUs ran 4-5x their
+        layer inside a model does (with an output per copy, SqueezeNet's ReLUs ran 4.6-5.6x their
         in-model time). The copies cycle through up to :data:`INPUT_VARIANTS` draws of the
         input (together within :data:`INPUT_VARIANT_BYTES`), so that a data-dependent kernel
         cannot learn its input. ``"warm"``: one executor and one input again and again.
@@ -390,11 +391,7 @@ def activation_like(array: np.ndarray, seed: int = 0, rho: float = ACTIVATION_CO
     ``rho`` with their neighbour along the innermost axis. Other arrays are returned unchanged."""
     if array.ndim < 3 or not np.issubdtype(array.dtype, np.floating):
         return array
-    from scipy.signal import lfilter
-
-    noise = np.random.default_rng(seed).standard_normal(array.shape)
-    values = lfilter([math.sqrt(1.0 - rho * rho)], [1.0, -rho], noise, axis=-1)
-    return values.astype(array.dtype)
+    return ar1_noise(array.shape, rho, np.random.default_rng(seed)).astype(array.dtype)
 
 
 def _to_onednn(mx: ModuleType, array: Any) -> Any:
