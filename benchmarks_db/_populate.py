@@ -149,7 +149,9 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
     if store_models:
         for dec in decs:
             store.add_decomposition(dec)
-    bricks = {sig: b for dec in decs for sig, b in dec.bricks.items()}
+    bricks = {}
+    for dec in decs:  # each brick with the brick before its first occurrence (BrickInContext)
+        bricks.update({sig: dec.in_context(sig) for sig in dec.bricks if sig not in bricks})
     tasks: list[_Task] = []
     for cfg in cfgs:
         store.record_backend(cfg, backend_obj.name, version=backend_obj.describe(cfg).get("version"))

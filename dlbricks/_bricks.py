@@ -9,6 +9,7 @@ from a seed derived from the signature, because latency does not depend on their
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -48,6 +49,9 @@ POSITIVE_INPUTS: Mapping[str, frozenset[int]] = {
 BRICK_META_KEY = "dlbricks.brick"
 #: Metadata key of a brick's signature in its ONNX model: what tells a backend that a model is a brick.
 SIGNATURE_KEY = "dlbricks.signature"
+#: Metadata key of the serialized ONNX model (base64) of the brick that runs before a brick in the
+#: model it was cut from (:class:`BrickInContext`).
+PREVIOUS_KEY = "dlbricks.previous"
 WEIGHT_MODES = ("synthetic", "real")
 
 
@@ -327,3 +331,38 @@ def synthetic_array(spec: TensorSpec, kind: str, seed: int) -> np.ndarray:
     else:
         values = rng.standard_normal(size=spec.shape, dtype=np.float32) * np.float32(0.05)
     return values.astype(dtype, copy=False)
+
+
+@dataclass(frozen=True, slots=True)
+class BrickInContext:
+    """A brick to benchmark together with the brick that runs just before it in its model.
+
+    Its ONNX model is the brick's, carrying ``previous``'s model under :data:`PREVIOUS_KEY`; a
+    backend that emulates a layer's context inside a model runs ``previous`` untimed before each
+    timed run (:func:`previous_model`). Its key is the brick's signature: the context is part of
+    how a configuration measures, not of what is measured.
+    """
+
+    brick: Brick
+    previous: Brick | None = None
+
+    @property
+    def key(self) -> str:
+        return self.brick.signature
+
+    @property
+    def op_type(self) -> str:
+        return self.brick.op_type
+
+    def to_onnx(self) -> onnx.ModelProto:
+        model = self.brick.to_onnx()
+        if self.previous is not None:
+            data = self.previous.to_onnx().SerializeToString()
+            model.metadata_props.add(key=PREVIOUS_KEY, value=base64.b64encode(data).decode("ascii"))
+        return model
+
+
+def previous_model(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """The model of the brick that runs before ``model`` (a :class:`BrickInContext`'s), if it carries one."""
+    value = next((p.value for p in model.metadata_props if p.key == PREVIOUS_KEY), None)
+    return None if value is None else onnx.load_from_string(base64.b64decode(value))

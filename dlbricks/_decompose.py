@@ -10,7 +10,8 @@ import numpy as np
 import onnx
 
 from dlbricks._bricks import (
-    EXACT_MAX_ELEMENTS, POSITIVE_INPUTS, SEMANTIC_INPUTS, WEIGHT_MODES, Brick, ConstantSpec,
+    EXACT_MAX_ELEMENTS, POSITIVE_INPUTS, SEMANTIC_INPUTS, WEIGHT_MODES, Brick, BrickInContext,
+    ConstantSpec,
 )
 from dlbricks._canonical import canonical_nodes, signature_of, value_digest
 from dlbricks._cost import node_flops
@@ -70,6 +71,19 @@ class Decomposition:
         for occ in self.occurrences:
             out[occ.signature] = out.get(occ.signature, 0) + 1
         return out
+
+    def previous(self, signature: str) -> Brick | None:
+        """The brick that writes the first input of ``signature``'s first occurrence (None where a
+        model input or a folded constant feeds it): the layer that runs just before it in the model."""
+        first = next((o for o in self.occurrences if o.signature == signature), None)
+        if first is None or not first.inputs:
+            return None
+        writer = next((o for o in self.occurrences[: first.index] if first.inputs[0] in o.outputs), None)
+        return None if writer is None else self.bricks[writer.signature]
+
+    def in_context(self, signature: str) -> BrickInContext:
+        """The brick ``signature`` as an item to benchmark with :meth:`previous` riding along."""
+        return BrickInContext(self.bricks[signature], self.previous(signature))
 
 
 @dataclass(frozen=True, slots=True)

@@ -137,7 +137,8 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     def measure(bricks: Sequence[Brick]) -> dict[str, Measurement]:
         store.add_bricks(bricks)
         out = {}
-        for m in benchmark(bricks, backend=backend_name(cfg), config=cfg, budget=budget):
+        items = [dec.in_context(b.signature) for b in bricks]
+        for m in benchmark(items, backend=backend_name(cfg), config=cfg, budget=budget):
             store.record(m, system, budget=budget)
             out[m.key] = m
         return out

@@ -118,6 +118,9 @@ def _per_position(events: list[dict], runs: int) -> list[tuple[str, float]]:
 
 
 def main(argv: list[str]) -> int:
+    from dlbricks.generators._util import pin_to_core
+
+    pin_to_core()  # as the workers that measure the bricks and the whole model
     folder, runs, warmup = Path(argv[0]), int(argv[1]), int(argv[2])
     events = _profile(folder, runs, warmup)
     (folder / "profile.json").write_text(json.dumps(events))

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Sequence
 
 from dlbricks._errors import BackendError
 
-__all__ = ["closed", "one_line", "round_robin"]
+__all__ = ["CPU_ENV", "closed", "last_core", "one_line", "pin_to_core", "round_robin"]
+
+#: Environment variable naming the one CPU a worker process (and every thread it starts) runs on.
+CPU_ENV = "DLBRICKS_CPU"
 
 MAX_ERROR_CHARS = 500
 
@@ -34,3 +38,16 @@ def round_robin(runs: Sequence[Callable[[], object]]) -> Callable[[], object]:
 def closed() -> None:
     """What a closed prepared model runs: an error."""
     raise BackendError("This prepared model was closed.")
+
+
+def last_core() -> int:
+    """The highest-numbered CPU this process may run on."""
+    return max(os.sched_getaffinity(0))
+
+
+def pin_to_core() -> None:
+    """Run this process, and the threads it starts from now on, on the CPU that :data:`CPU_ENV`
+    names (nothing when it is unset). Called first thing in worker processes."""
+    cpu = os.environ.get(CPU_ENV)
+    if cpu:
+        os.sched_setaffinity(0, {int(cpu)})

@@ -193,3 +193,31 @@ def test_value_statistics_survive_storage_and_drive_the_inputs() -> None:
     assert value_statistics(brick.to_onnx()) == {}
     assert dlbricks.Brick.from_bytes(marked.to_bytes()).value_statistics == {"in0": stats}
     assert "statistics" not in json.dumps(marked.describe())
+
+
+def test_a_brick_rides_with_the_brick_before_it() -> None:
+    """Each brick's context is the brick that writes its first input at its first occurrence; its
+    ONNX model carries that brick's model, and the key stays the brick's signature."""
+    from dlbricks._bricks import previous_model
+
+    dec = dlbricks.decompose(_models.resnet_like(blocks=1), batch_size=1)
+    by_op = {dec.bricks[o.signature].op_type: o for o in reversed(dec.occurrences)}
+    first = dec.occurrences[0]
+    assert dec.previous(first.signature) is None  # fed by the model's input
+    bn = by_op["BatchNormalization"]
+    assert dec.previous(bn.signature).op_type == "Conv"
+    add = by_op["Add"]
+    writer = next(o for o in dec.occurrences if add_input(dec, add) in o.outputs)
+    assert dec.previous(add.signature).signature == writer.signature
+    item = dec.in_context(bn.signature)
+    assert item.key == bn.signature
+    carried = previous_model(item.to_onnx())
+    assert carried is not None
+    assert [n.op_type for n in carried.graph.node] == ["Conv"]
+    assert previous_model(dec.in_context(first.signature).to_onnx()) is None
+    assert previous_model(dec.bricks[bn.signature].to_onnx()) is None
+
+
+def add_input(dec: dlbricks.Decomposition, occurrence: object) -> str:
+    first = next(o for o in dec.occurrences if o.signature == occurrence.signature)
+    return first.inputs[0]

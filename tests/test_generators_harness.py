@@ -147,6 +147,37 @@ def test_slow_models_stay_in_one_placement() -> None:
     assert timing.converged and prepared.moves == []
 
 
+class _PrimedPrepared:
+    """A run of 10 us after an untimed prime of 90 us (a previous layer), counting calls in order."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.calls: list[str] = []
+
+    def prime(self) -> None:
+        self.calls.append("prime")
+        self.clock.advance(90 * US)
+
+    def run(self) -> None:
+        self.calls.append("run")
+        self.clock.advance(10 * US)
+
+    def close(self) -> None:
+        pass
+
+
+def test_prime_runs_untimed_before_every_timed_call() -> None:
+    clock = FakeClock()
+    prepared = _PrimedPrepared(clock)
+    timing = time_calls(prepared, _budget(min_time=0.02, warmup_time=0.0, sample_time=1e-6), clock)
+    assert timing.converged
+    assert timing.samples_s == pytest.approx([10e-6] * len(timing.samples_s))  # no prime in any sample
+    assert prepared.calls[::2] == ["prime"] * (len(prepared.calls) // 2)
+    assert prepared.calls[1::2] == ["run"] * (len(prepared.calls) // 2)
+    # min_time counts the primes too: 0.02 s of prime + run is 200 runs, not 2000
+    assert 200 <= len(timing.samples_s) <= 220
+
+
 def test_keep_samples_records_per_call_samples() -> None:
     clock, backend = _fake(itertools.cycle([10 * US, 12 * US]).__next__)
     m = measure(

@@ -6,12 +6,13 @@ These run real worker subprocesses with the FaultyBackend of ``tests/gen_fake_ba
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 
 import pytest
 
 from dlbricks import InvalidArgumentError
-from dlbricks.generators import Budget, Runner, benchmark, register_backend, unregister_backend
+from dlbricks.generators import Budget, Runner, benchmark, floor_model, register_backend, unregister_backend
 from tests.gen_fake_backends import FakeBrick, FaultyBackend, behavior_model
 
 FAULTY = "tests.gen_fake_backends:FaultyBackend"
@@ -107,3 +108,32 @@ def test_a_held_model_is_timed_again_until_released_or_its_worker_dies() -> None
         runner.hold(conv_model())
         os.kill(runner.worker_pid, 9)
         assert runner.again(first.key).status == "failed"  # lost with its worker, recorded
+
+
+def test_the_floor_is_calibrated_again_and_the_lowest_kept(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A floor calibrated in a noisy moment would lower every estimate; a Runner calibrates again
+    every FLOOR_REFRESH_S seconds and keeps the lowest median."""
+    from dlbricks.generators import _runner
+
+    monkeypatch.setattr(_runner, "FLOOR_REFRESH_S", 0.0)
+    with Runner(budget=Budget.quick()) as runner:
+        asked = []
+        request = runner._request
+        runner._request = lambda key, kind, payload, **kw: asked.append(kind) or request(key, kind, payload, **kw)
+        floors = [runner.floor().median_s for _ in range(4)]
+    assert asked == ["floor"] * 4
+    assert all(later <= earlier for earlier, later in itertools.pairwise(floors))
+    assert all(f > 0 for f in floors)
+
+
+def test_a_worker_pins_itself_to_the_core_its_environment_names(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from dlbricks.generators._util import CPU_ENV, last_core
+
+    monkeypatch.setenv(CPU_ENV, str(last_core()))
+    with Runner(budget=Budget.quick()) as runner:
+        assert runner.measure(floor_model()).ok
+        assert os.sched_getaffinity(runner.worker_pid) == {last_core()}
+    monkeypatch.delenv(CPU_ENV)
+    with Runner(budget=Budget.quick()) as runner:
+        assert runner.measure(floor_model()).ok
+        assert os.sched_getaffinity(runner.worker_pid) == os.sched_getaffinity(0)

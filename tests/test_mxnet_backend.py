@@ -63,6 +63,25 @@ def test_config_defaults_and_environment() -> None:
     assert MxnetConfig(mkldnn=False).worker_env()["MXNET_MKLDNN_ENABLED"] == "0"
 
 
+def test_single_threaded_workers_run_on_one_core() -> None:
+    """One OpenMP thread and one engine thread: the worker and its threads share one core (the
+    engine's handoff across cores costs 7-19 us per call, on one core 3.7); otherwise unpinned."""
+    import os
+
+    from dlbricks.generators import Runner
+    from dlbricks.generators._util import CPU_ENV, last_core
+
+    assert MxnetConfig().worker_env()[CPU_ENV] == str(last_core())
+    for unpinned in (MxnetConfig(pin_core=False), MxnetConfig(omp_threads=2), MxnetConfig(worker_threads=2)):
+        assert CPU_ENV not in unpinned.worker_env()
+    with Runner("mxnet", MxnetConfig(), Budget.quick()) as runner:
+        assert runner.measure(floor_model()).ok
+        assert os.sched_getaffinity(runner.worker_pid) == {last_core()}
+    with Runner("mxnet", MxnetConfig(pin_core=False), Budget.quick()) as runner:
+        assert runner.measure(floor_model()).ok
+        assert os.sched_getaffinity(runner.worker_pid) == os.sched_getaffinity(0)
+
+
 def test_config_id_changes_with_the_measurement_method(monkeypatch: pytest.MonkeyPatch) -> None:
     from dlbricks.generators import _mxnet as backend_module
 
@@ -192,6 +211,31 @@ def test_cold_copies_cycle_through_input_draws() -> None:
     warm = MxnetBackend().prepare(small.to_onnx(), MxnetConfig(cache="warm"))
     assert warm.copies == 1
     warm.close()
+
+
+def test_cold_bricks_run_after_the_layer_before_them(mobilenet: dlbricks.ModelGraph) -> None:
+    """A brick in context (as populate measures it) primes each timed run with an untimed run of
+    the brick before it in its model, prepared warm; without context, or warm, no prime."""
+    dec = dlbricks.decompose(mobilenet)
+    bn = next(o.signature for o in dec.occurrences if dec.bricks[o.signature].op_type == "BatchNorm")
+    item = dec.in_context(bn)
+    assert item.previous is not None and item.previous.op_type == "Convolution"
+    backend = MxnetBackend()
+    primed = backend.prepare(item.to_onnx(), MxnetConfig())
+    assert primed.previous is not None and primed.previous.copies == 1
+    assert primed.prime == primed.previous.run
+    before = primed.previous.executors[0]
+    primed.prime()
+    primed.run()
+    np.testing.assert_allclose(before.outputs[0].asnumpy().shape, item.previous.outputs[0].shape)
+    for config in (MxnetConfig(previous_layer=False), MxnetConfig(cache="warm")):
+        plain = backend.prepare(item.to_onnx(), config)
+        assert plain.previous is None and not hasattr(plain, "prime")
+        plain.close()
+    assert not hasattr(backend.prepare(dec.bricks[bn].to_onnx(), MxnetConfig()), "prime")
+    primed.close()
+    with pytest.raises(dlbricks.BackendError, match="closed"):
+        primed.prime()
 
 
 def test_onnx_models_are_refused() -> None:
