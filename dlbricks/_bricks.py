@@ -362,7 +362,16 @@ class BrickInContext:
         return model
 
 
-def previous_model(model: onnx.ModelProto) -> onnx.ModelProto | None:
-    """The model of the brick that runs before ``model`` (a :class:`BrickInContext`'s), if it carries one."""
+def split_previous(model: onnx.ModelProto) -> tuple[onnx.ModelProto, onnx.ModelProto | None]:
+    """``model`` without the model of the brick before it (:data:`PREVIOUS_KEY`), and that model
+    (None if it carries none). Backends build their sessions from the first: every session copy of
+    a brick would otherwise hold the bytes of its previous brick too."""
     value = next((p.value for p in model.metadata_props if p.key == PREVIOUS_KEY), None)
-    return None if value is None else onnx.load_from_string(base64.b64decode(value))
+    if value is None:
+        return model, None
+    own = onnx.ModelProto()
+    own.CopyFrom(model)
+    kept = [p for p in own.metadata_props if p.key != PREVIOUS_KEY]
+    del own.metadata_props[:]
+    own.metadata_props.extend(kept)
+    return own, onnx.load_from_string(base64.b64decode(value))

@@ -19,7 +19,7 @@ import json
 import os
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from importlib import metadata
 from types import ModuleType
 from typing import Any
@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 import onnx
 
-from dlbricks._bricks import SIGNATURE_KEY, previous_model
+from dlbricks._bricks import SIGNATURE_KEY, split_previous
 from dlbricks._errors import BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
 from dlbricks._inputs import ar1_noise
 from dlbricks.generators._inputs import random_inputs, statistics_array, value_statistics
 from dlbricks.generators._ort import cold_copies
-from dlbricks.generators._util import CPU_ENV, closed, last_core, one_line, round_robin
+from dlbricks.generators._util import CPU_ENV, closed, last_core, one_line, prepare_previous, round_robin
 
 __all__ = ["MxnetBackend", "MxnetConfig", "MxnetPrepared", "activation_like", "installed_mxnet_version"]
 
@@ -363,6 +363,7 @@ class MxnetBackend:
         mx = _mx()
         from dlbricks._mxnet_bricks import model_to_symbol
 
+        model, before = split_previous(model)
         built = model_to_symbol(model)
         brick = _is_brick(model)
         ctx = mx.gpu(config.device_id) if config.context == "gpu" else mx.cpu()
@@ -382,8 +383,7 @@ class MxnetBackend:
                           for i in range(1, copies)]
         previous = None
         if brick and config.cache == "cold" and config.previous_layer:
-            before = previous_model(model)
-            previous = None if before is None else self.prepare(before, replace(config, cache="warm"))
+            previous = prepare_previous(self.prepare, before, config)
         return MxnetPrepared(executors, inputs, previous)
 
 

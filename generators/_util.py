@@ -5,10 +5,12 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
 
-from dlbricks._errors import BackendError
+from dlbricks._errors import BackendError, UnrunnableBrickError
 
-__all__ = ["CPU_ENV", "closed", "last_core", "one_line", "pin_to_core", "round_robin"]
+__all__ = ["CPU_ENV", "closed", "last_core", "one_line", "pin_to_core", "prepare_previous", "round_robin"]
 
 #: Environment variable naming the one CPU a worker process (and every thread it starts) runs on.
 CPU_ENV = "DLBRICKS_CPU"
@@ -51,3 +53,15 @@ def pin_to_core() -> None:
     cpu = os.environ.get(CPU_ENV)
     if cpu:
         os.sched_setaffinity(0, {int(cpu)})
+
+
+def prepare_previous(prepare: Callable[[Any, Any], Any], model: Any, config: Any) -> Any:
+    """The brick before a brick (``model``, None for none), prepared warm with ``prepare`` under
+    ``config``: what the harness runs untimed before each timed run of the brick. A previous brick
+    that cannot run here gives None: the brick is measured without it rather than not at all."""
+    if model is None:
+        return None
+    try:
+        return prepare(model, replace(config, cache="warm"))
+    except UnrunnableBrickError:
+        return None

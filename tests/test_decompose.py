@@ -198,7 +198,7 @@ def test_value_statistics_survive_storage_and_drive_the_inputs() -> None:
 def test_a_brick_rides_with_the_brick_before_it() -> None:
     """Each brick's context is the brick that writes its first input at its first occurrence; its
     ONNX model carries that brick's model, and the key stays the brick's signature."""
-    from dlbricks._bricks import previous_model
+    from dlbricks._bricks import PREVIOUS_KEY, split_previous
 
     dec = dlbricks.decompose(_models.resnet_like(blocks=1), batch_size=1)
     by_op = {dec.bricks[o.signature].op_type: o for o in reversed(dec.occurrences)}
@@ -211,11 +211,12 @@ def test_a_brick_rides_with_the_brick_before_it() -> None:
     assert dec.previous(add.signature).signature == writer.signature
     item = dec.in_context(bn.signature)
     assert item.key == bn.signature
-    carried = previous_model(item.to_onnx())
-    assert carried is not None
-    assert [n.op_type for n in carried.graph.node] == ["Conv"]
-    assert previous_model(dec.in_context(first.signature).to_onnx()) is None
-    assert previous_model(dec.bricks[bn.signature].to_onnx()) is None
+    own, carried = split_previous(item.to_onnx())
+    assert carried is not None and [n.op_type for n in carried.graph.node] == ["Conv"]
+    assert own == dec.bricks[bn.signature].to_onnx()  # what sessions are built from: no passenger
+    assert PREVIOUS_KEY in {p.key for p in item.to_onnx().metadata_props}
+    assert split_previous(dec.in_context(first.signature).to_onnx())[1] is None
+    assert split_previous(dec.bricks[bn.signature].to_onnx())[1] is None
 
 
 def add_input(dec: dlbricks.Decomposition, occurrence: object) -> str:

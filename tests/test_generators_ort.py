@@ -325,3 +325,47 @@ def test_config_id_changes_with_the_measurement_method(monkeypatch: pytest.Monke
     now = OrtConfig().config_id
     monkeypatch.setattr(_ort, "MEASUREMENT_METHOD", _ort.MEASUREMENT_METHOD - 1)
     assert OrtConfig().config_id != now
+
+
+def test_cold_bricks_run_after_the_layer_before_them() -> None:
+    """A brick in context primes each timed run with an untimed run of the brick before it in its
+    model, prepared warm; the sessions of the brick itself do not carry that brick's bytes."""
+    from dlbricks._bricks import PREVIOUS_KEY
+
+    from tests import _models
+
+    dec = dlbricks.decompose(_models.resnet_like(blocks=1), batch_size=1)
+    later = next(o.signature for o in dec.occurrences if dec.previous(o.signature) is not None)
+    item = dec.in_context(later)
+    backend = OrtBackend()
+    primed = backend.prepare(item.to_onnx(), OrtConfig())
+    assert primed.previous is not None and primed.previous.copies == 1
+    assert primed.prime == primed.previous.run
+    assert PREVIOUS_KEY not in primed.session.get_modelmeta().custom_metadata_map
+    primed.prime()
+    primed.run()
+    assert np.isfinite(primed.outputs()[0]).all()
+    for config in (OrtConfig(previous_layer=False), OrtConfig(cache="warm")):
+        plain = backend.prepare(item.to_onnx(), config)
+        assert plain.previous is None and not hasattr(plain, "prime")
+        plain.close()
+    assert not hasattr(backend.prepare(dec.bricks[later].to_onnx(), OrtConfig()), "prime")
+    primed.close()
+    with pytest.raises(dlbricks.BackendError, match="closed"):
+        primed.prime()
+
+
+def test_a_brick_whose_previous_cannot_run_is_measured_without_it() -> None:
+    import base64
+
+    from dlbricks._bricks import PREVIOUS_KEY
+    from tests import _models
+
+    brick = next(iter(dlbricks.decompose(conv_model()).bricks.values()))
+    model = brick.to_onnx()
+    broken = _models.unrunnable_model().SerializeToString()
+    model.metadata_props.add(key=PREVIOUS_KEY, value=base64.b64encode(broken).decode("ascii"))
+    prepared = OrtBackend().prepare(model, OrtConfig())
+    assert prepared.previous is None and not hasattr(prepared, "prime")
+    prepared.run()
+    prepared.close()
