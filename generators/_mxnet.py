@@ -134,8 +134,9 @@ class MxnetConfig:
         model (a :class:`~dlbricks.BrickInContext`, as ``populate`` measures them) follows an
         untimed run of that brick, on the same engine thread: inside a model the layer before
         leaves the core's caches full of its own data. In MobileNet-1.0 (summed over the model, one
-        executor per layer) BatchNorms took 0.75-0.78 and ReLUs 0.60-0.92 of their in-model time
-        run again and again, 0.91-1.04 and 0.97-1.29 after the layer before them.
+        executor per layer, two runs of an exploratory script) BatchNorms took 0.75-0.78 and ReLUs
+        0.60-0.92 of their in-model time run again and again, 0.91-1.04 and 0.97-1.29 after the
+        layer before them.
     pin_core : bool, default True
         With one OpenMP thread and one engine worker thread on CPU, the worker process and its
         threads run on one core (:data:`~dlbricks.generators._util.CPU_ENV`, the last core this

@@ -15,6 +15,7 @@ import onnx
 import pytest
 from click.testing import CliRunner
 
+import dlbricks
 from dlbricks.benchmarks_db import ClaimStatus, Store, populate
 from dlbricks.benchmarks_db.cli import bench, cli, db
 from tests._models import unrunnable_model
@@ -164,12 +165,14 @@ class FakeRunner:
     """Measures instantly; counts what it measured."""
 
     measured: list[str] = []
+    items: list[object] = []
 
     def __init__(self, backend: str, cfg: object, budget: object, keep_samples: bool) -> None:
         self.cfg = cfg
 
     def measure(self, item: object) -> object:
         FakeRunner.measured.append(item.key)
+        FakeRunner.items.append(item)
         return measurement(item.key, cfg=self.cfg)
 
     def close(self) -> None:
@@ -178,6 +181,7 @@ class FakeRunner:
 
 def test_populate_stops_resumes_and_skips_held_bricks() -> None:
     FakeRunner.measured = []
+    FakeRunner.items = []
     dec = decompositions()[1]
     sigs = list(dec.bricks)
     with Store(":memory:") as store:
@@ -196,6 +200,11 @@ def test_populate_stops_resumes_and_skips_held_bricks() -> None:
         assert sorted(FakeRunner.measured) == sorted(set(sigs) - {sigs[4]})
         assert [c.owner for c in store.claims()] == ["someone-else"]  # ours were all released
         assert store.unmeasured(SYS, config().config_id, sigs) == [sigs[4]]
+        # every brick goes to the runner with the brick before it in the model
+        assert all(isinstance(i, dlbricks.BrickInContext) for i in FakeRunner.items)
+        assert {i.key: i.previous for i in FakeRunner.items} == {
+            i.key: dec.previous(i.key) for i in FakeRunner.items}
+        assert any(i.previous is not None for i in FakeRunner.items)
 
 
 def test_populate_releases_the_claim_when_interrupted_mid_brick() -> None:
