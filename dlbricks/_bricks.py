@@ -339,7 +339,7 @@ class BrickInContext:
 
     Its ONNX model is the brick's, carrying ``previous``'s model under :data:`PREVIOUS_KEY`; a
     backend that emulates a layer's context inside a model runs ``previous`` untimed before each
-    timed run (:func:`previous_model`). Its key is the brick's signature: the context is part of
+    timed run (:func:`split_previous`). Its key is the brick's signature: the context is part of
     how a configuration measures, not of what is measured.
     """
 

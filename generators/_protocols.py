@@ -31,7 +31,12 @@ class BackendConfig(Protocol):
 
 @runtime_checkable
 class Prepared(Protocol):
-    """A model made runnable by a backend: inputs and outputs bound once, ready to be timed."""
+    """A model made runnable by a backend: inputs and outputs bound once, ready to be timed.
+
+    Two optional attributes change how the harness times it: ``relocate()`` (bind the buffers
+    elsewhere; the samples are spread over several placements) and ``prime()`` (an untimed step
+    before each timed call, e.g. the run of the layer before a brick in its model).
+    """
 
     def run(self) -> None:
         """Run the model once (synchronously: the work is finished when this returns)."""
