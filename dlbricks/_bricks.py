@@ -52,6 +52,8 @@ SIGNATURE_KEY = "dlbricks.signature"
 #: Metadata key of the serialized ONNX model (base64) of the brick that runs before a brick in the
 #: model it was cut from (:class:`BrickInContext`).
 PREVIOUS_KEY = "dlbricks.previous"
+#: Metadata key of the bytes one run of the brick's model touches (:attr:`BrickInContext.reuse_bytes`).
+REUSE_KEY = "dlbricks.reuse_bytes"
 WEIGHT_MODES = ("synthetic", "real")
 
 
@@ -335,16 +337,20 @@ def synthetic_array(spec: TensorSpec, kind: str, seed: int) -> np.ndarray:
 
 @dataclass(frozen=True, slots=True)
 class BrickInContext:
-    """A brick to benchmark together with the brick that runs just before it in its model.
+    """A brick to benchmark together with its context in the model it was cut from.
 
     Its ONNX model is the brick's, carrying ``previous``'s model under :data:`PREVIOUS_KEY`; a
     backend that emulates a layer's context inside a model runs ``previous`` untimed before each
-    timed run (:func:`split_previous`). Its key is the brick's signature: the context is part of
-    how a configuration measures, not of what is measured.
+    timed run (:func:`split_previous`). ``reuse_bytes`` (under :data:`REUSE_KEY`) is how many bytes
+    one run of the model touches, weights and live activations: inside a model run again and again,
+    that much data passes through the caches between two runs of the layer, so a backend's cold
+    copies of the brick span that much (:func:`reuse_bytes`). Its key is the brick's signature:
+    the context is part of how a configuration measures, not of what is measured.
     """
 
     brick: Brick
     previous: Brick | None = None
+    reuse_bytes: int | None = None
 
     @property
     def key(self) -> str:
@@ -359,7 +365,16 @@ class BrickInContext:
         if self.previous is not None:
             data = self.previous.to_onnx().SerializeToString()
             model.metadata_props.add(key=PREVIOUS_KEY, value=base64.b64encode(data).decode("ascii"))
+        if self.reuse_bytes is not None:
+            model.metadata_props.add(key=REUSE_KEY, value=str(int(self.reuse_bytes)))
         return model
+
+
+def reuse_bytes(model: onnx.ModelProto) -> int | None:
+    """The bytes a run of the model that ``model`` (a brick) was cut from touches (:data:`REUSE_KEY`),
+    None where it does not say."""
+    value = next((p.value for p in model.metadata_props if p.key == REUSE_KEY), None)
+    return None if value is None else int(value)
 
 
 def split_previous(model: onnx.ModelProto) -> tuple[onnx.ModelProto, onnx.ModelProto | None]:

@@ -81,9 +81,35 @@ class Decomposition:
         writer = next((o for o in self.occurrences[: first.index] if first.inputs[0] in o.outputs), None)
         return None if writer is None else self.bricks[writer.signature]
 
+    def footprint_bytes(self) -> int:
+        """Bytes one run of the model touches: every occurrence's weights (rows read, for gathers)
+        and the most activation bytes alive at once (a tensor lives from the occurrence that writes
+        it, or the start for model inputs, to the last that reads it), as the runtime's memory
+        planner reuses the space of dead tensors."""
+        weights = sum(self.bricks[o.signature].constant_bytes for o in self.occurrences)
+        born: dict[str, int] = {}
+        died: dict[str, int] = {}
+        size: dict[str, int] = {}
+        for step, occ in enumerate(self.occurrences):
+            brick = self.bricks[occ.signature]
+            for name, spec in zip(occ.inputs, brick.inputs):
+                born.setdefault(name, 0)
+                size.setdefault(name, spec.nbytes)
+                died[name] = step
+            for name, spec in zip(occ.outputs, brick.outputs):
+                born[name] = step
+                size[name] = spec.nbytes
+                died.setdefault(name, len(self.occurrences) - 1)  # a model output lives to the end
+        change = np.zeros(len(self.occurrences) + 1, dtype=np.int64)
+        for name, start in born.items():
+            change[start] += size[name]
+            change[max(died[name], start) + 1] -= size[name]
+        return int(weights + (np.cumsum(change).max() if len(change) else 0))
+
     def in_context(self, signature: str) -> BrickInContext:
-        """The brick ``signature`` as an item to benchmark with :meth:`previous` riding along."""
-        return BrickInContext(self.bricks[signature], self.previous(signature))
+        """The brick ``signature`` as an item to benchmark with :meth:`previous` riding along and
+        :meth:`footprint_bytes` as its reuse distance."""
+        return BrickInContext(self.bricks[signature], self.previous(signature), self.footprint_bytes())
 
 
 @dataclass(frozen=True, slots=True)

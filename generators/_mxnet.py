@@ -31,7 +31,7 @@ from dlbricks._bricks import SIGNATURE_KEY, split_previous
 from dlbricks._errors import BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
 from dlbricks._inputs import ar1_noise
 from dlbricks.generators._inputs import random_inputs, statistics_array, value_statistics
-from dlbricks.generators._ort import cold_copies
+from dlbricks.generators._ort import COLD_SPANS, cold_copies, cold_span_bytes
 from dlbricks.generators._util import CPU_ENV, closed, last_core, one_line, prepare_previous, round_robin
 
 __all__ = ["MxnetBackend", "MxnetConfig", "MxnetPrepared", "activation_like", "installed_mxnet_version"]
@@ -47,8 +47,9 @@ ACTIVATION_CORRELATION = 0.75
 #: Version of how bricks are measured, part of every :attr:`MxnetConfig.config_id` (as
 #: :data:`dlbricks.generators._ort.MEASUREMENT_METHOD` for onnxruntime). 1: each cold copy with its
 #: own outputs; 2: the copies share the first executor's memory, as a model's layers share its pool,
-#: and cycle through up to INPUT_VARIANTS input draws.
-MEASUREMENT_METHOD = 2
+#: and cycle through up to INPUT_VARIANTS input draws; 3: the copies span the data a run of the
+#: brick's model touches (``cold_span``).
+MEASUREMENT_METHOD = 3
 #: Input draws that a brick's cold copies cycle through (feature-map inputs only), within
 #: INPUT_VARIANT_BYTES together so that they stay in the cache. A kernel that branches on its data
 #: (MXNet's clip) learns an input it meets run after run: the branch predictor remembers it. Inside a
@@ -129,6 +130,10 @@ class MxnetConfig:
         in-model time). The copies cycle through up to :data:`INPUT_VARIANTS` draws of the
         input (together within :data:`INPUT_VARIANT_BYTES`), so that a data-dependent kernel
         cannot learn its input. ``"warm"``: one executor and one input again and again.
+    cold_span : {"model", "cache"}, default "model"
+        How much data the cold executors cycle through: what one run of the brick's model touches,
+        at most twice the last-level cache (``"model"``), or twice the cache (``"cache"``); as
+        :attr:`~dlbricks.generators.OrtConfig.cold_span`.
     previous_layer : bool, default True
         With ``cache="cold"``, each timed run of a brick that carries the brick before it in its
         model (a :class:`~dlbricks.BrickInContext`, as ``populate`` measures them) follows an
@@ -165,6 +170,7 @@ class MxnetConfig:
     inputs: str = "model"
     model_layouts: bool = True
     cache: str = "cold"
+    cold_span: str = "model"
     previous_layer: bool = True
     pin_core: bool = True
     mxnet_version: str = field(default_factory=installed_mxnet_version)
@@ -216,7 +222,8 @@ class MxnetConfig:
 def _config_problems(cfg: MxnetConfig) -> list[str]:
     """Every rule that ``cfg`` breaks, as phrases naming the field and value."""
     problems = []
-    choices = {"context": CONTEXTS, "engine": ENGINES, "cache": CACHE_STATES, "inputs": INPUT_KINDS}
+    choices = {"context": CONTEXTS, "engine": ENGINES, "cache": CACHE_STATES, "inputs": INPUT_KINDS,
+               "cold_span": COLD_SPANS}
     for name, allowed in choices.items():
         value = getattr(cfg, name)
         if value not in allowed:
@@ -379,7 +386,7 @@ class MxnetBackend:
         executors = [first]
         if config.cache == "cold" and brick:
             outputs = [o.asnumpy() for o in first.outputs]
-            copies = cold_copies(model, outputs)
+            copies = cold_copies(model, outputs, span_bytes=cold_span_bytes(model, config.cold_span))
             executors += [_bind(mx, built, inputs[i % len(inputs)], ctx, model, shared=first)
                           for i in range(1, copies)]
         previous = None

@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from dlbricks._bricks import SIGNATURE_KEY, split_previous
+from dlbricks._bricks import SIGNATURE_KEY, reuse_bytes, split_previous
 from dlbricks._errors import BackendError, BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
 from dlbricks.generators._inputs import random_inputs
 from dlbricks.generators._util import closed, one_line, prepare_previous, round_robin
@@ -33,6 +33,9 @@ OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
 CUDNN_CONV_ALGO_SEARCHES = ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 CACHE_STATES = ("cold-weights", "cold", "warm")
+#: How much data a brick's cold copies cycle through: what one run of the brick's model touches
+#: (:attr:`~dlbricks.BrickInContext.reuse_bytes`), or twice the last-level cache.
+COLD_SPANS = ("model", "cache")
 #: Most session copies of one brick. At 16 (session 1) a 1x1 convolution with 0.6 MB of weights cycled
 #: 13 MB, which stays in the last-level cache, so it ran 40% faster than in MobileNet-v2 (where its
 #: weights come from memory); a copy costs 0.06-0.2 ms to create. The same at level "all": there a
@@ -44,8 +47,9 @@ MAX_COLD_COPIES = 128
 THREAD_POOLS_ENV = "DLBRICKS_ORT_THREAD_POOLS"
 #: Version of how bricks are measured, part of every :attr:`OrtConfig.config_id`: results measured
 #: another way are another configuration, never mixed in one estimate. 1: each cold copy with its own
-#: arena, at most 16 copies at level "all"; 2: the copies share one arena, one cap at every level.
-MEASUREMENT_METHOD = 2
+#: arena, at most 16 copies at level "all"; 2: the copies share one arena, one cap at every level;
+#: 3: the copies span the data a run of the brick's model touches (``cold_span``).
+MEASUREMENT_METHOD = 3
 #: Session option that makes a session allocate from the process's registered (shared) allocators.
 USE_ENV_ALLOCATORS = "session.use_env_allocators"
 
@@ -96,11 +100,21 @@ class OrtConfig:
         state of a layer inside a model: several copies of the brick's session, each with its own
         weights, sharing one input and one output buffer and (on CPU, with the arena enabled) one
         arena for their scratch buffers, run round-robin; enough copies that their weights span twice
-        the last-level cache, so each run meets cold weights but a warm input, output and scratch
+        the last-level cache (or what a run of the brick's model touches, ``cold_span``), so each run
+        meets cold weights but a warm input, output and scratch
         (inside a model, the input was just written, onnxruntime's memory planner hands out recently
         freed buffers, and every layer takes its scratch from the session's one arena). ``"cold"``:
         outputs cold too (each copy its own output: an upper bound on the cache misses). ``"warm"``: the same session again and again (weights stay
         in cache: the fastest state, used for the lower bound).
+    cold_span : {"model", "cache"}, default "model"
+        How much data the cold copies of a brick cycle through. ``"model"``: as much as one run of
+        the model the brick was cut from touches, its weights and live activations
+        (:meth:`~dlbricks.Decomposition.footprint_bytes`, carried by a
+        :class:`~dlbricks.BrickInContext`), at most twice the last-level cache: inside a model run
+        again and again that much data passes through the caches between two runs of a layer, and
+        a small model's weights stay in the last-level cache (ShuffleNet-v2's classifier, 4 MB of
+        weights, ran in 57-78 us inside the model and 120 us as a brick cycling 64 MB). ``"cache"``:
+        twice the last-level cache for every brick.
     previous_layer : bool, default True
         With a cold ``cache``, each timed run of a brick that carries the brick before it in its
         model (a :class:`~dlbricks.BrickInContext`, as ``populate`` measures them) follows an
@@ -130,6 +144,7 @@ class OrtConfig:
     cudnn_conv_algo_search: str = "EXHAUSTIVE"
     provider_options: tuple[tuple[str, str], ...] = ()
     cache: str = "cold-weights"
+    cold_span: str = "model"
     previous_layer: bool = True
     onnxruntime_version: str = field(default_factory=installed_ort_version)
 
@@ -176,6 +191,7 @@ def _config_problems(cfg: OrtConfig) -> list[str]:
         "graph_optimization_level": OPTIMIZATION_LEVELS,
         "cudnn_conv_algo_search": CUDNN_CONV_ALGO_SEARCHES,
         "cache": CACHE_STATES,
+        "cold_span": COLD_SPANS,
     }
     for name, allowed in choices.items():
         value = getattr(cfg, name)
@@ -405,7 +421,7 @@ class OrtBackend:
             ) from e
         sessions = [session]
         if config.cache in ("cold", "cold-weights") and _is_brick(model):
-            copies = cold_copies(model, first)
+            copies = cold_copies(model, first, span_bytes=cold_span_bytes(model, config.cold_span))
             shared = config.device == "cpu" and config.enable_cpu_mem_arena and copies > 1
             if shared:
                 sessions = [_make_session(ort, model, config, shared_arena=True)]
@@ -528,18 +544,25 @@ def _is_brick(model: onnx.ModelProto) -> bool:
     return any(p.key == SIGNATURE_KEY for p in model.metadata_props)
 
 
+def cold_span_bytes(model: onnx.ModelProto, cold_span: str) -> int | None:
+    """The bytes that the cold copies of brick ``model`` should span under ``cold_span``: what a run
+    of its model touches (``"model"``, where the brick carries it), else None (the cache's rule)."""
+    return reuse_bytes(model) if cold_span == "model" else None
+
+
 def cold_copies(model: onnx.ModelProto, outputs: list[Any], llc_bytes: int | None = None,
-                max_copies: int = MAX_COLD_COPIES) -> int:
-    """Copies of a session whose weights and outputs together span twice the last-level cache
-    (at most ``max_copies``)."""
+                max_copies: int = MAX_COLD_COPIES, span_bytes: int | None = None) -> int:
+    """Copies of a session whose weights and outputs together span twice the smaller of the
+    last-level cache and ``span_bytes`` (default: the cache), at most ``max_copies`` copies."""
     llc = llc_bytes if llc_bytes is not None else last_level_cache_bytes()
+    span = 2 * (llc if span_bytes is None else min(llc, span_bytes))
     weights = sum(
         math.prod(t.dims) * np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
         for t in model.graph.initializer
         if t.data_type != onnx.TensorProto.STRING
     )
     footprint = max(weights + sum(np.asarray(o).nbytes for o in outputs), 1)
-    return int(min(max_copies, max(1, math.ceil(2 * llc / footprint))))
+    return int(min(max_copies, max(1, math.ceil(span / footprint))))
 
 
 def last_level_cache_bytes() -> int:

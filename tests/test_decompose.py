@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
@@ -213,10 +214,35 @@ def test_a_brick_rides_with_the_brick_before_it() -> None:
     assert item.key == bn.signature
     own, carried = split_previous(item.to_onnx())
     assert carried is not None and [n.op_type for n in carried.graph.node] == ["Conv"]
-    assert own == dec.bricks[bn.signature].to_onnx()  # what sessions are built from: no passenger
+    assert own.graph == dec.bricks[bn.signature].to_onnx().graph  # what sessions are built from: no passenger
     assert PREVIOUS_KEY in {p.key for p in item.to_onnx().metadata_props}
     assert split_previous(dec.in_context(first.signature).to_onnx())[1] is None
     assert split_previous(dec.bricks[bn.signature].to_onnx())[1] is None
+
+
+def test_footprint_counts_every_weight_and_the_activations_alive_at_once() -> None:
+    """A run of a model touches every layer's weights and, at its peak, the activations alive
+    together; a brick in context carries that as its reuse distance."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from dlbricks._bricks import reuse_bytes
+
+    f32 = TensorProto.FLOAT
+    w1 = numpy_helper.from_array(np.ones((8, 4, 1, 1), np.float32), "w1")
+    w2 = numpy_helper.from_array(np.ones((8, 8, 1, 1), np.float32), "w2")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Conv", ["b", "w2"], ["c"]), helper.make_node("Add", ["b", "c"], ["y"])]
+    graph = helper.make_graph(nodes, "skip", [helper.make_tensor_value_info("x", f32, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", f32, [1, 8, 8, 8])], [w1, w2])
+    dec = dlbricks.decompose(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    weights = (8 * 4 + 8 * 8) * 4
+    feature_map = 8 * 8 * 8 * 4  # a, b, c and y; x is half of one
+    # alive at the Add: b (read again by it), c and y; x and a died at the Relu
+    assert dec.footprint_bytes() == weights + 3 * feature_map
+    item = dec.in_context(dec.occurrences[-1].signature)
+    assert item.reuse_bytes == dec.footprint_bytes()
+    assert reuse_bytes(item.to_onnx()) == dec.footprint_bytes()
+    assert reuse_bytes(item.brick.to_onnx()) is None
 
 
 def add_input(dec: dlbricks.Decomposition, occurrence: object) -> str:

@@ -283,6 +283,35 @@ def test_cold_copies_span_twice_the_last_level_cache() -> None:
     assert huge == 1
 
 
+def test_cold_copies_span_what_a_run_of_the_brick_model_touches() -> None:
+    """Inside a small model a layer's weights stay in the last-level cache from one run to the
+    next: the copies of a brick in context span twice its model's footprint where that is smaller
+    than the cache, and twice the cache with ``cold_span="cache"``."""
+    w = numpy_helper.from_array(np.zeros((960, 160, 1, 1), np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"])
+    model = _model([node], [_f32("x", [1, 160, 7, 7])], [_f32("y", [1, 960, 7, 7])], [w])
+    out = [np.zeros((1, 960, 7, 7), np.float32)]
+    footprint = 960 * 160 * 4 + 960 * 7 * 7 * 4
+    llc = 32 << 20
+    small = cold_copies(model, out, llc_bytes=llc, span_bytes=4 << 20)
+    assert small * footprint >= 8 << 20 > (small - 1) * footprint
+    assert cold_copies(model, out, llc_bytes=llc, span_bytes=1 << 30) == cold_copies(model, out, llc_bytes=llc)
+    dec = dlbricks.decompose(conv_model())
+    conv = next(o.signature for o in dec.occurrences if dec.bricks[o.signature].op_type == "Conv")
+    item = dec.in_context(conv)
+    plain = cold_copies(item.brick.to_onnx(), [np.zeros((1, 16, 14, 14), np.float32)])
+    spanned = cold_copies(item.brick.to_onnx(), [np.zeros((1, 16, 14, 14), np.float32)],
+                          span_bytes=dec.footprint_bytes())
+    assert spanned < plain
+    backend = OrtBackend()
+    for config, copies in ((OrtConfig(), spanned), (OrtConfig(cold_span="cache"), plain)):
+        prepared = backend.prepare(item.to_onnx(), config)
+        assert prepared.copies == copies
+        prepared.close()
+    with pytest.raises(InvalidArgumentError, match="'cold_span' must be one of 'model', 'cache'"):
+        OrtConfig(cold_span="l2")
+
+
 def test_cold_copies_follow_one_rule_at_every_level() -> None:
     """The copies share one arena, so level "all" (NCHWc reorder buffers inside each copy) needs no
     cap of its own: a brick gets as many copies at "all" as at "disable"."""

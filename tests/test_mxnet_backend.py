@@ -35,6 +35,7 @@ from dlbricks.generators._mxnet import (  # noqa: E402
     MxnetConfig,
     activation_like,
 )
+from dlbricks.generators._ort import cold_copies  # noqa: E402
 from dlbricks._mxnet_frontend import LAYOUTS_ATTR  # noqa: E402
 from dlbricks.model_zoo._gluon import build_gluon  # noqa: E402
 
@@ -186,6 +187,22 @@ def test_cold_bricks_use_several_executors(mobilenet: dlbricks.ModelGraph) -> No
         prepared.close()
     with pytest.raises(dlbricks.BackendError, match="closed"):
         cold.run()
+
+
+def test_cold_copies_span_what_a_run_of_the_brick_model_touches(mobilenet: dlbricks.ModelGraph) -> None:
+    """MobileNet's weights and activations fit the last-level cache: the executors of a brick in
+    context span twice the model's footprint, fewer than twice the cache (``cold_span="cache"``)."""
+    dec = dlbricks.decompose(mobilenet)
+    conv = next(o.signature for o in dec.occurrences[1:] if dec.bricks[o.signature].op_type == "Convolution")
+    item = dec.in_context(conv)
+    backend = MxnetBackend()
+    spanned = backend.prepare(item.to_onnx(), MxnetConfig())
+    plain = backend.prepare(item.to_onnx(), MxnetConfig(cold_span="cache"))
+    outputs = [spanned.outputs()[0]]
+    assert spanned.copies == cold_copies(item.brick.to_onnx(), outputs, span_bytes=dec.footprint_bytes())
+    assert plain.copies == cold_copies(item.brick.to_onnx(), outputs) > spanned.copies
+    spanned.close()
+    plain.close()
 
 
 def test_cold_copies_cycle_through_input_draws() -> None:
