@@ -14,7 +14,7 @@ from dlbricks.benchmarks_db import Store
 from dlbricks.estimator._estimate import Estimate, Peaks, estimate_decomposition
 from dlbricks.estimator._predict import LatencyPredictor
 from dlbricks.estimator._profile import InModelTimes, in_model_times
-from dlbricks.generators import Budget, Measurement, OrtConfig, benchmark, collect_system_info
+from dlbricks.generators import Budget, Measurement, OrtConfig, benchmark, collect_system_info, get_backend
 
 __all__ = ["estimate", "validate", "Validation", "open_store"]
 
@@ -151,7 +151,15 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     return estimate_decomposition(
         dec, measured, config_id=cfg.config_id, on_missing=on_missing, predictor=predictor,
         measure=measure, alternatives=_alternatives(store, dec, system, cfg), peaks=peaks,
-        brick_overhead_s=overhead, model_extra_s=extra, fastest_overhead_s=cheapest or None)
+        brick_overhead_s=overhead, model_extra_s=extra, fastest_overhead_s=cheapest or None,
+        views=view_bricks(dec, backend_name(cfg)))
+
+
+def view_bricks(dec: Decomposition, backend: str) -> set[str]:
+    """Signatures of ``dec``'s bricks made only of ops that ``backend`` runs as views of their
+    input inside a model (its ``view_ops``)."""
+    ops = getattr(get_backend(backend), "view_ops", frozenset())
+    return {sig for sig, b in dec.bricks.items() if ops and set(b.op_types) <= ops}
 
 
 @functools.lru_cache(maxsize=16)

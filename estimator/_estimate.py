@@ -9,7 +9,7 @@ interval, coverage and a per-brick breakdown.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from dlbricks import Brick, Decomposition
@@ -124,6 +124,7 @@ def estimate_decomposition(
     brick_overhead_s: Mapping[str, float] | None = None,
     model_extra_s: float = 0.0,
     fastest_overhead_s: Mapping[str, float] | None = None,
+    views: Collection[str] = (),
 ) -> Estimate:
     """Compose a model's latency from its bricks.
 
@@ -154,6 +155,10 @@ def estimate_decomposition(
     fastest_overhead_s : mapping of signature to seconds, optional
         The same overhead at its cheapest (reorders with warm caches), subtracted from each brick's
         fastest run for the lower bound; default ``brick_overhead_s``.
+    views : collection of signatures
+        Bricks that the runtime runs inside a model as views of their inputs (a backend's
+        ``view_ops``): their measured time is a copy that the model does not make, so they count
+        zero beyond the per-call floor.
     """
     if on_missing not in ON_MISSING:
         raise InvalidArgumentError(f"'on_missing' must be one of {ON_MISSING}. Got {on_missing!r} instead.")
@@ -190,6 +195,7 @@ def estimate_decomposition(
             halfwidth[brick.signature] = value * (model.cv_error if model and model.cv_error == model.cv_error
                                                   else 0.5)
             predicted.append(brick.signature)
+    latency.update({sig: 0.0 for sig in views if sig in latency})
     every = {sig: [m, *(alternatives or {}).get(sig, ())] for sig, m in found.items()}
     return _compose(dec, latency, halfwidth, floor_s + model_extra_s, config_id, predicted, every, peaks,
                     overhead if fastest_overhead_s is None else fastest_overhead_s)

@@ -55,6 +55,10 @@ class Backend(Protocol):
     ----------
     name : str
         The name stored with every measurement, e.g. ``"onnxruntime"``.
+    view_ops : frozenset of str, optional
+        Op types that the runtime runs inside a model as a view of their input, moving no data
+        (onnxruntime's ``Reshape``...), where a brick of them, bound to an output of its own, copies
+        its input: the estimator counts such bricks as free. Default: none.
     """
 
     name: str

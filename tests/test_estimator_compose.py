@@ -162,3 +162,22 @@ def test_roofline_peaks_rise_to_what_the_bricks_reached() -> None:
     assert big and all(c.roofline_s <= c.lower_bound_s * (1 + 1e-9) for c in big)
     naive = sum(dec.counts()[s] * slow.roofline_s(b) for s, b in dec.bricks.items())
     assert naive > est.lower_bound_s  # the calibrated peaks alone would break the bound
+
+
+def test_views_count_nothing_beyond_the_floor() -> None:
+    """A brick that onnxruntime runs inside a model as a view of its input (Reshape, Flatten...)
+    moves no data there; its own measured time is a copy into an output of its own, so it counts
+    zero, in the estimate and in the lower bound."""
+    from dlbricks.estimator._api import view_bricks
+
+    dec = dlbricks.decompose(_models.resnet_like(blocks=2), batch_size=1)
+    ms = {sig: _measurement(sig, _fake_latency(b)) for sig, b in dec.bricks.items()}
+    flat = next(sig for sig, b in dec.bricks.items() if b.op_type == "Flatten")
+    ms[flat] = _measurement(flat, 50e-6)  # the copy
+    assert view_bricks(dec, "onnxruntime") == {flat}
+    plain = estimate_decomposition(dec, ms, config_id="cfg")
+    viewed = estimate_decomposition(dec, ms, config_id="cfg", views={flat})
+    copy = dec.counts()[flat] * (ms[flat].median_s - 2e-6)
+    assert plain.sequential_s - viewed.sequential_s == pytest.approx(copy)
+    assert plain.lower_bound_s - viewed.lower_bound_s == pytest.approx(dec.counts()[flat] * (ms[flat].min_s - 2e-6))
+    assert next(c for c in viewed.breakdown if c.signature == flat).total_s == 0.0
