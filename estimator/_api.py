@@ -178,7 +178,8 @@ def _reorder_costs(dec: Decomposition, config: OrtConfig) -> tuple[dict[str, flo
     from dlbricks.estimator._reorders import brick_session_kernels
 
     threads = config.intra_op_num_threads
-    leftover = {sig: brick_session_kernels(b, "all", threads).leftover_s for sig, b in dec.bricks.items()}
+    leftover = {sig: brick_session_kernels(b, "all", threads, dec.previous(sig) if config.previous_layer else None
+                                           ).leftover_s for sig, b in dec.bricks.items()}
     return leftover, _reorder_cost(threads, config.cache).total(dec.reorder_bytes), leftover
 
 

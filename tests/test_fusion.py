@@ -301,6 +301,10 @@ def test_a_residual_brick_at_level_all_runs_unfused_kernels_that_are_subtracted(
     ops = [op for op, _ in sk.kernels]
     assert ops[sk.main] == "Conv" and {"Add", "ReorderOutput"} <= set(ops)
     assert 0 < sk.leftover_s < sum(t for _, t in sk.kernels)
+    before = fused.previous(brick.signature)
+    assert before is not None
+    primed = brick_session_kernels(brick, "all", previous=before)  # as timed: after the brick before
+    assert [op for op, _ in primed.kernels] == ops and primed.leftover_s > 0
     chain = dlbricks.decompose(MODELS["conv_bn_relu"](), "fused", opt_level="extended")
     for plain in chain.bricks.values():  # one kernel each: nothing left over
         alone = brick_session_kernels(plain, "extended")
