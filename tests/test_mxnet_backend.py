@@ -383,13 +383,17 @@ def test_mxnet_calibration_keeps_the_roofline_below_mxnet_bricks() -> None:
     flops, bandwidth, details = merge_peaks(record, "onnxruntime", ort_cal)
     assert flops == max(mx_cal.peaks.flops_per_s, ort_cal.peaks.flops_per_s)
     assert calibrated_backends(record._replace(details=details)) == {"mxnet", "onnxruntime"}
-    peaks = Peaks(flops, bandwidth)
     dec = dlbricks.decompose(build_gluon("resnet18_v1"))
     # compute-bound bricks of 0.5 ms and more: MXNet's per-call floor (7-20 us from one run to the next)
     # makes the floor-corrected rate of a 50 us convolution uncertain by 20%
     heavy = [b for b in dec.bricks.values() if b.op_type == "Convolution" and b.flops >= 1e8]
     assert len(heavy) >= 3
-    for brick, m in zip(heavy, benchmark(heavy, backend="mxnet", config=config, budget=Budget.quick()),
-                        strict=True):
+    measured = list(benchmark(heavy, backend="mxnet", config=config, budget=Budget.quick()))
+    # A calibration is the best rate the machine reaches, and its speed swings by 10-20% within seconds
+    # (README): calibrated once before the bricks and once after, the better of the two counts (one
+    # calibration taken in a slow moment had a 3x3 convolution run 9% above its peak).
+    again = calibrate_peaks(config).peaks
+    peaks = Peaks(max(flops, again.flops_per_s), max(bandwidth, again.bytes_per_s))
+    for brick, m in zip(heavy, measured, strict=True):
         # the peaks and the brick are measured seconds apart, and this machine's speed drifts by a few %
         assert peaks.roofline_s(brick) <= (m.min_s - m.floor_s) * (1 + MEASURED_NOISE), (brick.op_type, m.min_s)
