@@ -125,7 +125,8 @@ class MxnetConfig:
         again and again). ``"cold"``: several executors of the brick, each with its own weights,
         sharing the first one's outputs and scratch memory (as a model's layers share its memory
         pool, 6-13 MB for the Gluon zoo), run round-robin, enough of them that their footprint is
-        twice the last-level cache: each run meets cold weights and a warm input and output, as a
+        twice the last-level cache (or what a run of the brick's model touches, ``cold_span``):
+        each run meets cold weights and a warm input and output, as a
         layer inside a model does (with an output per copy, SqueezeNet's ReLUs ran 4.6-5.6x their
         in-model time). The copies cycle through up to :data:`INPUT_VARIANTS` draws of the
         input (together within :data:`INPUT_VARIANT_BYTES`), so that a data-dependent kernel
