@@ -5,23 +5,33 @@ bricks without a measurement for this system, then for each one: claims it (a le
 write transaction), measures it in the generators' isolated worker, and records the measurement
 and drops the claim in one transaction. So a killed run loses at most the brick it was measuring,
 a re-run resumes, and several processes on one file never measure a brick twice.
+
+A brick that holds a large share of its model's time decides that model's estimate alone, and one
+measurement catches the machine at one moment (this machine's speed drifts by 10-20% from one
+second to the next). With ``moments > 1``, once a model's new bricks are measured, those that hold
+at least :data:`DOMINANT_SHARE` of the model's measured time are measured again ``moments - 1``
+times, round robin, and the runs are pooled (median of their medians, like a whole model measured in
+several processes), the pooled measurement replacing the first.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dlbricks._decompose import Decomposition
+from dlbricks._errors import InvalidArgumentError
 from dlbricks.benchmarks_db._records import ClaimStatus, RecordOutcome
 from dlbricks.benchmarks_db._store import Store
 
-__all__ = ["BenchProgress", "BenchReport", "populate", "lease_for"]
+__all__ = ["BenchProgress", "BenchReport", "populate", "lease_for", "dominant_bricks", "DOMINANT_SHARE"]
 
 #: Seconds a claim outlives the longest a measurement may take (worker start, floor, timeout).
 LEASE_MARGIN_S = 180.0
+#: Share of its model's measured time (count x median over the sum) that makes a brick dominant.
+DOMINANT_SHARE = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +67,8 @@ class BenchReport:
     ``measured`` items got a new measurement (``failed`` of them not ok); ``already`` were found
     measured when claimed (by an earlier run or another process); ``held`` were left to another
     live process; ``duplicates`` counts recordings that met an existing row (0 unless leases
-    expired while a brick was being measured); ``interrupted`` is true if ``should_stop`` ended it.
+    expired while a brick was being measured); ``interrupted`` is true if ``should_stop`` ended it;
+    ``remeasured`` counts the further measurements of dominant bricks (``moments``).
     """
 
     system: str
@@ -71,12 +82,22 @@ class BenchReport:
     duplicates: int
     interrupted: bool
     elapsed_s: float
+    remeasured: int = 0
 
 
 def lease_for(budget: Any) -> float:
     """A lease long enough for one measurement under ``budget``: its worker may start, calibrate
     the floor and time the item, each bounded by ``budget.timeout``."""
     return 2.0 * float(budget.timeout) + LEASE_MARGIN_S
+
+
+def dominant_bricks(dec: Decomposition, medians: Mapping[str, float], share: float = DOMINANT_SHARE) -> list[str]:
+    """The bricks of ``dec`` that hold at least ``share`` of its time (count x median over the sum
+    of them), given the medians of its measured bricks; largest first."""
+    counts = dec.counts()
+    totals = {sig: counts[sig] * medians[sig] for sig in dec.bricks if medians.get(sig)}
+    whole = sum(totals.values())
+    return [sig for sig, t in sorted(totals.items(), key=lambda kv: -kv[1]) if whole > 0 and t >= share * whole]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +107,7 @@ class _Task:
     label: str
     item: Any
     config: Any
+    owner: int = -1  # index of the decomposition whose bricks' chunk it belongs to (-1: a model)
 
 
 def populate(store: Store, decompositions: Iterable[Decomposition], configs: Sequence[Any] | None = None,
@@ -94,7 +116,7 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
              retry_failed: bool = False, keep_samples: bool = False, lease_s: float | None = None,
              progress: Callable[[BenchProgress], object] | None = None,
              should_stop: Callable[[], bool] | None = None,
-             runner_factory: Callable[..., Any] | None = None) -> BenchReport:
+             runner_factory: Callable[..., Any] | None = None, moments: int = 1) -> BenchReport:
     """Measure every brick of ``decompositions`` not yet measured for this system, per configuration.
 
     Parameters
@@ -129,14 +151,20 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
     runner_factory : callable, optional
         ``runner_factory(backend, config, budget, keep_samples)`` returning an object with
         ``measure(item)`` and ``close()``; default ``dlbricks.generators.Runner`` (tests pass fakes).
+    moments : int, default 1
+        Measure each brick that holds at least :data:`DOMINANT_SHARE` of its model's time this many
+        times in all, at different moments (after the model's other new bricks), and store them
+        pooled (see the module docstring).
 
     Returns
     -------
     BenchReport
     """
-    from dlbricks.generators import Budget, collect_system_info, get_backend
+    from dlbricks.generators import Budget, collect_system_info, get_backend, pool
     from dlbricks.generators._runner import resolve_config
 
+    if isinstance(moments, bool) or not isinstance(moments, int) or moments < 1:
+        raise InvalidArgumentError(f"'moments' must be an int >= 1. Got {moments!r} instead.")
     started = time.monotonic()
     budget = Budget() if budget is None else budget
     lease = lease_for(budget) if lease_s is None else lease_s
@@ -150,23 +178,69 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
         for dec in decs:
             store.add_decomposition(dec)
     bricks = {}
-    for dec in decs:  # each brick with the brick before its first occurrence (BrickInContext)
+    owner: dict[str, int] = {}
+    for i, dec in enumerate(decs):  # each brick with the brick before its first occurrence (BrickInContext)
         bricks.update({sig: dec.in_context(sig) for sig in dec.bricks if sig not in bricks})
+        owner.update({sig: i for sig in dec.bricks if sig not in owner})
     tasks: list[_Task] = []
     for cfg in cfgs:
         store.record_backend(cfg, backend_obj.name, version=backend_obj.describe(cfg).get("version"))
         todo = store.unmeasured(sys_key, cfg.config_id, list(bricks), retry_failed=retry_failed)
-        tasks += [_Task("brick", s, bricks[s].op_type, bricks[s], cfg) for s in todo]
+        tasks += [_Task("brick", s, bricks[s].op_type, bricks[s], cfg, owner[s]) for s in todo]
         measured_models = {r.key for r in store.model_measurements(system=sys_key, config_id=cfg.config_id)
                            if r.ok or not retry_failed}
         tasks += [_Task("model", g.key, g.name, g, cfg) for g in whole_models if g.key not in measured_models]
     factory = runner_factory or _default_runner
     runners: dict[str, Any] = {}
-    counts = {"measured": 0, "failed": 0, "already": 0, "held": 0, "duplicates": 0}
+    counts = {"measured": 0, "failed": 0, "already": 0, "held": 0, "duplicates": 0, "remeasured": 0}
     interrupted = False
     spent = 0.0
+    chunk: dict[str, tuple[_Task, Any]] = {}  # the current model's bricks measured in this run
+
+    def runner_for(config: Any) -> Any:
+        runner = runners.get(config.config_id)
+        if runner is None:
+            runner = runners[config.config_id] = factory(backend, config, budget, keep_samples)
+        return runner
+
+    def again(done: int) -> bool:
+        """Measure the dominant bricks of the finished chunk again; False if told to stop."""
+        if moments == 1 or not chunk:
+            return True
+        task = next(iter(chunk.values()))[0]
+        cid = task.config.config_id
+        dec = decs[task.owner]
+        stored = store.measurements(system=sys_key, config_id=cid, signatures=list(dec.bricks), status="ok")
+        runs = {sig: [m] for sig, (_, m) in chunk.items() if m.ok}
+        dominant = [sig for sig in dominant_bricks(dec, {r.key: r.median_s or 0.0 for r in stored})
+                    if sig in runs]
+        for k in range(2, moments + 1):
+            for sig in dominant:
+                if should_stop is not None and should_stop():
+                    return False
+                t = chunk[sig][0]
+                m = runner_for(t.config).measure(t.item)
+                counts["remeasured"] += 1
+                if m.ok:
+                    runs[sig].append(m)
+                if progress is not None:
+                    progress(BenchProgress(done, len(tasks), t.kind, t.key, f"{t.label} ({k}/{moments})",
+                                           cid, m.status, m.median_s, RecordOutcome.REPLACED,
+                                           time.monotonic() - started, None))
+        for sig in dominant:
+            if len(runs[sig]) > 1:
+                store.record(pool(runs[sig]), sys_key, budget=budget, rule="replace")
+        chunk.clear()
+        return True
+
+    chunk_of: tuple[int, str] | None = None
     try:
         for done, task in enumerate(tasks, start=1):
+            if (task.owner, task.config.config_id) != chunk_of:
+                chunk_of = (task.owner, task.config.config_id)
+                if not again(done - 1):
+                    interrupted = True
+                    break
             if should_stop is not None and should_stop():
                 interrupted = True
                 break
@@ -178,9 +252,7 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
             outcome: RecordOutcome | ClaimStatus = state
             if state is ClaimStatus.CLAIMED:
                 t0 = time.monotonic()
-                runner = runners.get(cid)
-                if runner is None:
-                    runner = runners[cid] = factory(backend, task.config, budget, keep_samples)
+                runner = runner_for(task.config)
                 try:
                     m = runner.measure(task.item)
                 except BaseException:
@@ -193,19 +265,23 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
                 counts["failed"] += not m.ok
                 counts["duplicates"] += outcome is not RecordOutcome.INSERTED and not retry_failed
                 status, median = m.status, m.median_s
+                if task.kind == "brick":
+                    chunk[task.key] = (task, m)
             else:
                 counts["already" if state is ClaimStatus.MEASURED else "held"] += 1
             if progress is not None:
                 eta = spent / counts["measured"] * (len(tasks) - done) if counts["measured"] else None
                 progress(BenchProgress(done, len(tasks), task.kind, task.key, task.label, cid, status,
                                        median, outcome, time.monotonic() - started, eta))
+        if not interrupted:
+            interrupted = not again(len(tasks))
     finally:
         for runner in runners.values():
             runner.close()
         store.release_all()
     return BenchReport(sys_key, tuple(c.config_id for c in cfgs), len(bricks), len(tasks),
                        counts["measured"], counts["failed"], counts["already"], counts["held"],
-                       counts["duplicates"], interrupted, time.monotonic() - started)
+                       counts["duplicates"], interrupted, time.monotonic() - started, counts["remeasured"])
 
 
 def _default_runner(backend: str, config: Any, budget: Any, keep_samples: bool) -> Any:

@@ -23,7 +23,7 @@ from dlbricks._cliutil import format_table, handle_errors, iter_models, model_op
 from dlbricks._decompose import GRANULARITIES, decompose
 from dlbricks._errors import InvalidArgumentError
 from dlbricks.benchmarks_db._export import FORMATS
-from dlbricks.benchmarks_db._populate import BenchProgress, BenchReport, populate
+from dlbricks.benchmarks_db._populate import DOMINANT_SHARE, BenchProgress, BenchReport, populate
 from dlbricks.benchmarks_db._records import ClaimStatus
 from dlbricks.benchmarks_db._sql import EXPORT_QUERIES
 from dlbricks.benchmarks_db._store import DEFAULT_PATH, Store
@@ -187,8 +187,9 @@ def _summary(report: BenchReport, db_path: str) -> str:
                 f"{report.system} and the {len(report.configs)} configuration(s). Database: {db_path}")
     return (f"Measured {report.measured} item(s) ({report.failed} failed) on system {report.system} "
             f"for {len(report.configs)} configuration(s) in {report.elapsed_s:.1f} s; "
-            f"{report.already} found already measured, {report.held} left to other processes. "
-            f"Database: {db_path}")
+            f"{report.already} found already measured, {report.held} left to other processes"
+            + (f"; {report.remeasured} further measurement(s) of dominant bricks" if report.remeasured else "")
+            + f". Database: {db_path}")
 
 
 @click.command("bench")
@@ -209,6 +210,9 @@ def _summary(report: BenchReport, db_path: str) -> str:
               help="Measure every value of a configuration field (repeatable: grid), e.g. "
                    "opt-level=disable,all or threads=1,2.")
 @click.option("--retry-failed", is_flag=True, help="Measure again bricks that failed or timed out.")
+@click.option("--moments", type=click.IntRange(min=1), default=1, show_default=True,
+              help=f"Measure each brick that holds {DOMINANT_SHARE:.0%} or more of its model's time "
+                   "this many times, at different moments, and store them pooled.")
 @click.option("--whole-model", is_flag=True, help="Also time each whole model (for validation).")
 @click.option("--keep-samples", is_flag=True, help="Store the raw samples of each measurement.")
 @click.option("--system-id", envvar="DLBRICKS_SYSTEM_ID", default=None, metavar="ID",
@@ -221,8 +225,8 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
           input_shape: tuple[str, ...], db_path: str, granularity: str, backend: str,
           threads: int | None, opt_level: str | None, device: str | None, budget_name: str,
           min_time: float | None, max_time: float | None, timeout: float | None,
-          sweep: tuple[str, ...], retry_failed: bool, whole_model: bool, keep_samples: bool,
-          system_id: str | None, dry_run: bool) -> None:
+          sweep: tuple[str, ...], retry_failed: bool, moments: int, whole_model: bool,
+          keep_samples: bool, system_id: str | None, dry_run: bool) -> None:
     """Benchmark the bricks of models and store the results in a database.
 
     MODEL is an ONNX file or a zoo model name. Bricks already measured for this system and
@@ -253,7 +257,7 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
                                   system_id=system_id, store_models=False,
                                   whole_models=graphs if whole_model else (),
                                   retry_failed=retry_failed, keep_samples=keep_samples,
-                                  progress=progress, should_stop=stop)
+                                  progress=progress, should_stop=stop, moments=moments)
             except KeyboardInterrupt:
                 progress.finish()
                 click.echo(_resume_hint(db_path, progress.measured), err=True)

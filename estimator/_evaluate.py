@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,16 +21,19 @@ from dlbricks.benchmarks_db import Store, populate
 from dlbricks.estimator._api import backend_name, estimate, open_store, threads_of
 from dlbricks.estimator._calibrate import calibrate_peaks, calibrated_backends, merge_peaks
 from dlbricks.generators import (
-    Budget, Measurement, OrtConfig, Runner, SystemInfo, benchmark, collect_system_info,
+    Budget, Measurement, OrtConfig, Runner, SystemInfo, benchmark, collect_system_info, pool,
 )
 
 __all__ = ["DEFAULT_SUITE", "EvaluationRow", "Evaluation", "evaluate", "measure_whole", "pool", "suite_models",
-           "EVALUATE_BUDGET", "WHOLE_WORKERS"]
+           "EVALUATE_BUDGET", "EVALUATE_MOMENTS", "WHOLE_WORKERS"]
 
 #: The default suite: models of every task, small enough to finish in minutes on 2 cores.
 DEFAULT_SUITE = ("resnet18_v1", "resnet50_v1", "mobilenet_v2_1.0", "squeezenet1_1", "inception_v3",
                  "densenet121", "efficientnet_b0", "shufflenet_v2_x1_0", "yolov3_tiny", "bert_base",
                  "lstm_lm_medium", "wav2letter_mfcc")
+#: Moments at which a brick holding 5% or more of its model's time is measured (pooled): the whole
+#: model is sampled over the time its bricks take, so its dominant bricks are too.
+EVALUATE_MOMENTS = 3
 #: Budget of the main job: a stopping rule that converges for bricks and whole models alike.
 EVALUATE_BUDGET = Budget(warmup_time=0.02, min_time=0.1, min_runs=10, max_time=1.0, rel_ci=0.02)
 #: Worker processes each whole model is measured in.
@@ -136,26 +138,6 @@ def measure_whole(graph: ModelGraph, config: Any, budget: Budget, workers: int =
                  for _ in range(workers)])
 
 
-def pool(runs: Sequence[Measurement]) -> Measurement:
-    """Measurements of one item from several processes, pooled like pyperf does.
-
-    One process's median depends on where its buffers landed in memory and on what the machine
-    did meanwhile; the pooled result keeps the median of the per-process medians (the mean of the
-    middle two for an even count) and the widest CI, with the samples and wall time of all of them.
-    A failed run makes the result failed.
-    """
-    ok = [m for m in runs if m.ok]
-    if len(ok) < len(runs):
-        return next(m for m in runs if not m.ok)
-    ok.sort(key=lambda m: m.median_s or 0.0)
-    mid = ok[len(ok) // 2]
-    return replace(mid, median_s=statistics.median(m.median_s or 0.0 for m in ok),
-                   n=sum(m.n for m in ok), min_s=min(m.min_s or 0.0 for m in ok),
-                   ci_low_s=min(m.ci_low_s or 0.0 for m in ok),
-                   ci_high_s=max(m.ci_high_s or 0.0 for m in ok),
-                   wall_time_s=sum(m.wall_time_s for m in ok), converged=all(m.converged for m in ok))
-
-
 def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, config: Any = None,
              budget: Budget | None = None, lower_bound_sweep: bool = True,
              granularity: str = "layer", say: Callable[[str], object] = lambda s: None) -> Evaluation:
@@ -212,7 +194,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
             done = _measured(store.measurement(dec.model_key, system, whole_cfg.config_id, kind="model"))
             with contextlib.nullcontext() if done else _PairedWhole(name, whole_cfg, budget, backend, say) as whole:
                 populate(store, [dec], configs, backend=backend, budget=budget, system=system,
-                         store_models=False, runner_factory=workers,
+                         store_models=False, runner_factory=workers, moments=EVALUATE_MOMENTS,
                          progress=lambda p: (say(_progress_line(p)), whole and whole.tick()))
                 if whole is not None:
                     measured = whole.result()

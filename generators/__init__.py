@@ -13,7 +13,7 @@ from dlbricks.generators._floor import measure_floor
 from dlbricks.generators._harness import Clock, Timing, time_calls
 from dlbricks.generators._inputs import VALUE_RANGES_KEY, random_inputs, value_ranges
 from dlbricks.generators._items import floor_model
-from dlbricks.generators._measurement import Measurement, OpaqueConfig
+from dlbricks.generators._measurement import Measurement, OpaqueConfig, pool
 from dlbricks.generators._ort import OrtBackend, OrtConfig, OrtPrepared
 from dlbricks.generators._protocols import Backend, BackendConfig, Benchmarkable, Prepared
 from dlbricks.generators._registry import (
@@ -40,6 +40,7 @@ __all__ = [
     # records
     "Measurement",
     "OpaqueConfig",
+    "pool",
     "SystemInfo",
     "collect_system_info",
     # backends

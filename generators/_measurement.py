@@ -5,15 +5,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from dlbricks._errors import DlbricksError, InvalidArgumentError
 from dlbricks.generators._protocols import BackendConfig
 from dlbricks.generators._registry import get_backend
 
-__all__ = ["STATUSES", "Measurement", "OpaqueConfig"]
+__all__ = ["STATUSES", "Measurement", "OpaqueConfig", "pool"]
 
 STATUSES = ("ok", "failed", "timeout")
 
@@ -132,6 +133,26 @@ class Measurement:
                 raise InvalidArgumentError(
                     f"Measurement.{name} must be a finite float or None. Got {value!r} instead."
                 )
+
+
+def pool(runs: Sequence[Measurement]) -> Measurement:
+    """Measurements of one item from several processes or moments, pooled like pyperf does.
+
+    One run's median depends on where its buffers landed in memory and on what the machine did
+    meanwhile; the pooled result keeps the median of the per-run medians (the mean of the middle two
+    for an even count) and the widest CI, with the samples and wall time of all of them. A failed
+    run makes the result failed.
+    """
+    ok = [m for m in runs if m.ok]
+    if len(ok) < len(runs):
+        return next(m for m in runs if not m.ok)
+    ok.sort(key=lambda m: m.median_s or 0.0)
+    mid = ok[len(ok) // 2]
+    return replace(mid, median_s=statistics.median(m.median_s or 0.0 for m in ok),
+                   n=sum(m.n for m in ok), min_s=min(m.min_s or 0.0 for m in ok),
+                   ci_low_s=min(m.ci_low_s or 0.0 for m in ok),
+                   ci_high_s=max(m.ci_high_s or 0.0 for m in ok),
+                   wall_time_s=sum(m.wall_time_s for m in ok), converged=all(m.converged for m in ok))
 
 
 def failed_measurement(

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 import dlbricks
 from dlbricks.benchmarks_db import ClaimStatus, Store, populate
+from dlbricks.benchmarks_db._populate import dominant_bricks
 from dlbricks.benchmarks_db.cli import bench, cli, db
 from tests._models import unrunnable_model
 from tests.test_db_support import config, decompositions, measurement, system_info, write_models
@@ -126,6 +127,28 @@ def test_bench_measures_resumes_and_sweeps(tmp_path: Path) -> None:
     assert exported.exit_code == 0 and len(out.read_text().splitlines()) == 33
 
 
+def test_bench_measures_dominant_bricks_at_several_moments(tmp_path: Path) -> None:
+    """Real onnxruntime runs: with --moments 3 the bricks that dominate res8 are measured twice
+    more and stored pooled (all their runs' samples counted, one run's samples kept); the others once."""
+    paths = write_models(tmp_path)
+    common = ["bench", str(paths["res8"]), "--batch-size", "1", "--budget", "quick", "--system-id", "test-box",
+              "--keep-samples"]
+    once = invoke(*common, "--db", str(tmp_path / "m1.db"))
+    assert once.exit_code == 0 and "further measurement" not in once.output
+    thrice = invoke(*common, "--moments", "3", "--db", str(tmp_path / "m3.db"))
+    assert thrice.exit_code == 0, thrice.output
+    again = {k: set(re.findall(rf"brick (\w{{12}}) \S+ \({k}/3\)", thrice.output)) for k in (2, 3)}
+    count = int(re.search(r"; (\d+) further measurement\(s\) of dominant bricks", thrice.output)[1])
+    assert again[2] == again[3] and count == 2 * len(again[2]) > 0
+    with Store(tmp_path / "m3.db") as s:
+        rows = {r.key[:12]: r for r in s.measurements()}
+        assert 0 < len(again[2]) < len(rows) == len(s.decomposition("res8").bricks)
+    for key, row in rows.items():
+        pooled = row.n > len(row.samples_s)  # three runs' samples counted, the middle run's kept
+        assert pooled == (key in again[2]), key
+    assert invoke(*common, "--moments", "0", "--db", str(tmp_path / "m0.db")).exit_code == 2
+
+
 def test_failed_bricks_are_recorded_and_retried_on_request(tmp_path: Path) -> None:
     model = tmp_path / "unrunnable.onnx"
     onnx.save(unrunnable_model(), model)
@@ -217,6 +240,47 @@ def test_populate_releases_the_claim_when_interrupted_mid_brick() -> None:
             populate(store, decompositions()[:1], [config()], system=SYS, runner_factory=Interrupting)
         assert store.claims(live_only=False) == []
         assert store.measurements() == []
+
+
+def test_populate_measures_dominant_bricks_at_several_moments_and_pools_them() -> None:
+    """Bricks holding 5% or more of their model's time run ``moments`` times, after the model's
+    other new bricks, round robin; the stored row pools them (median of medians, all samples)."""
+    first, second = decompositions()
+    big = list(first.bricks)[:2]  # first model: two bricks 100x the others
+    shared = set(first.bricks) & set(second.bricks)
+    calls: list[str] = []
+
+    class Timed(FakeRunner):
+        def measure(self, item: object) -> object:
+            calls.append(item.key)
+            median = (100e-5 if item.key in big else 1e-5) * (1 + 0.1 * calls.count(item.key))
+            return measurement(item.key, median=median, cfg=self.cfg)
+
+    def once(dec: dlbricks.Decomposition) -> dict[str, float]:
+        return {s: 1.1e-5 * (100 if s in big else 1) for s in dec.bricks}
+
+    with Store(":memory:") as store:
+        seen = []
+        report = populate(store, [first, second], [config()], system=SYS, runner_factory=Timed,
+                          progress=seen.append, moments=3)
+        n_first = len(first.bricks)
+        dominant = dominant_bricks(first, once(first))
+        assert set(dominant) == set(big)
+        assert calls[:n_first] == list(first.bricks)  # the first model's bricks once, in order
+        assert calls[n_first:n_first + 4] == dominant + dominant  # then its dominant ones, round robin
+        new_in_second = [s for s in dominant_bricks(second, once(second)) if s not in shared]
+        assert report.remeasured == 4 + 2 * len(new_in_second)
+        assert report.measured == len(set(first.bricks) | set(second.bricks))
+        for sig in big:
+            row = store.measurement(sig, SYS, config().config_id)
+            assert row.n == 30 and row.median_s == pytest.approx(100e-5 * 1.2)
+        small = next(s for s in first.bricks if s not in big)
+        assert calls.count(small) == 1 and store.measurement(small, SYS, config().config_id).n == 10
+        assert [p.label for p in seen if p.label.endswith("/3)")][:2] == [
+            f"{first.bricks[s].op_type} (2/3)" for s in dominant]
+    assert dominant_bricks(first, {s: 1e-5 for s in first.bricks}, share=0.99) == []
+    with pytest.raises(dlbricks.InvalidArgumentError, match="'moments' must be an int >= 1"):
+        populate(Store(":memory:"), [first], [config()], system=SYS, runner_factory=Timed, moments=0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -306,7 +306,7 @@ def test_public_api_is_pinned() -> None:
     assert sorted(generators.__all__) == sorted(
         [
             "benchmark", "measure", "Runner", "calibrate_floor", "measure_floor", "floor_model",
-            "Budget", "ProgressCallback", "Measurement", "OpaqueConfig", "SystemInfo",
+            "Budget", "ProgressCallback", "Measurement", "OpaqueConfig", "pool", "SystemInfo",
             "collect_system_info", "Backend", "BackendConfig", "Benchmarkable", "Prepared",
             "BackendFactory", "register_backend", "unregister_backend", "get_backend",
             "available_backends", "OrtBackend", "OrtConfig", "OrtPrepared", "VALUE_RANGES_KEY",
