@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from dataclasses import dataclass, replace
 
-from dlbricks import BrickSet, InvalidArgumentError, ModelGraph, decompose, load_model
+from dlbricks import BrickSet, Decomposition, InvalidArgumentError, ModelGraph, decompose, load_model
 from dlbricks.benchmarks_db import Store, populate
 from dlbricks.estimator._api import backend_name, estimate, open_store, threads_of
 from dlbricks.estimator._calibrate import calibrate_peaks, calibrated_backends, merge_peaks
@@ -185,21 +185,31 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     # speedup counts) and kept prepared in its own worker, then sampled again every few seconds
     # while its bricks are measured, and once more after them; its latency is the median over those
     # samples, taken at the same moments as its bricks.
+    # A brick that an earlier model of the run measured is measured again in this model's turn (and
+    # context) and pooled, so that each model's bricks share its whole samples' moments.
     configs = [bricks_cfg] + ([replace(config, cache="warm")] if lower_bound_sweep else [])
     whole_time = 0.0
     workers = _KeptRunners()
+    earlier: set[str] = set()  # bricks measured in this run, in an earlier model's turn
     try:
         for name in models:
             dec = brickset.models[name]
             done = _measured(store.measurement(dec.model_key, system, whole_cfg.config_id, kind="model"))
+            new = set(store.unmeasured(system, bricks_cfg.config_id, list(dec.bricks)))
             with contextlib.nullcontext() if done else _PairedWhole(name, whole_cfg, budget, backend, say) as whole:
                 populate(store, [dec], configs, backend=backend, budget=budget, system=system,
                          store_models=False, runner_factory=workers, moments=EVALUATE_MOMENTS,
                          progress=lambda p: (say(_progress_line(p)), whole and whole.tick()))
                 if whole is not None:
+                    shared = [sig for sig in dec.bricks if sig in earlier]
+                    if shared:
+                        say(f"{name}: {len(shared)} bricks of earlier models again")
+                        _measure_again(store, dec, shared, workers(backend, bricks_cfg, budget, False),
+                                       system, bricks_cfg.config_id, budget, whole.tick)
                     measured = whole.result()
                     whole_time += measured.wall_time_s
                     store.record_model(measured, system, budget=budget)
+            earlier |= new
     finally:
         workers.close()
     brick_records = store.measurements(system=system, config_id=bricks_cfg.config_id,
@@ -230,6 +240,18 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
                       model_latency_s=sum(r.measured_s for r in rows), unique_brick_latency_s=unique_latency,
                       system=system, config=config,
                       elapsed_s=time.perf_counter() - start, granularity=label)
+
+
+def _measure_again(store: Store, dec: Decomposition, signatures: Sequence[str], runner: Any, system: Any,
+                   config_id: str, budget: Budget, tick: Callable[[], object]) -> None:
+    """Measure ``signatures`` (bricks of ``dec``, stored) once more, each in ``dec``'s context, and
+    store each pooled with its stored measurement (median of their medians, see :func:`pool`)."""
+    for sig in signatures:
+        stored = store.measurement(sig, system, config_id)
+        again = runner.measure(dec.in_context(sig))
+        tick()
+        if stored is not None and stored.ok and again.ok:
+            store.record(pool([stored, again]), system, budget=budget, rule="replace")
 
 
 class _KeptRunners:

@@ -9,6 +9,7 @@ import onnx
 import pytest
 from click.testing import CliRunner
 
+import dlbricks
 from dlbricks.benchmarks_db import Store
 from dlbricks.cli import main
 from tests import _models
@@ -172,6 +173,35 @@ def test_bounds_are_bounds(factory, tmp_path: Path) -> None:  # type: ignore[no-
     # measured seconds after the bricks: the machine's speed may have moved by a few percent since
     assert est.lower_bound_s <= v.measured.median_s * (1 + MEASURED_NOISE), (est, v.measured.median_s)
     assert est.lower_bound_parallel_s <= est.lower_bound_s
+
+
+def test_evaluate_measures_shared_bricks_again_in_each_models_turn(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A brick that an earlier model of the run measured is measured again while the next model's
+    whole samples are taken, in that model's context, and the two are pooled."""
+    from dlbricks.estimator import _evaluate
+    from dlbricks.generators import Budget
+
+    pooled: list[tuple[str, int]] = []
+    real_pool = _evaluate.pool
+
+    def spy(runs: list) -> object:
+        pooled.append((runs[0].key, len(runs)))
+        return real_pool(runs)
+
+    monkeypatch.setattr(_evaluate, "pool", spy)
+    lines: list[str] = []
+    models = ["dlrm_criteo_kaggle", "ncf_ml20m"]
+    ev = _evaluate.evaluate(models, tmp_path / "s.db", budget=Budget.quick(), lower_bound_sweep=False,
+                            say=lines.append)
+    from dlbricks.model_zoo import build
+
+    decs = [dlbricks.decompose(dlbricks.load_model(build(m), name=m)) for m in models]
+    shared = set(decs[0].bricks) & set(decs[1].bricks)
+    assert shared and f"ncf_ml20m: {len(shared)} bricks of earlier models again" in lines
+    assert {key for key, n in pooled if key in shared} == shared
+    assert all(n == 2 for key, n in pooled if key in shared)
+    assert [r.model for r in ev.rows] == models
 
 
 def test_evaluate_samples_each_model_while_its_bricks_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
