@@ -61,9 +61,16 @@ def _serialize(model: Any, key: str) -> bytes:
     return model.SerializeToString()
 
 
-def floor_model() -> onnx.ModelProto:
-    """The empty model whose per-call time is the floor: Identity on a 1-element float tensor."""
+def floor_model(nodes: int = 1) -> onnx.ModelProto:
+    """The empty model whose per-call time is the floor: Identity on a 1-element float tensor; with
+    ``nodes > 1``, followed by ``nodes - 1`` Relus on it (a chain no optimization level removes),
+    whose extra time is what each further node of a model run costs."""
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise InvalidArgumentError(f"'nodes' must be an int >= 1. Got {nodes!r} instead.")
+    names = ["x", *(f"t{i}" for i in range(1, nodes)), "y"]
+    ops = ["Identity", *["Relu"] * (nodes - 1)]
+    chain = [helper.make_node(op, [a], [b]) for op, a, b in zip(ops, names[:-1], names[1:], strict=True)]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "dlbricks_floor", [x], [y])
+    graph = helper.make_graph(chain, "dlbricks_floor", [x], [y])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)

@@ -48,8 +48,9 @@ THREAD_POOLS_ENV = "DLBRICKS_ORT_THREAD_POOLS"
 #: Version of how bricks are measured, part of every :attr:`OrtConfig.config_id`: results measured
 #: another way are another configuration, never mixed in one estimate. 1: each cold copy with its own
 #: arena, at most 16 copies at level "all"; 2: the copies share one arena, one cap at every level;
-#: 3: the copies span the data a run of the brick's model touches (``cold_span``).
-MEASUREMENT_METHOD = 3
+#: 3: the copies span the data a run of the brick's model touches (``cold_span``); 4: the floor is
+#: extrapolated to a call with no node (:mod:`dlbricks.generators._floor`).
+MEASUREMENT_METHOD = 4
 #: Ops whose onnxruntime CPU kernels are registered with ``Alias(0, 0)``: inside a model their output
 #: is their input's buffer with another shape (exploratory: a Relu, Reshape, Relu chain on 4 MB ran in
 #: 212 us, the same with a Flatten, an Unsqueeze or an Identity added, 340 us with an Add of zero),

@@ -221,7 +221,7 @@ class Runner:
             payload = {"backend": self.backend_name, "config": self.config, "budget": self.budget}
             floor, _ = self._request(FLOOR_KEY, "floor", payload)
             self._floor_at = time.monotonic()
-            if self._floor is None or (floor.ok and (floor.median_s or 0.0) < (self._floor.median_s or 0.0)):
+            if self._floor is None or (floor.ok and (floor.floor_s or 0.0) < (self._floor.floor_s or 0.0)):
                 self._floor = floor
             if not self._floor.ok:
                 warnings.warn(
@@ -283,10 +283,10 @@ class Runner:
         return self._request(resolved.key, "measure", payload, start=start, floor_s=floor_s)
 
     def _floor_s(self) -> float | None:
-        """The floor's median, calibrating it first if asked to; None if it failed."""
+        """The floor (extrapolated to no node), calibrating it first if asked to; None if it failed."""
         if not self._calibrate:
             return None
-        return self.floor().median_s
+        return self.floor().floor_s
 
     def _ensure_worker(self) -> _Worker:
         """The running worker, started if there is none."""

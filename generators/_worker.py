@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 
 __all__ = ["main"]
 
-#: Floor measurements taken in a row per request; the lowest median is the floor.
+#: Floor measurements taken in a row per request; the lowest floor is kept.
 FLOOR_REPEATS = 3
 
 
@@ -138,7 +138,7 @@ def _release(state: _State, payload: dict[str, Any]) -> None:
 
 
 def _floor(state: _State, payload: dict[str, Any]) -> Any:
-    """The floor of a configuration: the lowest of :data:`FLOOR_REPEATS` measurements in a row
+    """The floor of a configuration: the lowest of :data:`FLOOR_REPEATS` calibrations in a row
     (a constant cost that noise only adds to; the first runs of a fresh process pay its start)."""
     from dlbricks.generators._floor import measure_floor
 
@@ -146,7 +146,7 @@ def _floor(state: _State, payload: dict[str, Any]) -> Any:
     runs = [measure_floor(backend, payload["config"], payload["budget"], details=True)
             for _ in range(FLOOR_REPEATS)]
     ok = [run for run in runs if run[0].ok]
-    return min(ok, key=lambda run: run[0].median_s) if ok else runs[-1]
+    return min(ok, key=lambda run: run[0].floor_s) if ok else runs[-1]
 
 
 if __name__ == "__main__":

@@ -49,9 +49,10 @@ class FakeClock:
 
 
 class _FakePrepared:
-    def __init__(self, clock: FakeClock, duration_ns: Callable[[], int]) -> None:
+    def __init__(self, clock: FakeClock, duration_ns: Callable[[], int], model: onnx.ModelProto | None = None) -> None:
         self.clock = clock
         self.duration_ns = duration_ns
+        self.model = model
         self.calls = 0
 
     def run(self) -> None:
@@ -63,13 +64,15 @@ class _FakePrepared:
 
 
 class FakeBackend:
-    """Each run advances ``clock`` by ``duration_ns()`` nanoseconds; nothing else happens."""
+    """Each run advances ``clock`` by ``duration_ns()`` nanoseconds (or, if set,
+    ``duration_for(model)``); nothing else happens."""
 
     name = "fake"
 
     def __init__(self, clock: FakeClock, duration_ns: Callable[[], int]) -> None:
         self.clock = clock
         self.duration_ns = duration_ns
+        self.duration_for: Callable[[onnx.ModelProto], int] | None = None
         self.prepared: list[_FakePrepared] = []
 
     def default_config(self) -> FakeConfig:
@@ -85,7 +88,9 @@ class FakeBackend:
         return {}
 
     def prepare(self, model: onnx.ModelProto, config: Any) -> _FakePrepared:
-        prepared = _FakePrepared(self.clock, self.duration_ns)
+        duration_for = self.duration_for
+        duration = self.duration_ns if duration_for is None else (lambda: duration_for(model))
+        prepared = _FakePrepared(self.clock, duration, model)
         self.prepared.append(prepared)
         return prepared
 

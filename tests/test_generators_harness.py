@@ -20,6 +20,7 @@ from dlbricks.generators import (
     available_backends,
     floor_model,
     get_backend,
+    measure_floor,
     measure,
     median_ci,
     register_backend,
@@ -27,6 +28,7 @@ from dlbricks.generators import (
     time_calls,
     unregister_backend,
 )
+from dlbricks.generators._floor import CHAIN_NODES, zero_node_floor
 from tests.gen_fake_backends import FakeBackend, FakeClock, FakeConfig
 
 US = 1_000
@@ -49,6 +51,21 @@ def _budget(**changes: float) -> Budget:
 def _fake(duration_ns) -> tuple[FakeClock, FakeBackend]:
     clock = FakeClock()
     return clock, FakeBackend(clock, duration_ns)
+
+
+def test_floor_is_extrapolated_to_a_call_without_nodes() -> None:
+    """One node: 3 us; each further node of the chain 0.5 us more: the floor is 2.5 us."""
+    clock = FakeClock()
+    backend = FakeBackend(clock, lambda: 0)
+    backend.duration_for = lambda model: int((3.0 + 0.5 * (len(model.graph.node) - 1)) * US)
+    m = measure_floor(backend, FakeConfig(), _budget(), clock=clock)
+    assert m.ok and m.median_s == pytest.approx(3e-6) and m.floor_s == pytest.approx(2.5e-6)
+    assert [len(p.model.graph.node) for p in backend.prepared] == [1, CHAIN_NODES]
+    assert zero_node_floor(3e-6, 2e-6, 5) == pytest.approx(3e-6)  # noise never raises it
+    assert zero_node_floor(1e-6, 9e-6, 2) == 0.0
+    assert [n.op_type for n in floor_model(3).graph.node] == ["Identity", "Relu", "Relu"]
+    with pytest.raises(InvalidArgumentError, match="'nodes' must be an int >= 1"):
+        floor_model(0)
 
 
 def test_converges_on_steady_timings() -> None:

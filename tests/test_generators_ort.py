@@ -242,7 +242,8 @@ def test_a_shared_pool_worker_refuses_other_thread_counts() -> None:
 
 def test_floor_in_process_is_small_and_positive() -> None:
     floor = measure_floor(config=OrtConfig(), budget=Budget.quick())
-    assert floor.ok and 0 < floor.median_s < 1e-3 and floor.floor_s == floor.median_s
+    # extrapolated to a call without nodes: below the one-node call by the cost of a node
+    assert floor.ok and 0 < floor.median_s < 1e-3 and 0 < floor.floor_s < floor.median_s
 
 
 def test_benchmark_in_a_worker_records_the_floor() -> None:

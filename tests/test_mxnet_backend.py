@@ -349,7 +349,7 @@ def test_worker_reports_a_failed_brick() -> None:
 
 def test_floor_calibration() -> None:
     m = calibrate_floor(MxnetConfig(cache="warm"), Budget.quick(), backend="mxnet")
-    assert m.ok and m.floor_s == m.median_s
+    assert m.ok and 0 <= m.floor_s < m.median_s  # extrapolated to a call without nodes
 
 
 def test_estimate_from_mxnet_bricks(mobilenet: dlbricks.ModelGraph) -> None:
