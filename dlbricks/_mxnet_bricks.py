@@ -8,7 +8,8 @@ one op node per ``org.mxnet`` node with its string attributes) and loaded with
 ``mx.sym.load_json``. The same function serves whole models (``ModelGraph.to_onnx()`` of a graph
 loaded by :func:`dlbricks.load_mxnet`), which have the same representation.
 
-The floor model of the generators (an ONNX ``Identity``) maps to MXNet's ``identity``.
+The floor models of the generators (an ONNX ``Identity``, then ``Relu``s) map to MXNet's ``identity``
+and ``relu``.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from dlbricks._mxnet_frontend import LAYOUTS_ATTR, MXNET_DOMAIN, POSITIVE_MXNET_
 
 __all__ = ["MxnetModel", "brick_to_symbol", "model_to_symbol", "is_mxnet_onnx", "to_ndarray"]
 
-#: ONNX ops (default domain) that have an exact MXNet counterpart, for the floor model.
-_ONNX_TO_MXNET = {"Identity": "identity"}
+#: ONNX ops (default domain) that have an exact MXNet counterpart, for the floor models (one
+#: Identity; a chain of an Identity and Relus).
+_ONNX_TO_MXNET = {"Identity": "identity", "Relu": "relu"}
 _MXNET_VERSION_ATTR = {"mxnet_version": ["int", 10901]}
 
 
