@@ -144,7 +144,7 @@ JOIN backends AS be ON be.config_id = m.config_id;
 #: Tables that a dlbricks database has (any other table means another application's file).
 DLBRICKS_TABLES = frozenset({"schema_migrations", "systems", "backends", "bricks", "models",
                              "model_bricks", "model_edges", "measurements", "model_measurements",
-                             "claims", "peaks", "model_reorders"})
+                             "claims", "peaks", "model_reorders", "brick_overheads", "reorder_prices"})
 
 
 _V2 = """
@@ -168,6 +168,25 @@ CREATE TABLE model_reorders (
 """
 
 
+_V4 = """
+CREATE TABLE brick_overheads (
+    signature TEXT NOT NULL REFERENCES bricks (signature),
+    system TEXT NOT NULL REFERENCES systems (fingerprint),
+    config_id TEXT NOT NULL REFERENCES backends (config_id),
+    overhead_s REAL NOT NULL CHECK (overhead_s >= 0),
+    PRIMARY KEY (signature, system, config_id)
+);
+CREATE TABLE reorder_prices (
+    system TEXT NOT NULL REFERENCES systems (fingerprint),
+    config_id TEXT NOT NULL REFERENCES backends (config_id),
+    sizes TEXT NOT NULL CHECK (json_valid(sizes)),
+    seconds_per_byte TEXT NOT NULL CHECK (json_valid(seconds_per_byte)),
+    measured_at TEXT NOT NULL,
+    PRIMARY KEY (system, config_id)
+);
+"""
+
+
 def _m0001_initial(db: sqlite_utils.Database) -> None:
     """Tables, indexes and the ``brick_timings`` view of the first release."""
     db.executescript(_V1)
@@ -184,11 +203,20 @@ def _m0003_model_reorders(db: sqlite_utils.Database) -> None:
     db.executescript(_V3)
 
 
+def _m0004_fused_overheads(db: sqlite_utils.Database) -> None:
+    """``brick_overheads``: what a fused brick's own session runs at level "all" beyond its kernel
+    (layout reorders, kernels the model fuses away), measured with the brick; ``reorder_prices``: the
+    cost of one layout reorder by size, per system and configuration. An estimate at "all" reads both
+    instead of profiling on the machine that estimates."""
+    db.executescript(_V4)
+
+
 #: ``(name, migration)`` in order; migration ``i`` (0-based) brings the schema to version ``i + 1``.
 MIGRATIONS: tuple[tuple[str, Callable[[sqlite_utils.Database], None]], ...] = (
     ("0001_initial", _m0001_initial),
     ("0002_peaks", _m0002_peaks),
     ("0003_model_reorders", _m0003_model_reorders),
+    ("0004_fused_overheads", _m0004_fused_overheads),
 )
 
 #: The schema version this code writes and reads.

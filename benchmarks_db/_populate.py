@@ -191,6 +191,8 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
                            if r.ok or not retry_failed}
         tasks += [_Task("model", g.key, g.name, g, cfg) for g in whole_models if g.key not in measured_models]
     factory = runner_factory or _default_runner
+    brick_overhead = getattr(backend_obj, "brick_overhead_s", None) or (lambda item, config: None)
+    _price_reorders(store, decs, cfgs, backend_obj, sys_key)
     runners: dict[str, Any] = {}
     counts = {"measured": 0, "failed": 0, "already": 0, "held": 0, "duplicates": 0, "remeasured": 0}
     interrupted = False
@@ -203,7 +205,7 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
             runner = runners[config.config_id] = factory(backend, config, budget, keep_samples)
         return runner
 
-    def again(done: int) -> bool:
+    def measure_dominant_again(done: int) -> bool:
         """Measure the dominant bricks of the finished chunk again; False if told to stop."""
         if moments == 1 or not chunk:
             return True
@@ -238,7 +240,7 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
         for done, task in enumerate(tasks, start=1):
             if (task.owner, task.config.config_id) != chunk_of:
                 chunk_of = (task.owner, task.config.config_id)
-                if not again(done - 1):
+                if not measure_dominant_again(done - 1):
                     interrupted = True
                     break
             if should_stop is not None and should_stop():
@@ -255,11 +257,14 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
                 runner = runner_for(task.config)
                 try:
                     m = runner.measure(task.item)
+                    overhead = brick_overhead(task.item, task.config) if task.kind == "brick" and m.ok else None
                 except BaseException:
                     store.release(task.key, sys_key, cid)
                     raise
-                record = store.record if task.kind == "brick" else store.record_model
-                outcome = record(m, sys_key, budget=budget, release=store.owner)
+                if task.kind == "brick":
+                    outcome = store.record(m, sys_key, budget=budget, release=store.owner, overhead_s=overhead)
+                else:
+                    outcome = store.record_model(m, sys_key, budget=budget, release=store.owner)
                 spent += time.monotonic() - t0
                 counts["measured"] += 1
                 counts["failed"] += not m.ok
@@ -274,7 +279,7 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
                 progress(BenchProgress(done, len(tasks), task.kind, task.key, task.label, cid, status,
                                        median, outcome, time.monotonic() - started, eta))
         if not interrupted:
-            interrupted = not again(len(tasks))
+            interrupted = not measure_dominant_again(len(tasks))
     finally:
         for runner in runners.values():
             runner.close()
@@ -282,6 +287,20 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
     return BenchReport(sys_key, tuple(c.config_id for c in cfgs), len(bricks), len(tasks),
                        counts["measured"], counts["failed"], counts["already"], counts["held"],
                        counts["duplicates"], interrupted, time.monotonic() - started, counts["remeasured"])
+
+
+def _price_reorders(store: Store, decs: Sequence[Decomposition], configs: Sequence[Any], backend: Any,
+                    system: str) -> None:
+    """Calibrate and store the backend's price of a layout reorder (``calibrate_reorders``) under
+    each configuration that has none yet, when some model runs reorders (``reorder_bytes``)."""
+    calibrate = getattr(backend, "calibrate_reorders", None)
+    if calibrate is None or not any(dec.reorder_bytes for dec in decs):
+        return
+    for cfg in configs:
+        if store.reorder_price(system, cfg.config_id) is None:
+            price = calibrate(cfg)
+            if price is not None:
+                store.record_reorder_price(system, cfg.config_id, *price)
 
 
 def _default_runner(backend: str, config: Any, budget: Any, keep_samples: bool) -> Any:

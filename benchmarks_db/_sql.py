@@ -298,6 +298,36 @@ def delete_claim(db: sqlite_utils.Database, item: str, system: str, config_id: s
                     (item, system, config_id, owner))
 
 
+def upsert_overhead(db: sqlite_utils.Database, signature: str, system: str, config_id: str,
+                    overhead_s: float) -> None:
+    """Insert or replace the overhead of a brick under a system and configuration."""
+    db.conn.execute("INSERT INTO brick_overheads (signature, system, config_id, overhead_s) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (signature, system, config_id) DO UPDATE SET overhead_s = excluded.overhead_s",
+                    (signature, system, config_id, overhead_s))
+
+
+def overheads(db: sqlite_utils.Database, system: str, config_id: str, signatures: Sequence[str]) -> dict[str, float]:
+    """Stored overheads of ``signatures`` under a system and configuration."""
+    rows = db.conn.execute("SELECT signature, overhead_s FROM brick_overheads WHERE system = ? AND config_id = ? "
+                           "AND signature IN (SELECT value FROM json_each(?))",
+                           (system, config_id, json.dumps(list(signatures))))
+    return {str(sig): float(value) for sig, value in rows}
+
+
+def upsert_reorder_price(db: sqlite_utils.Database, row: Row) -> None:
+    """Insert or replace the reorder price of ``row``'s system and configuration."""
+    db.conn.execute("INSERT INTO reorder_prices (system, config_id, sizes, seconds_per_byte, measured_at) "
+                    "VALUES (:system, :config_id, :sizes, :seconds_per_byte, :measured_at) "
+                    "ON CONFLICT (system, config_id) DO UPDATE SET sizes = excluded.sizes, "
+                    "seconds_per_byte = excluded.seconds_per_byte, measured_at = excluded.measured_at", row)
+
+
+def get_reorder_price(db: sqlite_utils.Database, system: str, config_id: str) -> Row | None:
+    """The ``reorder_prices`` row of a system and configuration, or None."""
+    rows = list(db.query("SELECT * FROM reorder_prices WHERE system = ? AND config_id = ?", (system, config_id)))
+    return rows[0] if rows else None
+
+
 def get_peaks(db: sqlite_utils.Database, system: str) -> Row | None:
     """The ``peaks`` row of a system, or None."""
     rows = list(db.query("SELECT * FROM peaks WHERE system = ?", (system,)))
@@ -510,6 +540,8 @@ EXPORT_QUERIES: Mapping[str, str] = {
     "model_bricks": "SELECT * FROM model_bricks ORDER BY model, granularity, idx",
     "systems": "SELECT * FROM systems ORDER BY fingerprint",
     "peaks": "SELECT * FROM peaks ORDER BY system",
+    "reorder_prices": "SELECT * FROM reorder_prices ORDER BY system, config_id",
+    "brick_overheads": "SELECT * FROM brick_overheads ORDER BY signature, system, config_id",
     "backends": "SELECT * FROM backends ORDER BY config_id",
 }
 

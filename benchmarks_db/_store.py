@@ -215,6 +215,35 @@ class Store:
         return PeaksRecord.from_row(row)
 
     @_guard
+    def overheads(self, system: Any, config_id: str, signatures: Sequence[str]) -> dict[str, float]:
+        """The stored overheads (``record(..., overhead_s=)``) of those bricks that have one."""
+        return _sql.overheads(self._db, _rows.fingerprint_of(system), config_id, list(signatures))
+
+    @_guard
+    def record_reorder_price(self, system: Any, config_id: str, sizes: Sequence[int],
+                             seconds_per_byte: Sequence[float]) -> None:
+        """Store the cost of one layout reorder by size (bytes -> seconds per byte, ascending
+        sizes) for a system and configuration, replacing an earlier calibration."""
+        if len(sizes) != len(seconds_per_byte) or list(sizes) != sorted(sizes):
+            raise InvalidArgumentError("'sizes' must ascend and match 'seconds_per_byte' one to one.")
+        key = self._system_key(system)
+        row = {"system": key, "config_id": config_id, "sizes": _rows.to_json([int(n) for n in sizes]),
+               "seconds_per_byte": _rows.to_json([float(c) for c in seconds_per_byte]), "measured_at": _rows.now()}
+        try:
+            _sql.write(self._db, lambda: _sql.upsert_reorder_price(self._db, row))
+        except sqlite3.IntegrityError as e:
+            raise DatabaseError(f"{self.path}: cannot record a reorder price of system {key}: {e}; store the "
+                                f"system and the configuration (record_backend) first.") from e
+
+    @_guard
+    def reorder_price(self, system: Any, config_id: str) -> tuple[tuple[int, ...], tuple[float, ...]] | None:
+        """The stored reorder price of a system and configuration as (sizes, seconds per byte), or None."""
+        row = _sql.get_reorder_price(self._db, _rows.fingerprint_of(system), config_id)
+        if row is None:
+            return None
+        return tuple(json.loads(row["sizes"])), tuple(json.loads(row["seconds_per_byte"]))
+
+    @_guard
     def peaks(self, system: Any) -> PeaksRecord | None:
         """The peaks last recorded for a system, or None."""
         row = _sql.get_peaks(self._db, _rows.fingerprint_of(system))
@@ -228,7 +257,7 @@ class Store:
 
     # ------------------------------------------------------------------------------ measurements
     def record(self, measurement: Measurement, system: Any, *, budget: Any = None, rule: str = "best",
-               release: str | None = None) -> RecordOutcome:
+               release: str | None = None, overhead_s: float | None = None) -> RecordOutcome:
         """Store the measurement of a brick and commit at once.
 
         There is at most one row per (brick, system, configuration). A duplicate is resolved by
@@ -244,8 +273,11 @@ class Store:
             A SystemInfo is stored first if needed.
         budget : dlbricks.generators.Budget, optional
             Stored with the row (JSON), to tell quick runs from thorough ones.
+        overhead_s : float, optional
+            What the brick's own run does that its model does not (``brick_overheads``), stored in
+            the same transaction.
         """
-        return self._record("brick", [measurement], system, budget, rule, release)[0]
+        return self._record("brick", [measurement], system, budget, rule, release, overhead_s)[0]
 
     def record_model(self, measurement: Measurement, system: Any, *, budget: Any = None,
                      rule: str = "best", release: str | None = None) -> RecordOutcome:
@@ -259,7 +291,7 @@ class Store:
 
     @_guard
     def _record(self, kind: str, items: Sequence[Measurement], system: Any, budget: Any, rule: str,
-                release: str | None) -> list[RecordOutcome]:
+                release: str | None, overhead_s: float | None = None) -> list[RecordOutcome]:
         if rule not in _sql.MERGE_RULES:
             raise InvalidArgumentError(f"'rule' must be one of {sorted(_sql.MERGE_RULES)}. Got {rule!r}.")
         table = _TABLES[kind]
@@ -272,6 +304,8 @@ class Store:
         def tx() -> list[RecordOutcome]:
             _sql.insert_ignore(self._db, "backends", list(backends.values()))
             outcomes = [_sql.upsert_measurement(self._db, table, row, rule) for row in rows]
+            if overhead_s is not None:
+                _sql.upsert_overhead(self._db, items[0].key, key, items[0].config.config_id, overhead_s)
             if release is not None:
                 for m in items:
                     _sql.delete_claim(self._db, m.key, key, m.config.config_id, release)
@@ -538,7 +572,8 @@ class Store:
     def merge_from(self, other: str | os.PathLike[str], rule: str = "best") -> MergeReport:
         """Copy another database's systems, backends, bricks, models and measurements into this one.
 
-        Bricks, models, systems (with their peaks) and backends are copied when missing. A
+        Bricks, models, systems (with their peaks and reorder prices), backends and brick
+        overheads are copied when missing. A
         measurement of the same (item, system, configuration) is resolved by ``rule``: ``"best"``
         (ok over failed, then more samples, then newer), ``"newest"``, or ``"keep"`` (this
         database's row stays).
@@ -555,7 +590,7 @@ class Store:
             def tx() -> MergeReport:
                 copied = {t: _sql.copy_missing(self._db, t) for t in
                           ("systems", "peaks", "backends", "bricks", "models", "model_bricks",
-                           "model_edges", "model_reorders")}
+                           "model_edges", "model_reorders", "brick_overheads", "reorder_prices")}
                 bricks = _sql.merge_measurements(self._db, "measurements", rule)
                 models = _sql.merge_measurements(self._db, "model_measurements", rule)
                 return MergeReport(source, rule, copied["systems"], copied["backends"],

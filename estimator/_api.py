@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -10,11 +9,12 @@ from typing import Any
 
 from dlbricks import Brick, Decomposition, ModelGraph, decompose, load_model
 from dlbricks._errors import InvalidArgumentError
-from dlbricks.benchmarks_db import Store
+from dlbricks.benchmarks_db import Store, populate
 from dlbricks.estimator._estimate import Estimate, Peaks, estimate_decomposition
 from dlbricks.estimator._predict import LatencyPredictor
 from dlbricks.estimator._profile import InModelTimes, in_model_times
-from dlbricks.generators import Budget, Measurement, OrtConfig, benchmark, collect_system_info, get_backend
+from dlbricks.generators import Budget, Measurement, OrtConfig, collect_system_info, get_backend
+from dlbricks.generators._ort_kernels import ReorderCost
 
 __all__ = ["estimate", "validate", "Validation", "open_store"]
 
@@ -136,23 +136,23 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
 
     def measure(bricks: Sequence[Brick]) -> dict[str, Measurement]:
         store.add_bricks(bricks)
-        out = {}
-        items = [dec.in_context(b.signature) for b in bricks]
-        for m in benchmark(items, backend=backend_name(cfg), config=cfg, budget=budget):
-            store.record(m, system, budget=budget)
-            out[m.key] = m
-        return out
+        foreign = isinstance(system, str)
+        populate(store, [dec], [cfg], backend=backend_name(cfg), budget=budget, store_models=False,
+                 system=None if foreign else system, system_id=system if foreign else None)
+        found = _lookup(store, dec, system, cfg.config_id)
+        return {b.signature: found[b.signature] for b in bricks if b.signature in found}
 
     missing = [s for s in dec.bricks if s not in measured]
     predictor = _predictor(store, system, cfg.config_id) if missing and on_missing == "predict" else None
     if peaks is None:
         peaks = store_peaks(store, system)
-    overhead, extra, cheapest = _reorder_costs(dec, cfg)
+    if missing and on_missing == "measure":  # first: at fused:all their overheads are stored with them
+        measured.update(measure([dec.bricks[s] for s in missing]))
+    overhead, extra = _reorder_costs(dec, cfg, store, system, measured)
     return estimate_decomposition(
         dec, measured, config_id=cfg.config_id, on_missing=on_missing, predictor=predictor,
         measure=measure, alternatives=_alternatives(store, dec, system, cfg), peaks=peaks,
-        brick_overhead_s=overhead, model_extra_s=extra, fastest_overhead_s=cheapest or None,
-        views=view_bricks(dec, backend_name(cfg)))
+        brick_overhead_s=overhead, model_extra_s=extra, views=view_bricks(dec, backend_name(cfg)))
 
 
 def view_bricks(dec: Decomposition, backend: str) -> set[str]:
@@ -162,25 +162,25 @@ def view_bricks(dec: Decomposition, backend: str) -> set[str]:
     return {sig for sig, b in dec.bricks.items() if ops and set(b.op_types) <= ops}
 
 
-@functools.lru_cache(maxsize=16)
-def _reorder_cost(threads: int, cache: str) -> Any:
-    from dlbricks.estimator._reorders import calibrate_reorder
-
-    return calibrate_reorder(OrtConfig(intra_op_num_threads=threads, cache=cache))
-
-
-def _reorder_costs(dec: Decomposition, config: OrtConfig) -> tuple[dict[str, float], float, dict[str, float]]:
-    """Fused bricks at "all": what each brick's own session runs beyond its kernel (layout reorders,
-    kernels the model fuses away; profiled, subtracted from the brick's time, for the lower bound
-    too) and the model's own layout reorders (priced by size, added once)."""
+def _reorder_costs(dec: Decomposition, config: OrtConfig, store: Store, system: Any,
+                   measured: Mapping[str, Measurement]) -> tuple[dict[str, float], float]:
+    """Fused bricks at "all", from the database: what each brick's own session runs beyond its kernel
+    (layout reorders, kernels the model fuses away; measured with the brick, subtracted from its time,
+    for the lower bound too) and the model's own layout reorders (priced by size, added once)."""
     if dec.granularity != "fused:all" or getattr(config, "graph_optimization_level", None) != "all":
-        return {}, 0.0, {}
-    from dlbricks.estimator._reorders import brick_session_kernels
-
-    threads = config.intra_op_num_threads
-    leftover = {sig: brick_session_kernels(b, "all", threads, dec.previous(sig) if config.previous_layer else None
-                                           ).leftover_s for sig, b in dec.bricks.items()}
-    return leftover, _reorder_cost(threads, config.cache).total(dec.reorder_bytes), leftover
+        return {}, 0.0
+    overhead = store.overheads(system, config.config_id, [s for s in dec.bricks if s in measured])
+    lacking = [s for s in dec.bricks if s in measured and s not in overhead]
+    price = store.reorder_price(system, config.config_id)
+    if lacking or (price is None and dec.reorder_bytes):
+        what = (f"{len(lacking)} of its measured bricks have no stored overhead (first {lacking[0][:12]})"
+                if lacking else "the database has no reorder price")
+        raise InvalidArgumentError(
+            f"cannot estimate '{dec.model}' at fused:all from {store.path}: {what} for configuration "
+            f"{config.config_id[:12]}; measure the bricks with 'dlbricks bench {dec.model} --granularity fused "
+            f"--opt-level all' (this dlbricks), or estimate with on_missing='measure'.")
+    extra = ReorderCost(*price).total(dec.reorder_bytes) if price is not None else 0.0
+    return overhead, extra
 
 
 def store_peaks(store: Store, system: Any) -> Peaks | None:

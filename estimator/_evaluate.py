@@ -24,13 +24,16 @@ from dlbricks.generators import (
     Budget, Measurement, OrtConfig, Runner, SystemInfo, benchmark, collect_system_info, pool,
 )
 
-__all__ = ["DEFAULT_SUITE", "EvaluationRow", "Evaluation", "evaluate", "measure_whole", "pool", "suite_models",
+__all__ = ["DEFAULT_SUITE", "GRANULARITIES", "EvaluationRow", "Evaluation", "evaluate", "measure_whole", "pool", "suite_models",
            "EVALUATE_BUDGET", "EVALUATE_MOMENTS", "WHOLE_WORKERS"]
 
 #: The default suite: models of every task, small enough to finish in minutes on 2 cores.
 DEFAULT_SUITE = ("resnet18_v1", "resnet50_v1", "mobilenet_v2_1.0", "squeezenet1_1", "inception_v3",
                  "densenet121", "efficientnet_b0", "shufflenet_v2_x1_0", "yolov3_tiny", "bert_base",
                  "lstm_lm_medium", "wav2letter_mfcc")
+#: Granularities of the main job: "both" estimates fused bricks and, in the same run, layer bricks at
+#: the same optimization level (the comparison column).
+GRANULARITIES = ("layer", "fused", "both")
 #: Moments at which a brick holding 5% or more of its model's time is measured (pooled): the whole
 #: model is sampled over the time its bricks take, so its dominant bricks are too.
 EVALUATE_MOMENTS = 3
@@ -76,11 +79,17 @@ class EvaluationRow:
     roofline_s: float | None
     ci_low_s: float
     ci_high_s: float
+    layer_estimated_s: float | None = None  # layer bricks at the same level (granularity "both")
 
     @property
     def error(self) -> float:
         """estimated / measured - 1."""
         return self.estimated_s / self.measured_s - 1.0
+
+    @property
+    def layer_error(self) -> float | None:
+        """The layer bricks' estimate / measured - 1, where the run estimated it too."""
+        return None if self.layer_estimated_s is None else self.layer_estimated_s / self.measured_s - 1.0
 
     @property
     def bounds_hold(self) -> bool:
@@ -105,6 +114,12 @@ class Evaluation:
     config: Any  # OrtConfig or MxnetConfig
     elapsed_s: float
     granularity: str = "layer"
+    layer_unique_bricks: int | None = None  # granularity "both": the layer bricks measured beside
+
+    @property
+    def layer_rows(self) -> tuple[EvaluationRow, ...]:
+        """The rows with a layer-brick estimate (granularity "both")."""
+        return tuple(r for r in self.rows if r.layer_error is not None)
 
     @property
     def speedup(self) -> float:
@@ -147,8 +162,10 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     more with warm caches, the fastest state a brick can meet, for the lower bound. The suite runs
     model by model: each model is measured whole, held in its own worker and sampled again every
     :data:`PAIR_INTERVAL_S` seconds while its not yet measured bricks are measured (a paired design
-    against the machine's drift); the benchmarking time of a model is its first measurement's.
-    Peaks are calibrated once per system.
+    against the machine's drift); the benchmarking time of a model is its first measurement's. Its
+    bricks that hold 5% or more of its time are measured at :data:`EVALUATE_MOMENTS` moments, and its
+    bricks that an earlier model of the run measured are measured once more in its turn, each pooled
+    (their wall time counts in the bricks' benchmarking time). Peaks are calibrated once per system.
     """
     from dlbricks.model_zoo import build
 
@@ -159,18 +176,24 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     config = config or OrtConfig()
     bricks_cfg = whole_cfg = config
     backend = backend_name(config)
-    if granularity == "fused" and getattr(config, "graph_optimization_level", "disable") == "disable":
-        raise InvalidArgumentError("--granularity fused needs an optimization level that fuses: "
+    if granularity not in GRANULARITIES:
+        raise InvalidArgumentError(f"'granularity' must be one of {GRANULARITIES}. Got {granularity!r} instead.")
+    if granularity != "layer" and getattr(config, "graph_optimization_level", "disable") == "disable":
+        raise InvalidArgumentError(f"--granularity {granularity} needs an optimization level that fuses: "
                                    "--opt-level basic, extended or all.")
-    level = config.graph_optimization_level if granularity == "fused" else None  # type: ignore[union-attr]
-    brickset = BrickSet()
+    level = None if granularity == "layer" else config.graph_optimization_level  # type: ignore[union-attr]
+    brickset, layer_set = BrickSet(), BrickSet()
     label = "layer"
     for name in models:
         graph = load_model(build(name), name=name)
-        dec = decompose(graph, granularity, opt_level=level)
+        dec = decompose(graph, "layer" if granularity == "layer" else "fused", opt_level=level)
         label = dec.granularity
         store.add_decomposition(dec, graph.source)
         brickset.add(dec)
+        if granularity == "both":
+            layer_dec = decompose(graph, "layer")
+            store.add_decomposition(layer_dec, graph.source)
+            layer_set.add(layer_dec)
     summary = brickset.summary()
     say(f"{summary.models} models, {summary.layers} layers, {summary.unique_bricks} unique bricks")
     stored = store.peaks(system)
@@ -187,29 +210,23 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     # samples, taken at the same moments as its bricks.
     # A brick that an earlier model of the run measured is measured again in this model's turn (and
     # context) and pooled, so that each model's bricks share its whole samples' moments.
+    # With granularity "both", the model's layer bricks are measured in its turn too (estimate
+    # configuration only), for the comparison column.
     configs = [bricks_cfg] + ([replace(config, cache="warm")] if lower_bound_sweep else [])
     whole_time = 0.0
     workers = _KeptRunners()
-    earlier: set[str] = set()  # bricks measured in this run, in an earlier model's turn
+    turns = [_Turns(brickset, configs)] + ([_Turns(layer_set, [bricks_cfg])] if granularity == "both" else [])
     try:
         for name in models:
             dec = brickset.models[name]
             done = _measured(store.measurement(dec.model_key, system, whole_cfg.config_id, kind="model"))
-            new = set(store.unmeasured(system, bricks_cfg.config_id, list(dec.bricks)))
             with contextlib.nullcontext() if done else _PairedWhole(name, whole_cfg, budget, backend, say) as whole:
-                populate(store, [dec], configs, backend=backend, budget=budget, system=system,
-                         store_models=False, runner_factory=workers, moments=EVALUATE_MOMENTS,
-                         progress=lambda p: (say(_progress_line(p)), whole and whole.tick()))
+                for turn in turns:
+                    turn.measure(name, store, workers, backend, budget, system, whole, say)
                 if whole is not None:
-                    shared = [sig for sig in dec.bricks if sig in earlier]
-                    if shared:
-                        say(f"{name}: {len(shared)} bricks of earlier models again")
-                        _measure_again(store, dec, shared, workers(backend, bricks_cfg, budget, False),
-                                       system, bricks_cfg.config_id, budget, whole.tick)
                     measured = whole.result()
                     whole_time += measured.wall_time_s
                     store.record_model(measured, system, budget=budget)
-            earlier |= new
     finally:
         workers.close()
     brick_records = store.measurements(system=system, config_id=bricks_cfg.config_id,
@@ -227,11 +244,13 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
         est = estimate(dec, store, system=system, config=config)
         for c in est.breakdown:
             op_times[c.op_type] = op_times.get(c.op_type, 0.0) + c.total_s
+        layer_est = (estimate(layer_set.models[name], store, system=system, config=config).sequential_s
+                     if granularity == "both" else None)
         rows.append(EvaluationRow(
             model=name, layers=dec.layers, unique_bricks=len(dec.bricks),
             measured_s=measured.median_s or float("nan"), estimated_s=est.sequential_s,
             parallel_s=est.parallel_s, lower_bound_s=est.lower_bound_s, roofline_s=est.roofline_s,
-            ci_low_s=est.ci_low_s, ci_high_s=est.ci_high_s))
+            ci_low_s=est.ci_low_s, ci_high_s=est.ci_high_s, layer_estimated_s=layer_est))
         say(f"{name}: measured {1e3 * rows[-1].measured_s:.2f} ms, estimated "
             f"{1e3 * est.sequential_s:.2f} ms ({100 * rows[-1].error:+.1f}%)")
     return Evaluation(rows=tuple(rows), op_times=tuple(sorted(op_times.items(), key=lambda kv: -kv[1])),
@@ -239,7 +258,34 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
                       brick_time_s=brick_time, whole_time_s=whole_time,
                       model_latency_s=sum(r.measured_s for r in rows), unique_brick_latency_s=unique_latency,
                       system=system, config=config,
-                      elapsed_s=time.perf_counter() - start, granularity=label)
+                      elapsed_s=time.perf_counter() - start, granularity=label,
+                      layer_unique_bricks=layer_set.summary().unique_bricks if granularity == "both" else None)
+
+
+class _Turns:
+    """One granularity's bricks, measured model by model in each model's turn: its new bricks
+    (``populate``, dominant ones at several moments), then its bricks that an earlier model of the
+    run measured, once more in its context (pooled)."""
+
+    def __init__(self, brickset: BrickSet, configs: Sequence[Any]) -> None:
+        self.brickset = brickset
+        self.configs = list(configs)
+        self.earlier: set[str] = set()  # bricks measured in this run, in an earlier model's turn
+
+    def measure(self, name: str, store: Store, workers: _KeptRunners, backend: str, budget: Budget,
+                system: Any, whole: _PairedWhole | None, say: Callable[[str], object]) -> None:
+        dec = self.brickset.models[name]
+        cfg = self.configs[0]
+        new = set(store.unmeasured(system, cfg.config_id, list(dec.bricks)))
+        populate(store, [dec], self.configs, backend=backend, budget=budget, system=system, store_models=False,
+                 runner_factory=workers, moments=EVALUATE_MOMENTS,
+                 progress=lambda p: (say(_progress_line(p)), whole and whole.tick()))
+        shared = [sig for sig in dec.bricks if sig in self.earlier]
+        if whole is not None and shared:
+            say(f"{name}: {len(shared)} {dec.granularity} bricks of earlier models again")
+            _measure_again(store, dec, shared, workers(backend, cfg, budget, False), system, cfg.config_id,
+                           budget, whole.tick)
+        self.earlier |= new
 
 
 def _measure_again(store: Store, dec: Decomposition, signatures: Sequence[str], runner: Any, system: Any,

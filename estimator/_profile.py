@@ -16,16 +16,14 @@ import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 
-import numpy as np
-
 from dlbricks import ModelGraph, random_inputs
 from dlbricks._fusion import REORDER_OPS
 from dlbricks._ortutil import session_options
 from dlbricks.generators import OrtConfig
+from dlbricks.generators._ort_kernels import kernel_medians
 
 __all__ = ["InModelTimes", "in_model_times", "kernel_medians"]
 
-_KERNEL_TIME = "_kernel_time"
 _NCHWC_SUFFIX = "_nchwc"
 
 
@@ -84,20 +82,6 @@ def in_model_times(graph: ModelGraph, config: OrtConfig | None = None, runs: int
         if layer is not None:
             layers[layer] += t
     return InModelTimes(dict(layers), reorders, len(medians), sum(t for _, t in medians.values()))
-
-
-def kernel_medians(events: list[dict], warmup: int) -> dict[str, tuple[str, float]]:
-    """Each kernel of an onnxruntime profile (its ``*_kernel_time`` events): its op type and median
-    duration in seconds after the first ``warmup`` runs, by kernel name, in run order."""
-    durations: dict[str, list[float]] = defaultdict(list)
-    ops: dict[str, str] = {}
-    for event in events:
-        name = event.get("name", "")
-        if event.get("cat") == "Node" and name.endswith(_KERNEL_TIME):
-            kernel = name[:-len(_KERNEL_TIME)]
-            durations[kernel].append(event["dur"] * 1e-6)
-            ops[kernel] = event.get("args", {}).get("op_name", "")
-    return {k: (ops[k], float(np.median(d[warmup:] or d))) for k, d in durations.items()}
 
 
 def _owner_of(kernel: str, owner: dict[str, str]) -> str | None:

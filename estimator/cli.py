@@ -13,7 +13,7 @@ from dlbricks._cliutil import format_table, handle_errors
 from dlbricks.estimator._api import estimate, open_store, threads_of, validate
 from dlbricks.estimator._calibrate import calibrate_peaks, merge_peaks
 from dlbricks.estimator._estimate import ON_MISSING, Estimate
-from dlbricks.estimator._evaluate import EVALUATE_BUDGET, Evaluation, evaluate, suite_models
+from dlbricks.estimator._evaluate import EVALUATE_BUDGET, GRANULARITIES, Evaluation, evaluate, suite_models
 from dlbricks.generators import Budget, OrtConfig
 
 __all__ = ["COMMANDS"]
@@ -174,12 +174,15 @@ def calibrate_cmd(db: str, threads: int, opt_level: str) -> None:
 
 
 def _print_evaluation(ev: Evaluation) -> None:
+    both = bool(ev.layer_rows)
     rows = [[r.model, str(r.layers), str(r.unique_bricks), _ms(r.measured_s), _ms(r.estimated_s),
              f"{100 * r.error:+.1f}", _ms(r.parallel_s), _ms(r.lower_bound_s), _ms(r.roofline_s),
-             "yes" if r.bounds_hold else "NO"] for r in ev.rows]
-    click.echo(format_table(["model", "layers", "unique", "measured ms", "estimated ms", "error %",
-                             "parallel ms", "lower bound ms", "roofline ms", "bounds"], rows,
-                            right=set(range(1, 9))))
+             "yes" if r.bounds_hold else "NO"]
+            + ([_ms(r.layer_estimated_s), f"{100 * (r.layer_error or 0.0):+.1f}"] if both else [])
+            for r in ev.rows]
+    header = ["model", "layers", "unique", "measured ms", "estimated ms", "error %", "parallel ms",
+              "lower bound ms", "roofline ms", "bounds"] + (["layer est. ms", "layer error %"] if both else [])
+    click.echo(format_table(header, rows, right=set(range(1, 9)) | ({10, 11} if both else set())))
     s = ev.system
     click.echo("")
     runtime = (f"mxnet {ev.config.mxnet_version}" if hasattr(ev.config, "mxnet_version")
@@ -196,6 +199,11 @@ def _print_evaluation(ev: Evaluation) -> None:
     click.echo(f"error: mean |error| {100 * ev.mean_abs_error:.2f}%, max |error| "
                f"{100 * ev.max_abs_error:.2f}%; within +-5%: "
                f"{sum(abs(r.error) <= 0.05 for r in ev.rows)}/{len(ev.rows)}")
+    if both:
+        errors = [abs(r.layer_error or 0.0) for r in ev.layer_rows]
+        click.echo(f"layer bricks at the same level ({ev.layer_unique_bricks} unique, measured in the same run, "
+                   f"not in the benchmarking time): mean |error| {100 * sum(errors) / len(errors):.2f}%, max "
+                   f"|error| {100 * max(errors):.2f}%; within +-5%: {sum(e <= 0.05 for e in errors)}/{len(errors)}")
     click.echo(f"elapsed: {ev.elapsed_s:.0f} s")
 
 
@@ -206,7 +214,9 @@ def _print_evaluation(ev: Evaluation) -> None:
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write PNG figures there (needs the 'plot' extra).")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
-@_granularity_option
+@click.option("--granularity", type=click.Choice(GRANULARITIES), default="layer", show_default=True,
+              help="Bricks to estimate with: layers, the groups the runtime fuses at --opt-level, or both "
+                   "(fused bricks, and layer bricks at the same level beside them).")
 @_framework_option
 @_budget_option
 @handle_errors

@@ -404,6 +404,31 @@ class OrtBackend:
             "shared_thread_pools": uses_global_pools(config),
         }
 
+    def brick_overhead_s(self, item: Any, config: Any) -> float | None:
+        """Seconds of a fused brick's own run at level "all" that its model does not run: NCHWc
+        reorders at its edges and kernels the model fuses away (the brick's session profiled in this
+        process, after the brick before it when ``previous_layer``, as it was timed). None for other
+        items and levels, for the GPU, and for ``cache="warm"`` (the lower bound's sweep, which takes
+        the overhead of the estimate's configuration). See :mod:`dlbricks.generators._ort_kernels`."""
+        brick = getattr(item, "brick", item)
+        if (config.graph_optimization_level != "all" or config.device != "cpu" or config.cache == "warm"
+                or not getattr(brick, "granularity", "layer").startswith("fused")):
+            return None
+        from dlbricks.generators._ort_kernels import brick_session_kernels
+
+        previous = getattr(item, "previous", None) if config.previous_layer else None
+        return brick_session_kernels(brick, "all", config.intra_op_num_threads, previous).leftover_s
+
+    def calibrate_reorders(self, config: Any) -> tuple[tuple[int, ...], tuple[float, ...]] | None:
+        """The cost of one NCHWc layout reorder by size under ``config`` (level "all" on the CPU), as
+        (sizes in bytes, seconds per byte); None elsewhere. See :func:`calibrate_reorder`."""
+        if config.graph_optimization_level != "all" or config.device != "cpu":
+            return None
+        from dlbricks.generators._ort_kernels import calibrate_reorder
+
+        cost = calibrate_reorder(config)
+        return cost.sizes, cost.seconds_per_byte
+
     def prepare(self, model: onnx.ModelProto, config: Any) -> OrtPrepared:
         """Build the session, draw random inputs, bind inputs and outputs once on the device.
 

@@ -59,6 +59,12 @@ class Backend(Protocol):
         Op types that the runtime runs inside a model as a view of their input, moving no data
         (onnxruntime's ``Reshape``...), where a brick of them, bound to an output of its own, copies
         its input: the estimator counts such bricks as free. Default: none.
+
+    Optional methods, for runtimes whose bricks run work of their own that the model does not:
+    ``brick_overhead_s(item, config) -> float | None``, seconds of such work in one run of a brick
+    (``populate`` stores it with the measurement; the estimator subtracts it), and
+    ``calibrate_reorders(config) -> (sizes, seconds_per_byte) | None``, the price of the model's
+    own layout reorders (stored per configuration; the estimator adds them once per run).
     """
 
     name: str

@@ -78,11 +78,25 @@ def test_an_older_database_is_migrated_in_place(tmp_path) -> None:
     with pytest.raises(DatabaseError, match="to migrate it"):
         Store(path, readonly=True)
     with Store(path) as s:
-        assert s.schema_version == bdb.SCHEMA_VERSION == 3
+        assert s.schema_version == bdb.SCHEMA_VERSION == 4
         assert [x.fingerprint for x in s.systems()] == ["old"]
         assert s.peaks("old") is None
         names = [r[0] for r in s.db.execute("SELECT name FROM schema_migrations ORDER BY version")]
-        assert names == ["0001_initial", "0002_peaks", "0003_model_reorders"]
+        assert names == ["0001_initial", "0002_peaks", "0003_model_reorders", "0004_fused_overheads"]
+        assert s.overheads("old", "cfg", ["sig"]) == {} and s.reorder_price("old", "cfg") is None
+
+
+def test_reorder_prices_per_system_and_configuration(store: Store) -> None:
+    cfg = config().config_id
+    store.record_backend(config())
+    assert store.reorder_price(SYS, cfg) is None
+    store.record_reorder_price(SYS, cfg, [1000, 100_000], [2e-11, 4e-11])
+    store.record_reorder_price(SYS, cfg, [1000, 100_000], [3e-11, 5e-11])  # calibrated again
+    assert store.reorder_price(SYS, cfg) == ((1000, 100_000), (3e-11, 5e-11))
+    with pytest.raises(InvalidArgumentError, match="must ascend"):
+        store.record_reorder_price(SYS, cfg, [100_000, 1000], [2e-11, 4e-11])
+    with pytest.raises(DatabaseError, match="record_backend"):
+        store.record_reorder_price(SYS, "no-such-config", [1000], [2e-11])
 
 
 def test_peaks_per_system(store: Store) -> None:

@@ -137,6 +137,29 @@ def test_evaluate_main_job_on_a_tiny_suite(tmp_path: Path) -> None:
     assert "squeezenet1_1" in result.output and "speedup" in result.output and "mean |error|" in result.output
 
 
+def test_evaluate_shows_layer_bricks_beside_fused_ones_in_one_run(tmp_path: Path) -> None:
+    """--granularity both: fused bricks at the level, and in the same run layer bricks at that level,
+    each estimate from its own bricks (the layer column counts the BatchNorms the runtime folds)."""
+    db = tmp_path / "both.db"
+    args = ["evaluate", "--suite", "mobilenet_v2_0.35", "--db", str(db), "--budget", "quick", "--quiet",
+            "--opt-level", "extended"]
+    result = CliRunner().invoke(main, [*args, "--granularity", "both"])
+    assert result.exit_code == 0, result.output
+    assert "layer est. ms" in result.output and "fused:extended granularity" in result.output
+    line = next(x for x in result.output.splitlines() if x.startswith("layer bricks at the same level"))
+    assert "within +-5%: " in line and "unique" in line
+    row = next(x for x in result.output.splitlines() if x.startswith("mobilenet_v2_0.35")).split()
+    fused_ms, layer_ms = float(row[4]), float(row[10])
+    assert layer_ms > fused_ms  # 52 BatchNormalizations and their ReLU6 kernels that never run
+    with Store(db) as store:  # both decompositions stored, each measured
+        for granularity in ("layer", "fused:extended"):
+            dec = store.decomposition("mobilenet_v2_0.35", granularity)
+            assert len(store.measurements(model="mobilenet_v2_0.35", status="ok")) >= len(dec.bricks)
+    refused = CliRunner().invoke(main, ["evaluate", "--suite", "mobilenet_v2_0.35", "--db", str(db),
+                                        "--granularity", "both"])
+    assert refused.exit_code == 2 and "needs an optimization level that fuses" in refused.output
+
+
 def test_bad_db_is_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "notes.db"
     bad.write_text("not a database\n" * 100)
@@ -198,7 +221,7 @@ def test_evaluate_measures_shared_bricks_again_in_each_models_turn(tmp_path: Pat
 
     decs = [dlbricks.decompose(dlbricks.load_model(build(m), name=m)) for m in models]
     shared = set(decs[0].bricks) & set(decs[1].bricks)
-    assert shared and f"ncf_ml20m: {len(shared)} bricks of earlier models again" in lines
+    assert shared and f"ncf_ml20m: {len(shared)} layer bricks of earlier models again" in lines
     assert {key for key, n in pooled if key in shared} == shared
     assert all(n == 2 for key, n in pooled if key in shared)
     assert [r.model for r in ev.rows] == models

@@ -204,7 +204,7 @@ def test_decompose_fused_granularity_and_reorder_accounting() -> None:
     """decompose(granularity="fused") labels the level; at "all" a brick's own session reorders."""
     import dlbricks
     from dlbricks._fusion import REORDER_OPS
-    from dlbricks.estimator._reorders import brick_session_kernels
+    from dlbricks.generators._ort_kernels import brick_session_kernels
     from dlbricks.model_zoo import build
 
     graph = dlbricks.load_model(build("resnet18_v1"))
@@ -243,7 +243,7 @@ def test_a_stored_fused_model_keeps_its_layout_reorders(tmp_path) -> None:  # ty
 def test_reorder_cost_is_priced_by_size_in_the_bricks_cache_state() -> None:
     """Reorders are timed as bricks (session copies, cold buffers) at several sizes; a reorder's cost
     interpolates per byte between them."""
-    from dlbricks.estimator._reorders import ReorderCost, calibrate_reorder
+    from dlbricks.generators._ort_kernels import ReorderCost, calibrate_reorder
     from dlbricks.generators import Budget, OrtConfig
 
     table = ReorderCost((1000, 100_000), (2e-11, 4e-11))
@@ -255,6 +255,47 @@ def test_reorder_cost_is_priced_by_size_in_the_bricks_cache_state() -> None:
     cost = calibrate_reorder(OrtConfig(), Budget.quick(), shapes=shapes)
     assert cost.sizes == (4 * 16 * 14 * 14, 4 * 64 * 56 * 56)
     assert all(0 < c < 1e-9 for c in cost.seconds_per_byte)  # faster than 1 GB/s, and measured
+
+
+def test_an_estimate_at_all_reads_overheads_and_reorder_price_from_the_database(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """What a fused brick's session runs beyond its kernel, and the price of the model's reorders,
+    are measured when the bricks are, stored with them and merged with them: estimating profiles
+    nothing, so a database filled on one machine estimates the same anywhere."""
+    import dlbricks
+    from dlbricks import InvalidArgumentError
+    from dlbricks.benchmarks_db import Store, populate
+    from dlbricks.estimator import estimate
+    from dlbricks.generators import Budget, OrtConfig, collect_system_info
+    from dlbricks.generators import _ort_kernels
+
+    config = OrtConfig(graph_optimization_level="all")
+    graph = dlbricks.load_model(_models.resnet_like(blocks=2, batch=1), name="res_all")
+    fused = dlbricks.decompose(graph, "fused", opt_level="all")
+    assert fused.reorder_bytes
+    system = collect_system_info()
+    with Store(tmp_path / "f.db") as store:
+        populate(store, [fused], [config], budget=Budget.quick(), system=system)
+        overheads = store.overheads(system, config.config_id, list(fused.bricks))
+        assert set(overheads) == set(fused.bricks) and any(v > 0 for v in overheads.values())
+        sizes, per_byte = store.reorder_price(system, config.config_id)
+        assert sizes and all(c > 0 for c in per_byte)
+        first = estimate(fused, store, config=config)
+
+    def no_profiling(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("an estimate must not profile")
+
+    monkeypatch.setattr(_ort_kernels, "_cached_kernels", no_profiling)
+    monkeypatch.setattr(_ort_kernels, "calibrate_reorder", no_profiling)
+    merged = Store(tmp_path / "merged.db")
+    merged.merge_from(tmp_path / "f.db")
+    again = estimate(fused, merged, config=config)
+    assert again.sequential_s == pytest.approx(first.sequential_s, rel=1e-12)
+    assert again.floor_s > min(m.floor_s for m in [merged.measurement(s, system, config.config_id)
+                                                   for s in fused.bricks])  # the reorders added once
+    merged.db.conn.execute("DELETE FROM brick_overheads WHERE rowid IN (SELECT rowid FROM brick_overheads LIMIT 1)")
+    with pytest.raises(InvalidArgumentError, match="no stored overhead.*dlbricks bench res_all --granularity fused"):
+        estimate(fused, merged, config=config)
+    merged.close()
 
 
 def test_in_model_times_attribute_fused_kernels_and_reorders() -> None:
@@ -278,7 +319,7 @@ def test_in_model_times_attribute_fused_kernels_and_reorders() -> None:
 def test_session_kernels_leave_out_the_main_kernel_and_the_profilers_share() -> None:
     """Harness logic on given kernel times: the main kernel is the slowest non-reorder one; the rest,
     less what the profiler adds per kernel, is what a brick's session runs beyond it."""
-    from dlbricks.estimator._reorders import SessionKernels
+    from dlbricks.generators._ort_kernels import SessionKernels
 
     sk = SessionKernels((("ReorderInput", 10e-6), ("Conv", 400e-6), ("ReorderOutput", 30e-6),
                          ("Add", 40e-6), ("Relu", 24e-6)), run_s=494e-6)
@@ -292,7 +333,7 @@ def test_a_residual_brick_at_level_all_runs_unfused_kernels_that_are_subtracted(
     """Inside the model onnxruntime fuses the residual Add and Relu into the NCHWc convolution; the
     brick's own session cannot (its residual is a plain input), so it runs them apart."""
     import dlbricks
-    from dlbricks.estimator._reorders import brick_session_kernels
+    from dlbricks.generators._ort_kernels import brick_session_kernels
 
     fused = dlbricks.decompose(dlbricks.load_model(_models.resnet_like(blocks=2, batch=1)), "fused",
                                opt_level="all")

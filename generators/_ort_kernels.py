@@ -1,4 +1,6 @@
-"""Layout reorders at onnxruntime's "all" level: counted once per model, not once per brick.
+"""What a brick's own onnxruntime session runs beyond its kernel, and what a layout reorder costs.
+
+Layout reorders at onnxruntime's "all" level are counted once per model, not once per brick.
 
 At ``ORT_ENABLE_ALL`` the CPU provider runs convolutions in the blocked NCHWc layout and inserts
 ReorderInput/ReorderOutput where an NCHWc region begins and ends. A fused brick run alone is its own
@@ -10,12 +12,17 @@ every kernel but its main one (reorders, kernels the model fuses away) is subtra
 the reorders of the model (the fusion plan's ``reorder_tensors``, found in the model's optimized graph)
 are added once per run, priced by size (:class:`ReorderCost`), measured on this machine with the same
 harness in the bricks' cache state.
+
+Both are measured where the bricks are measured and stored with them (``OrtBackend.brick_overhead_s``,
+called by ``benchmarks_db.populate``; :func:`calibrate_reorder`, stored per configuration), so an
+estimate needs nothing but the database.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from collections import defaultdict
 import math
 import tempfile
 import time
@@ -32,10 +39,29 @@ from dlbricks import Brick, random_inputs
 from dlbricks._bricks import SIGNATURE_KEY
 from dlbricks._fusion import NCHWC_DOMAIN, REORDER_OPS
 from dlbricks._ortutil import session_options
-from dlbricks.estimator._profile import kernel_medians
-from dlbricks.generators import Budget, OrtConfig, benchmark, floor_model
+from dlbricks.generators._api import benchmark
+from dlbricks.generators._budget import Budget
+from dlbricks.generators._items import floor_model
+from dlbricks.generators._ort import OrtConfig
 
-__all__ = ["brick_session_kernels", "calibrate_reorder", "ReorderCost", "SessionKernels", "REORDER_SHAPES"]
+__all__ = ["brick_session_kernels", "calibrate_reorder", "kernel_medians", "ReorderCost", "SessionKernels",
+           "REORDER_SHAPES"]
+
+_KERNEL_TIME = "_kernel_time"
+
+
+def kernel_medians(events: list[dict], warmup: int) -> dict[str, tuple[str, float]]:
+    """Each kernel of an onnxruntime profile (its ``*_kernel_time`` events): its op type and median
+    duration in seconds after the first ``warmup`` runs, by kernel name, in run order."""
+    durations: dict[str, list[float]] = defaultdict(list)
+    ops: dict[str, str] = {}
+    for event in events:
+        name = event.get("name", "")
+        if event.get("cat") == "Node" and name.endswith(_KERNEL_TIME):
+            kernel = name[:-len(_KERNEL_TIME)]
+            durations[kernel].append(event["dur"] * 1e-6)
+            ops[kernel] = event.get("args", {}).get("op_name", "")
+    return {k: (ops[k], float(np.median(d[warmup:] or d))) for k, d in durations.items()}
 
 
 #: Most runs of a brick's own session, profiled and plain, that split its time into kernels; fewer for
