@@ -407,11 +407,11 @@ class OrtBackend:
     def brick_overhead_s(self, item: Any, config: Any) -> float | None:
         """Seconds of a fused brick's own run at level "all" that its model does not run: NCHWc
         reorders at its edges and kernels the model fuses away (the brick's session profiled in this
-        process, after the brick before it when ``previous_layer``, as it was timed). None for other
-        items and levels, for the GPU, and for ``cache="warm"`` (the lower bound's sweep, which takes
-        the overhead of the estimate's configuration). See :mod:`dlbricks.generators._ort_kernels`."""
+        process, after the brick before it when ``previous_layer``, as it was timed; once per brick
+        and context in a process, whatever the cache mode). None for other items and levels and for
+        the GPU. See :mod:`dlbricks.generators._ort_kernels`."""
         brick = getattr(item, "brick", item)
-        if (config.graph_optimization_level != "all" or config.device != "cpu" or config.cache == "warm"
+        if (config.graph_optimization_level != "all" or config.device != "cpu"
                 or not getattr(brick, "granularity", "layer").startswith("fused")):
             return None
         from dlbricks.generators._ort_kernels import brick_session_kernels
