@@ -298,28 +298,12 @@ def delete_claim(db: sqlite_utils.Database, item: str, system: str, config_id: s
                     (item, system, config_id, owner))
 
 
-def upsert_overhead(db: sqlite_utils.Database, signature: str, system: str, config_id: str,
-                    overhead_s: float) -> None:
-    """Insert or replace the overhead of a brick under a system and configuration."""
-    db.conn.execute("INSERT INTO brick_overheads (signature, system, config_id, overhead_s) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (signature, system, config_id) DO UPDATE SET overhead_s = excluded.overhead_s",
-                    (signature, system, config_id, overhead_s))
-
-
 def overheads(db: sqlite_utils.Database, system: str, config_id: str, signatures: Sequence[str]) -> dict[str, float]:
     """Stored overheads of ``signatures`` under a system and configuration."""
     rows = db.conn.execute("SELECT signature, overhead_s FROM brick_overheads WHERE system = ? AND config_id = ? "
                            "AND signature IN (SELECT value FROM json_each(?))",
                            (system, config_id, json.dumps(list(signatures))))
     return {str(sig): float(value) for sig, value in rows}
-
-
-def upsert_reorder_price(db: sqlite_utils.Database, row: Row) -> None:
-    """Insert or replace the reorder price of ``row``'s system and configuration."""
-    db.conn.execute("INSERT INTO reorder_prices (system, config_id, sizes, seconds_per_byte, measured_at) "
-                    "VALUES (:system, :config_id, :sizes, :seconds_per_byte, :measured_at) "
-                    "ON CONFLICT (system, config_id) DO UPDATE SET sizes = excluded.sizes, "
-                    "seconds_per_byte = excluded.seconds_per_byte, measured_at = excluded.measured_at", row)
 
 
 def get_reorder_price(db: sqlite_utils.Database, system: str, config_id: str) -> Row | None:

@@ -230,7 +230,7 @@ class Store:
         row = {"system": key, "config_id": config_id, "sizes": _rows.to_json([int(n) for n in sizes]),
                "seconds_per_byte": _rows.to_json([float(c) for c in seconds_per_byte]), "measured_at": _rows.now()}
         try:
-            _sql.write(self._db, lambda: _sql.upsert_reorder_price(self._db, row))
+            _sql.write(self._db, lambda: self._db["reorder_prices"].upsert(row, pk=("system", "config_id")))
         except sqlite3.IntegrityError as e:
             raise DatabaseError(f"{self.path}: cannot record a reorder price of system {key}: {e}; store the "
                                 f"system and the configuration (record_backend) first.") from e
@@ -305,7 +305,9 @@ class Store:
             _sql.insert_ignore(self._db, "backends", list(backends.values()))
             outcomes = [_sql.upsert_measurement(self._db, table, row, rule) for row in rows]
             if overhead_s is not None:
-                _sql.upsert_overhead(self._db, items[0].key, key, items[0].config.config_id, overhead_s)
+                self._db["brick_overheads"].upsert(
+                    {"signature": items[0].key, "system": key, "config_id": items[0].config.config_id,
+                     "overhead_s": overhead_s}, pk=("signature", "system", "config_id"))
             if release is not None:
                 for m in items:
                     _sql.delete_claim(self._db, m.key, key, m.config.config_id, release)

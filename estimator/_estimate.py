@@ -123,7 +123,6 @@ def estimate_decomposition(
     peaks: Peaks | None = None,
     brick_overhead_s: Mapping[str, float] | None = None,
     model_extra_s: float = 0.0,
-    fastest_overhead_s: Mapping[str, float] | None = None,
     views: Collection[str] = (),
 ) -> Estimate:
     """Compose a model's latency from its bricks.
@@ -152,9 +151,6 @@ def estimate_decomposition(
         fused brick at "all"): subtracted from the brick.
     model_extra_s : float
         Work the model does once per run that no brick holds (its own layout reorders): added once.
-    fastest_overhead_s : mapping of signature to seconds, optional
-        The same overhead at its cheapest (reorders with warm caches), subtracted from each brick's
-        fastest run for the lower bound; default ``brick_overhead_s``.
     views : collection of signatures
         Bricks that the runtime runs inside a model as views of their inputs (a backend's
         ``view_ops``): their measured time is a copy that the model does not make, so they count
@@ -198,7 +194,7 @@ def estimate_decomposition(
     latency.update({sig: 0.0 for sig in views if sig in latency})
     every = {sig: [m, *(alternatives or {}).get(sig, ())] for sig, m in found.items()}
     return _compose(dec, latency, halfwidth, floor_s + model_extra_s, config_id, predicted, every, peaks,
-                    overhead if fastest_overhead_s is None else fastest_overhead_s)
+                    overhead)
 
 
 def _compose(dec: Decomposition, latency: Mapping[str, float], halfwidth: Mapping[str, float],
