@@ -45,6 +45,12 @@ COLD_SPANS = ("model", "cache")
 #: ResNet-50's, whose weights span the cache with fewer copies anyway, did not change.
 MAX_COLD_COPIES = 128
 THREAD_POOLS_ENV = "DLBRICKS_ORT_THREAD_POOLS"
+#: Seconds to leave after a multi-threaded worker's run before another worker times anything: with
+#: spinning on, onnxruntime's pool threads keep spinning for about 30 ms after a run returns
+#: (exploratory: a 2-thread SqueezeNet session burned 30-34 ms of CPU in the 50-500 ms after its last
+#: run, and none in the next seconds). In ``evaluate --threads 2`` the whole model's short samples,
+#: taken right after a brick, ran on one free core: SqueezeNet 3.2-7.9 ms against 3.2 ms alone.
+IDLE_SPIN_S = 0.06
 #: Version of how bricks are measured, part of every :attr:`OrtConfig.config_id`: results measured
 #: another way are another configuration, never mixed in one estimate. 1: each cold copy with its own
 #: arena, at most 16 copies at level "all"; 2: the copies share one arena, one cap at every level;
@@ -391,6 +397,11 @@ class OrtBackend:
         if uses_global_pools(config):
             env[THREAD_POOLS_ENV] = f"{config.intra_op_num_threads},{config.inter_op_num_threads}"
         return env
+
+    def idle_spin_s(self, config: Any) -> float:
+        """How long this configuration's pool threads spin after a run (:data:`IDLE_SPIN_S` on a
+        CPU with more than one thread and spinning on; nothing with one thread, which has no pool)."""
+        return IDLE_SPIN_S if uses_global_pools(config) else 0.0
 
     def describe(self, config: Any) -> dict[str, Any]:
         """Runtime version, available providers and the configuration."""

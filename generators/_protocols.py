@@ -64,7 +64,10 @@ class Backend(Protocol):
     ``brick_overhead_s(item, config) -> float | None``, seconds of such work in one run of a brick
     (``populate`` stores it with the measurement; the estimator subtracts it), and
     ``calibrate_reorders(config) -> (sizes, seconds_per_byte) | None``, the price of the model's
-    own layout reorders (stored per configuration; the estimator adds them once per run).
+    own layout reorders (stored per configuration; the estimator adds them once per run); and
+    ``idle_spin_s(config) -> float``, how long a worker's threads keep a core busy after a run
+    (a :class:`~dlbricks.generators.Runner` waits that long after another runner's reply before it
+    times anything, so that one worker's spinning threads do not slow the next one's runs).
     """
 
     name: str

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from dlbricks._errors import BackendError, InvalidArgumentError
@@ -132,6 +132,29 @@ class _Worker:
 FLOOR_REFRESH_S = 60.0
 
 
+@dataclasses.dataclass(slots=True)
+class _LastReply:
+    """The runner that last got a reply in this process, and until when its worker's threads may
+    still spin (its backend's ``idle_spin_s``): another runner's request waits until then."""
+
+    runner: int = 0
+    spin_until: float = 0.0
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], object] = time.sleep
+
+    def settle(self, runner: int) -> None:
+        """Wait, unless ``runner`` got the last reply itself, until the last worker's threads rest."""
+        wait = self.spin_until - self.clock()
+        if runner != self.runner and wait > 0:
+            self.sleep(wait)
+
+    def replied(self, runner: int, spin_s: float) -> None:
+        self.runner, self.spin_until = runner, self.clock() + spin_s
+
+
+_LAST_REPLY = _LastReply()
+
+
 class Runner:
     """Measure items one at a time in an isolated, long-lived worker subprocess.
 
@@ -190,6 +213,7 @@ class Runner:
         self._floor: Measurement | None = None
         self._floor_at = 0.0
         self._worker: _Worker | None = None
+        self._idle_spin_s = getattr(self.backend, "idle_spin_s", lambda config: 0.0)(self.config)
 
     def __enter__(self) -> Runner:
         return self
@@ -307,6 +331,7 @@ class Runner:
     ) -> tuple[Measurement, Timing | None]:
         """Send a measure/floor request; map crashes, timeouts and errors to measurements."""
         worker = self._ensure_worker()
+        _LAST_REPLY.settle(id(self))
         start = time.perf_counter() if start is None else start
         timeout = self.budget.timeout
         try:
@@ -318,6 +343,7 @@ class Runner:
             reason = worker.death_reason()
             self._replace_worker()
             return self._failure(key, "failed", reason, start, floor_s), None
+        _LAST_REPLY.replied(id(self), self._idle_spin_s)
         if status != "ok":
             return self._failure(key, "failed", str(reply), start, floor_s), None
         measurement, timing = reply

@@ -214,6 +214,15 @@ def test_worker_env_pins_thread_pools() -> None:
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "4"
 
 
+def test_only_spinning_thread_pools_need_a_pause_after_a_run() -> None:
+    from dlbricks.generators._ort import IDLE_SPIN_S
+
+    assert OrtBackend().idle_spin_s(OrtConfig()) == 0.0  # one thread runs on the caller's
+    assert OrtBackend().idle_spin_s(OrtConfig(intra_op_num_threads=2, allow_spinning=False)) == 0.0
+    assert OrtBackend().idle_spin_s(OrtConfig(intra_op_num_threads=2)) == IDLE_SPIN_S
+    assert OrtBackend().idle_spin_s(OrtConfig(intra_op_num_threads=0)) == IDLE_SPIN_S  # all cores
+
+
 def test_multithreaded_workers_share_one_pair_of_thread_pools() -> None:
     assert THREAD_POOLS_ENV not in OrtBackend().worker_env(OrtConfig())
     assert THREAD_POOLS_ENV not in OrtBackend().worker_env(OrtConfig(intra_op_num_threads=2, allow_spinning=False))
