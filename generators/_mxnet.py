@@ -57,6 +57,10 @@ MEASUREMENT_METHOD = 4
 #: on one input again and again, 101 us on 8 inputs in turn and 129 us inside the model.
 INPUT_VARIANTS = 8
 INPUT_VARIANT_BYTES = 2 << 20
+#: Seconds to leave after a run with more than one OpenMP thread before another worker times
+#: anything (see :data:`dlbricks.generators._ort.IDLE_SPIN_S`): MXNet's OpenMP threads spin after a
+#: run, 7.5-9.7 ms of CPU in any idle window of 5-500 ms after a 2-thread convolution (exploratory).
+IDLE_SPIN_S = 0.02
 _VARIANT_SEED_STRIDE = 7919
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
@@ -345,6 +349,11 @@ class MxnetBackend:
     def worker_env(self, config: Any) -> dict[str, str]:
         """Engine, oneDNN and thread variables, set in a worker before it imports mxnet."""
         return config.worker_env()
+
+    def idle_spin_s(self, config: Any) -> float:
+        """How long the OpenMP threads spin after a run (:data:`IDLE_SPIN_S` with more than one thread
+        on the CPU, nothing with one)."""
+        return IDLE_SPIN_S if config.context == "cpu" and config.omp_threads != 1 else 0.0
 
     def describe(self, config: Any) -> dict[str, Any]:
         """Version, build features, the environment that this process runs under, the configuration."""

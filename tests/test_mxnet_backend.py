@@ -83,6 +83,15 @@ def test_single_threaded_workers_run_on_one_core() -> None:
         assert os.sched_getaffinity(runner.worker_pid) == os.sched_getaffinity(0)
 
 
+def test_only_several_openmp_threads_need_a_pause_after_a_run() -> None:
+    from dlbricks.generators._mxnet import IDLE_SPIN_S, MxnetBackend
+
+    backend = MxnetBackend()
+    assert backend.idle_spin_s(MxnetConfig()) == 0.0
+    assert backend.idle_spin_s(MxnetConfig(omp_threads=2)) == IDLE_SPIN_S
+    assert backend.idle_spin_s(MxnetConfig(omp_threads=0)) == IDLE_SPIN_S  # OpenMP's default: every core
+
+
 def test_config_id_changes_with_the_measurement_method(monkeypatch: pytest.MonkeyPatch) -> None:
     from dlbricks.generators import _mxnet as backend_module
 
