@@ -172,6 +172,11 @@ class Runner:
         Calibrate the floor before the first item and again every :data:`FLOOR_REFRESH_S` seconds,
         keeping the lowest, and record it in every measurement.
 
+    Runners of one process take turns: after a reply from one runner's worker, another runner waits
+    until that worker's idle threads stop spinning (its backend's optional ``idle_spin_s``, e.g. 60 ms
+    for multi-threaded onnxruntime) before it sends anything, so that a paired design (a model held in
+    one worker, its bricks in another) times neither on the cores the other's threads still hold.
+
     Raises
     ------
     InvalidArgumentError
