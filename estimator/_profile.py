@@ -22,7 +22,7 @@ from dlbricks._ortutil import session_options
 from dlbricks.generators import OrtConfig
 from dlbricks.generators._ort_kernels import kernel_medians
 
-__all__ = ["InModelTimes", "in_model_times", "kernel_medians"]
+__all__ = ["InModelTimes", "in_model_times"]
 
 _NCHWC_SUFFIX = "_nchwc"
 

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import functools
 import json
-from collections import defaultdict
 import math
 import tempfile
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
