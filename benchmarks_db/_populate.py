@@ -19,12 +19,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlbricks._decompose import Decomposition
 from dlbricks._errors import InvalidArgumentError
 from dlbricks.benchmarks_db._records import ClaimStatus, RecordOutcome
 from dlbricks.benchmarks_db._store import Store
+
+if TYPE_CHECKING:
+    from dlbricks.generators import Measurement
 
 __all__ = ["BenchProgress", "BenchReport", "populate", "lease_for", "dominant_bricks", "DOMINANT_SHARE"]
 
@@ -191,7 +194,14 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
                            if r.ok or not retry_failed}
         tasks += [_Task("model", g.key, g.name, g, cfg) for g in whole_models if g.key not in measured_models]
     factory = runner_factory or _default_runner
-    brick_overhead = getattr(backend_obj, "brick_overhead_s", None) or (lambda item, config: None)
+    backend_overhead = getattr(backend_obj, "brick_overhead_s", None)
+
+    def brick_overhead(item: Any, config: Any, m: Measurement) -> float | None:
+        """What the backend says the brick's own run does beyond its model, at the speed it was timed."""
+        if backend_overhead is None or not m.ok or m.median_s is None:
+            return None
+        return backend_overhead(item, config, m.median_s - (m.floor_s or 0.0))
+
     _price_reorders(store, decs, cfgs, backend_obj, sys_key)
     runners: dict[str, Any] = {}
     counts = {"measured": 0, "failed": 0, "already": 0, "held": 0, "duplicates": 0, "remeasured": 0}
@@ -231,7 +241,9 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
                                            time.monotonic() - started, None))
         for sig in dominant:
             if len(runs[sig]) > 1:
-                store.record(pool(runs[sig]), sys_key, budget=budget, rule="replace")
+                pooled = pool(runs[sig])
+                store.record(pooled, sys_key, budget=budget, rule="replace",
+                             overhead_s=brick_overhead(chunk[sig][0].item, chunk[sig][0].config, pooled))
         chunk.clear()
         return True
 
@@ -257,7 +269,7 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
                 runner = runner_for(task.config)
                 try:
                     m = runner.measure(task.item)
-                    overhead = brick_overhead(task.item, task.config) if task.kind == "brick" and m.ok else None
+                    overhead = brick_overhead(task.item, task.config, m) if task.kind == "brick" else None
                 except BaseException:
                     store.release(task.key, sys_key, cid)
                     raise

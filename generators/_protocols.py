@@ -61,8 +61,9 @@ class Backend(Protocol):
         its input: the estimator counts such bricks as free. Default: none.
 
     Optional methods, for runtimes whose bricks run work of their own that the model does not:
-    ``brick_overhead_s(item, config) -> float | None``, seconds of such work in one run of a brick
-    (``populate`` stores it with the measurement; the estimator subtracts it), and
+    ``brick_overhead_s(item, config, run_s) -> float | None``, seconds of such work in one run of a
+    brick whose run took ``run_s`` seconds beyond the floor (``populate`` passes the timed median less
+    the floor and stores the result with the measurement; the estimator subtracts it), and
     ``calibrate_reorders(config) -> (sizes, seconds_per_byte) | None``, the price of the model's
     own layout reorders (stored per configuration; the estimator adds them once per run); and
     ``idle_spin_s(config) -> float``, how long a worker's threads keep a core busy after a run

@@ -277,6 +277,11 @@ def test_an_estimate_at_all_reads_overheads_and_reorder_price_from_the_database(
         populate(store, [fused], [config], budget=Budget.quick(), system=system)
         overheads = store.overheads(system, config.config_id, list(fused.bricks))
         assert set(overheads) == set(fused.bricks) and any(v > 0 for v in overheads.values())
+        for sig, overhead in overheads.items():  # the profile's share of the run, at the timed speed
+            m = store.measurement(sig, system, config.config_id)
+            item = fused.in_context(sig)
+            share = _ort_kernels.brick_session_kernels(item.brick, "all", 1, item.previous).leftover_share
+            assert overhead == pytest.approx(share * (m.median_s - m.floor_s), rel=1e-9)
         sizes, per_byte = store.reorder_price(system, config.config_id)
         assert sizes and all(c > 0 for c in per_byte)
         first = estimate(fused, store, config=config)
@@ -327,6 +332,10 @@ def test_session_kernels_leave_out_the_main_kernel_and_the_profilers_share() -> 
     assert sk.leftover_s == pytest.approx(104e-6 - 4 * 2e-6)
     assert SessionKernels((("ReorderInput", 900e-6), ("Relu", 5e-6)), 905e-6).main == 1
     assert SessionKernels((), 0.0).leftover_s == 0.0
+    # as a share of the plain run, which populate applies to the brick's timed median
+    assert sk.leftover_share == pytest.approx((104e-6 - 4 * 2e-6) / 494e-6)
+    assert SessionKernels((("Conv", 5e-6),), 0.0).leftover_share == 0.0
+    assert SessionKernels((("ReorderInput", 900e-6), ("Relu", 5e-6)), 10e-6).leftover_share == 1.0  # at most the run
 
 
 def test_a_residual_brick_at_level_all_runs_unfused_kernels_that_are_subtracted() -> None:
