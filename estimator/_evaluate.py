@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from dlbricks import BrickSet, Decomposition, InvalidArgumentError, ModelGraph, decompose, load_model
 from dlbricks.benchmarks_db import Store, populate
+from dlbricks.benchmarks_db._populate import dominant_bricks
 from dlbricks.estimator._api import backend_name, estimate, open_store, threads_of
 from dlbricks.estimator._calibrate import calibrate_peaks, calibrated_backends, merge_peaks
 from dlbricks.generators import (
@@ -42,6 +43,12 @@ EVALUATE_BUDGET = Budget(warmup_time=0.02, min_time=0.1, min_runs=10, max_time=1
 #: Worker processes each whole model is measured in.
 WHOLE_WORKERS = 3
 PAIR_INTERVAL_S = 2.0
+#: Fewest samples of a held whole model before its turn ends. A model with few bricks (an LSTM
+#: language model: six) finishes its turn in seconds, with a handful of whole samples and its
+#: dominant bricks at three moments, and this machine's speed swings by 10-20% over seconds: its turn
+#: goes on, a whole sample after each round of its dominant bricks measured again, until the whole
+#: model has this many samples (lstm_lm_medium: 6 samples spread 10.68-12.99 ms, estimate -10.8%).
+MIN_WHOLE_SAMPLES = 12
 PAIR_BUDGET = Budget(warmup_time=0.0, min_time=0.02, min_runs=3, max_time=1.0, rel_ci=1.0)
 """One sample of a held whole model between bricks: a warm-up call and at least three runs."""
 
@@ -224,6 +231,8 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
                 for turn in turns:
                     turn.measure(name, store, workers, backend, budget, system, whole, say)
                 if whole is not None:
+                    _top_up(store, dec, workers(backend, bricks_cfg, budget, False), system, bricks_cfg, budget,
+                            whole, say)
                     measured = whole.result()
                     whole_time += measured.wall_time_s
                     store.record_model(measured, system, budget=budget)
@@ -300,6 +309,36 @@ def _measure_again(store: Store, dec: Decomposition, signatures: Sequence[str], 
             store.record(pool([stored, again]), system, budget=budget, rule="replace")
 
 
+def _top_up(store: Store, dec: Decomposition, runner: Any, system: Any, config: Any, budget: Budget,
+            whole: _PairedWhole, say: Callable[[str], object]) -> None:
+    """Until ``whole`` has :data:`MIN_WHOLE_SAMPLES` samples: measure ``dec``'s dominant bricks once
+    more each (in its context), then sample the whole model; store each dominant brick pooled with
+    its stored measurement and its runs here (median of their medians, see :func:`pool`)."""
+    if whole.samples >= MIN_WHOLE_SAMPLES:
+        return
+    medians = {r.key: r.median_s or 0.0 for r in store.measurements(
+        system=system, config_id=config.config_id, signatures=list(dec.bricks), status="ok")}
+    runs: dict[str, list[Measurement]] = {}
+    for sig in dominant_bricks(dec, medians):
+        stored = store.measurement(sig, system, config.config_id)
+        if stored is not None and stored.ok:
+            runs[sig] = [stored]
+    if not runs:
+        return
+    say(f"{dec.model}: {len(runs)} dominant bricks again until the whole model has {MIN_WHOLE_SAMPLES} samples")
+    dominant = list(runs)
+    while whole.samples < MIN_WHOLE_SAMPLES:
+        for sig in dominant:
+            again = runner.measure(dec.in_context(sig))
+            if again.ok:
+                runs[sig].append(again)
+        if not whole.sample():
+            break
+    for sig, measured in runs.items():
+        if len(measured) > 1:
+            store.record(pool(measured), system, budget=budget, rule="replace")
+
+
 class _KeptRunners:
     """A ``runner_factory`` for :func:`populate` whose workers outlive each call (one per
     configuration, closed by :meth:`close`), so that a suite run model by model starts its brick
@@ -359,9 +398,18 @@ class _PairedWhole:
     def __exit__(self, *exc: object) -> None:
         self._runner.close()
 
+    @property
+    def samples(self) -> int:
+        """Samples taken so far (the first, standard measurement included)."""
+        return len(self._runs)
+
     def tick(self) -> None:
         if self._first.ok and time.monotonic() - self._last >= PAIR_INTERVAL_S:
             self._sample(PAIR_BUDGET)
+
+    def sample(self) -> bool:
+        """Sample the model now; False where no sample came (its first measurement or this one failed)."""
+        return self._first.ok and self._sample(PAIR_BUDGET)
 
     def result(self) -> Measurement:
         if self._first.ok:
@@ -371,11 +419,12 @@ class _PairedWhole:
                       f"{medians[0]:.2f}-{medians[-1]:.2f} ms")
         return replace(pool(self._runs), wall_time_s=self._first.wall_time_s)
 
-    def _sample(self, budget: Budget) -> None:
+    def _sample(self, budget: Budget) -> bool:
         run = self._runner.again(self._first.key, budget)
         if run.ok:
             self._runs.append(run)
         self._last = time.monotonic()
+        return run.ok
 
 
 def _progress_line(p: object) -> str:

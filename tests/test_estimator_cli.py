@@ -218,6 +218,7 @@ def test_evaluate_measures_shared_bricks_again_in_each_models_turn(tmp_path: Pat
         return real_pool(runs)
 
     monkeypatch.setattr(_evaluate, "pool", spy)
+    monkeypatch.setattr(_evaluate, "MIN_WHOLE_SAMPLES", 0)  # no further rounds of dominant bricks
     lines: list[str] = []
     models = ["dlrm_criteo_kaggle", "ncf_ml20m"]
     ev = _evaluate.evaluate(models, tmp_path / "s.db", budget=Budget.quick(), lower_bound_sweep=False,
@@ -257,3 +258,53 @@ def test_evaluate_samples_each_model_while_its_bricks_run(tmp_path: Path, monkey
     assert stored.n >= Budget.quick().min_runs + 3 * (count - 1)  # every sample pooled
     assert ev.whole_time_s == pytest.approx(stored.wall_time_s)  # the speedup counts the first one only
     assert 0 < ev.whole_time_s < 2.0
+
+
+
+def test_a_short_turn_goes_on_with_its_dominant_bricks_until_the_whole_has_enough_samples(tmp_path: Path) -> None:
+    """Harness logic (a fake runner and a fake held model, a real store): a model whose turn ended
+    with fewer than MIN_WHOLE_SAMPLES whole samples has its dominant bricks measured again, a whole
+    sample after each round, each pooled with its stored run; its other bricks are left alone."""
+    from dlbricks.estimator import _evaluate
+    from dlbricks.generators import collect_system_info
+    from tests.test_db_support import config, decompositions, measurement
+
+    dec = decompositions()[0]
+    system = collect_system_info()
+    sigs = list(dec.bricks)
+    dominant = sigs[0]
+    medians = {sig: (1e-3 if sig == dominant else 1e-7) for sig in sigs}
+    runs_of: dict[str, int] = {}
+
+    class Runner:
+        def measure(self, item):  # type: ignore[no-untyped-def]
+            runs_of[item.key] = runs_of.get(item.key, 0) + 1
+            return measurement(item.key, median=2 * medians[item.key])
+
+    class Whole:
+        samples = 3
+
+        def sample(self) -> bool:
+            self.samples += 1
+            return True
+
+    lines: list[str] = []
+    with Store(tmp_path / "t.db") as store:
+        store.add_decomposition(dec)
+        for sig in sigs:
+            store.record(measurement(sig, median=medians[sig]), system)
+        whole = Whole()
+        _evaluate._top_up(store, dec, Runner(), system, config(), _evaluate.EVALUATE_BUDGET, whole,
+                          lines.append)
+        assert whole.samples == _evaluate.MIN_WHOLE_SAMPLES
+        rounds = _evaluate.MIN_WHOLE_SAMPLES - 3
+        assert runs_of == {dominant: rounds}
+        pooled = store.measurement(dominant, system, config().config_id)
+        assert pooled is not None and pooled.median_s == pytest.approx(2e-3)  # median of 1 stored and 9 new
+        assert pooled.n == 10 * (1 + rounds)
+        assert store.measurement(sigs[1], system, config().config_id).median_s == pytest.approx(1e-7)
+        assert lines == [f"{dec.model}: 1 dominant bricks again until the whole model has "
+                         f"{_evaluate.MIN_WHOLE_SAMPLES} samples"]
+        whole.samples = _evaluate.MIN_WHOLE_SAMPLES  # enough already: nothing measured
+        _evaluate._top_up(store, dec, Runner(), system, config(), _evaluate.EVALUATE_BUDGET, whole, lines.append)
+        assert runs_of == {dominant: rounds} and len(lines) == 1
