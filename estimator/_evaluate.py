@@ -172,7 +172,9 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     against the machine's drift); the benchmarking time of a model is its first measurement's. Its
     bricks that hold 5% or more of its time are measured at :data:`EVALUATE_MOMENTS` moments, and its
     bricks that an earlier model of the run measured are measured once more in its turn, each pooled
-    (their wall time counts in the bricks' benchmarking time). Peaks are calibrated once per system.
+    (their wall time counts in the bricks' benchmarking time). A model whose turn ends before its whole
+    model has :data:`MIN_WHOLE_SAMPLES` samples goes on: its dominant bricks once more each, then a
+    whole sample, round after round (pooled likewise). Peaks are calibrated once per system.
     """
     from dlbricks.model_zoo import build
 

@@ -260,7 +260,6 @@ def test_evaluate_samples_each_model_while_its_bricks_run(tmp_path: Path, monkey
     assert 0 < ev.whole_time_s < 2.0
 
 
-
 def test_a_short_turn_goes_on_with_its_dominant_bricks_until_the_whole_has_enough_samples(tmp_path: Path) -> None:
     """Harness logic (a fake runner and a fake held model, a real store): a model whose turn ended
     with fewer than MIN_WHOLE_SAMPLES whole samples has its dominant bricks measured again, a whole
