@@ -22,13 +22,13 @@ import numpy as np
 import onnxruntime as ort
 
 from dlbricks import load_model
-from dlbricks.generators import Budget, OrtConfig, Runner, collect_system_info
+from dlbricks.estimator._evaluate import PAIR_BUDGET
+from dlbricks.generators import OrtConfig, Runner, collect_system_info
 from dlbricks.generators import _runner
 from dlbricks.model_zoo import build
 
-#: The paired samples of ``dlbricks evaluate`` (its PAIR_BUDGET): short, no warm-up.
-SAMPLE = Budget(warmup_time=0.0, min_time=0.02, min_runs=3, max_time=1.0, rel_ci=1.0)
-OTHER = SAMPLE
+#: The paired samples of ``dlbricks evaluate``: a warm-up call and at least three runs.
+SAMPLE = PAIR_BUDGET
 
 
 def idle_cpu_after_run(model: bytes, threads: int, windows_s: list[float]) -> list[tuple[float, float]]:
@@ -57,7 +57,7 @@ def paired_samples(name: str, threads: int, rounds: int) -> dict[str, list[float
     config = OrtConfig(intra_op_num_threads=threads)
     pause = _runner._LAST_REPLY.sleep
     medians: dict[str, list[float]] = {"pause": [], "no pause": []}
-    with Runner(config=config, budget=SAMPLE) as held, Runner(config=config, budget=OTHER) as other:
+    with Runner(config=config, budget=SAMPLE) as held, Runner(config=config, budget=SAMPLE) as other:
         key = held.hold(graph).key
         other_key = other.hold(graph).key
         for _ in range(rounds):

@@ -415,13 +415,13 @@ class OrtBackend:
             "shared_thread_pools": uses_global_pools(config),
         }
 
-    def brick_overhead_s(self, item: Any, config: Any, run_s: float | None = None) -> float | None:
+    def brick_overhead_s(self, item: Any, config: Any, run_s: float) -> float | None:
         """Seconds of a fused brick's own run at level "all" that its model does not run: NCHWc
         reorders at its edges and kernels the model fuses away (the brick's session profiled in this
         process, after the brick before it when ``previous_layer``, as it was timed; once per brick
-        and context in a process, whatever the cache mode). With ``run_s`` (the brick's timed median
-        less the floor), their share of the profiled run times ``run_s``; else the profile's seconds.
-        None for other items and levels and for the GPU. See :mod:`dlbricks.generators._ort_kernels`."""
+        and context in a process, whatever the cache mode), as their share of the profiled run times
+        ``run_s``, the brick's timed median less the floor. None for other items and levels and for
+        the GPU. See :mod:`dlbricks.generators._ort_kernels`."""
         brick = getattr(item, "brick", item)
         if (config.graph_optimization_level != "all" or config.device != "cpu"
                 or not getattr(brick, "granularity", "layer").startswith("fused")):
@@ -430,7 +430,7 @@ class OrtBackend:
 
         previous = getattr(item, "previous", None) if config.previous_layer else None
         kernels = brick_session_kernels(brick, "all", config.intra_op_num_threads, previous)
-        return kernels.leftover_s if run_s is None else kernels.leftover_share * max(run_s, 0.0)
+        return kernels.leftover_share * max(run_s, 0.0)
 
     def calibrate_reorders(self, config: Any) -> tuple[tuple[int, ...], tuple[float, ...]] | None:
         """The cost of one NCHWc layout reorder by size under ``config`` (level "all" on the CPU), as
