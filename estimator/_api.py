@@ -62,6 +62,14 @@ def backend_name(config: Any) -> str:
     return "mxnet" if type(config).__name__ == "MxnetConfig" else "onnxruntime"
 
 
+def peaks_key(config: Any) -> str:
+    """Whose peaks a configuration's roofline takes: its backend's name on the CPU, ``name:device``
+    on an accelerator (``onnxruntime:cuda``, ``mxnet:gpu``), calibrated and stored apart."""
+    device = getattr(config, "device", None) or getattr(config, "context", "cpu")
+    name = backend_name(config)
+    return name if device == "cpu" else f"{name}:{device}"
+
+
 def threads_of(config: Any) -> int | None:
     """Threads a configuration computes with (onnxruntime intra-op, MXNet OpenMP)."""
     for name in ("intra_op_num_threads", "omp_threads"):
@@ -145,7 +153,7 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     missing = [s for s in dec.bricks if s not in measured]
     predictor = _predictor(store, system, cfg.config_id) if missing and on_missing == "predict" else None
     if peaks is None:
-        peaks = store_peaks(store, system)
+        peaks = store_peaks(store, system, peaks_key(cfg))
     if missing and on_missing == "measure":  # first: at fused:all their overheads are stored with them
         measured.update(measure([dec.bricks[s] for s in missing]))
     overhead, extra = _reorder_costs(dec, cfg, store, system, measured)
@@ -183,13 +191,19 @@ def _reorder_costs(dec: Decomposition, config: OrtConfig, store: Store, system: 
     return overhead, extra
 
 
-def store_peaks(store: Store, system: Any) -> Peaks | None:
-    """The peaks stored for a system by ``dlbricks calibrate``, if any."""
+def store_peaks(store: Store, system: Any, key: str = "onnxruntime") -> Peaks | None:
+    """The peaks stored for a system by ``dlbricks calibrate``, if any: the CPU's (the best of every
+    framework calibrated on it), or an accelerator's own for a ``key`` of :func:`peaks_key` such as
+    ``onnxruntime:cuda``."""
     getter = getattr(store, "peaks", None)
-    if getter is None:
+    found = None if getter is None else getter(system)
+    if found is None:
         return None
-    found = getter(system)
-    return None if found is None else Peaks(found[0], found[1])
+    backends = found.details.get("backends") or {}
+    if ":" not in key:  # the CPU's: none where only an accelerator was calibrated
+        return Peaks(found[0], found[1]) if not backends or any(":" not in k for k in backends) else None
+    own = backends.get(key)
+    return None if own is None else Peaks(own["flops_per_s"], own["bytes_per_s"])
 
 
 @dataclass(frozen=True, slots=True)

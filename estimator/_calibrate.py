@@ -22,8 +22,9 @@ from dlbricks._errors import BackendError
 from dlbricks.estimator._estimate import Peaks
 from dlbricks.generators import Budget, Measurement, OrtConfig, benchmark
 
-__all__ = ["calibrate_peaks", "Calibration", "CONV_SHAPES", "GEMM_SIZES", "GEMV_SIZES", "NCHWC_DEPTH",
-           "STREAM_ELEMENTS", "calibrated_backends", "merge_peaks"]
+__all__ = ["calibrate_peaks", "Calibration", "CONV_SHAPES", "GEMM_SIZES", "GEMM_SIZES_CUDA", "GEMV_SIZES",
+           "GEMV_SIZES_CUDA", "NCHWC_DEPTH", "STREAM_ELEMENTS", "STREAM_ELEMENTS_CUDA", "calibrated_backends",
+           "merge_peaks"]
 
 GEMM_SIZES = (256, 512, 1024)
 #: 3x3 convolutions of ResNet-18 (channels in = out, height = width): oneDNN's convolutions in MXNet
@@ -34,6 +35,11 @@ STREAM_ELEMENTS = (1 << 16, 1 << 20, 1 << 24)
 #: Add, which also writes. AlexNet's fully connected layers (234 MB of weights) read memory 5-10%
 #: faster than the best Add, and the roofline rose above their lower bound.
 GEMV_SIZES = (512, 2048, 4096)
+#: On a GPU (``device="cuda"``) the CPU's sizes leave it launch-bound: larger MatMuls, longer Adds and
+#: matrix-vector products over more than its L2 (50 MB on an H100).
+GEMM_SIZES_CUDA = (1024, 2048, 4096)
+STREAM_ELEMENTS_CUDA = (1 << 20, 1 << 24, 1 << 26)
+GEMV_SIZES_CUDA = (2048, 4096, 8192)
 #: Convolutions chained per calibration model at onnxruntime's level "all", where they run in the
 #: NCHWc layout: one reorder in and one out for the chain, so the rate is the kernels'. Fused bricks at
 #: "all" are timed without their reorders, and MLAS's NCHWc convolutions beat its NCHW ones: without
@@ -134,21 +140,25 @@ def _rate(work: float, m: Measurement) -> float:
 def calibrate_peaks(config: object | None = None, budget: Budget | None = None) -> Calibration:
     """Measure peak FLOP/s (MatMuls and 3x3 convolutions) and bandwidth (Adds) under a backend
     configuration (default: onnxruntime, 1 CPU thread); an ``MxnetConfig`` measures MXNet's
-    FullyConnected, Convolution and elemwise_add instead."""
+    FullyConnected, Convolution and elemwise_add instead. On a GPU the sizes are larger
+    (``*_CUDA``) and no NCHWc chain is run."""
     budget = budget or Budget(min_time=0.3, max_time=2.0)
     mxnet = type(config).__name__ == "MxnetConfig"
+    on_cpu = getattr(config, "device", None) in (None, "cpu") and getattr(config, "context", "cpu") == "cpu"
+    gemm_sizes, stream_elements, gemv_sizes = ((GEMM_SIZES, STREAM_ELEMENTS, GEMV_SIZES) if on_cpu
+                                               else (GEMM_SIZES_CUDA, STREAM_ELEMENTS_CUDA, GEMV_SIZES_CUDA))
     gemm_of, conv_of, stream_of = ((mxnet_gemm_model, mxnet_conv_model, mxnet_stream_model) if mxnet
                                    else (gemm_model, conv_model, stream_model))
-    models = ([gemm_of(n) for n in GEMM_SIZES] + [conv_of(c, h) for c, h in CONV_SHAPES]
-              + [stream_of(e) for e in STREAM_ELEMENTS] + [gemm_of(n, 1) for n in GEMV_SIZES])
+    models = ([gemm_of(n) for n in gemm_sizes] + [conv_of(c, h) for c, h in CONV_SHAPES]
+              + [stream_of(e) for e in stream_elements] + [gemm_of(n, 1) for n in gemv_sizes])
     results = iter(benchmark(models, backend="mxnet" if mxnet else "onnxruntime", config=config,  # type: ignore[arg-type]
                              budget=budget))
-    gemm = tuple((n, _rate(2.0 * n ** 3, next(results))) for n in GEMM_SIZES)
+    gemm = tuple((n, _rate(2.0 * n ** 3, next(results))) for n in gemm_sizes)
     conv = tuple((c, h, _rate(_conv_flops(c, h), next(results))) for c, h in CONV_SHAPES)
-    stream = tuple((12 * e, _rate(12.0 * e, next(results))) for e in STREAM_ELEMENTS)
-    gemv = tuple((4 * n * n, _rate(4.0 * n * n, next(results))) for n in GEMV_SIZES)
+    stream = tuple((12 * e, _rate(12.0 * e, next(results))) for e in stream_elements)
+    gemv = tuple((4 * n * n, _rate(4.0 * n * n, next(results))) for n in gemv_sizes)
     nchwc: tuple[tuple[int, int, float], ...] = ()
-    if not mxnet:
+    if not mxnet and on_cpu:  # the NCHWc layout is the CPU provider's
         chains = [conv_model(c, h, NCHWC_DEPTH) for c, h in CONV_SHAPES]
         runs = benchmark(chains, config=replace(config or OrtConfig(), graph_optimization_level="all"),
                          budget=budget)
@@ -160,8 +170,10 @@ def calibrate_peaks(config: object | None = None, budget: Budget | None = None) 
 
 
 def merge_peaks(stored: Any, backend: str, calibration: Calibration) -> tuple[float, float, dict[str, Any]]:
-    """The machine's peaks after calibrating ``backend``: the best of every backend calibrated so far,
-    as ``(flops_per_s, bytes_per_s, details)`` for ``Store.record_peaks``.
+    """The machine's peaks after calibrating ``backend``: the best of every backend calibrated so far
+    on the CPU, as ``(flops_per_s, bytes_per_s, details)`` for ``Store.record_peaks``. An accelerator's
+    calibration (a ``backend`` key such as ``onnxruntime:cuda``, see ``peaks_key``) is kept in the
+    details alone: a GPU's peaks would make every CPU roofline vanish.
 
     ``stored`` is the ``PeaksRecord`` already stored for the system, or None. A peak is a property of
     the machine and the roofline must stay below every framework's runs (MXNet's oneDNN
@@ -177,8 +189,8 @@ def merge_peaks(stored: Any, backend: str, calibration: Calibration) -> tuple[fl
                          "bytes_per_s": calibration.peaks.bytes_per_s,
                          "gemm": calibration.gemm, "conv": calibration.conv, "stream": calibration.stream,
                          "conv_nchwc": calibration.conv_nchwc, "gemv": calibration.gemv}
-    return (max(b["flops_per_s"] for b in backends.values()), max(b["bytes_per_s"] for b in backends.values()),
-            {"backends": backends})
+    cpu = [b for key, b in backends.items() if ":" not in key] or list(backends.values())  # (a row needs peaks)
+    return (max(b["flops_per_s"] for b in cpu), max(b["bytes_per_s"] for b in cpu), {"backends": backends})
 
 
 def calibrated_backends(stored: Any) -> set[str]:

@@ -19,10 +19,10 @@ from dataclasses import dataclass, replace
 from dlbricks import BrickSet, Decomposition, InvalidArgumentError, ModelGraph, decompose, load_model
 from dlbricks.benchmarks_db import Store, populate
 from dlbricks.benchmarks_db._populate import dominant_bricks
-from dlbricks.estimator._api import backend_name, estimate, open_store, threads_of
+from dlbricks.estimator._api import backend_name, estimate, open_store, peaks_key, threads_of
 from dlbricks.estimator._calibrate import calibrate_peaks, calibrated_backends, merge_peaks
 from dlbricks.generators import (
-    Budget, Measurement, OrtConfig, Runner, SystemInfo, benchmark, collect_system_info, pool,
+    Budget, Measurement, OrtConfig, Runner, SystemInfo, benchmark, collect_system_info, get_backend, pool,
 )
 
 __all__ = ["DEFAULT_SUITE", "GRANULARITIES", "EvaluationRow", "Evaluation", "evaluate", "measure_whole", "pool", "suite_models",
@@ -185,6 +185,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     config = config or OrtConfig()
     bricks_cfg = whole_cfg = config
     backend = backend_name(config)
+    get_backend(backend).check(config)  # before anything is stored: a missing provider is one line
     if granularity not in GRANULARITIES:
         raise InvalidArgumentError(f"'granularity' must be one of {GRANULARITIES}. Got {granularity!r} instead.")
     if granularity != "layer" and getattr(config, "graph_optimization_level", "disable") == "disable":
@@ -206,10 +207,12 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     summary = brickset.summary()
     say(f"{summary.models} models, {summary.layers} layers, {summary.unique_bricks} unique bricks")
     stored = store.peaks(system)
-    if stored is None or backend not in calibrated_backends(stored):
-        say(f"calibrating peak FLOP/s and bandwidth with {backend} (roofline)")
-        cal_config = config if backend == "mxnet" else OrtConfig(intra_op_num_threads=threads_of(config) or 1)
-        store.record_peaks(system, *merge_peaks(stored, backend, calibrate_peaks(cal_config)))
+    key = peaks_key(config)
+    if stored is None or key not in calibrated_backends(stored):
+        say(f"calibrating peak FLOP/s and bandwidth with {key} (roofline)")
+        cal_config = config if backend == "mxnet" else OrtConfig(
+            intra_op_num_threads=threads_of(config) or 1, device=config.device, device_id=config.device_id)
+        store.record_peaks(system, *merge_peaks(stored, key, calibrate_peaks(cal_config)))
     # The estimate's configuration first (its time is what the speedup compares), then the warm
     # sweep that gives each brick its fastest state for the lower bound. This machine's speed
     # swings by 10-20% from one second to the next (neighbours' load), so the suite runs model by

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from dlbricks._cliutil import format_table, handle_errors
-from dlbricks.estimator._api import estimate, open_store, threads_of, validate
+from dlbricks.estimator._api import estimate, open_store, peaks_key, threads_of, validate
 from dlbricks.estimator._calibrate import calibrate_peaks, merge_peaks
 from dlbricks.estimator._estimate import ON_MISSING, Estimate
 from dlbricks.estimator._evaluate import EVALUATE_BUDGET, GRANULARITIES, Evaluation, evaluate, suite_models
@@ -22,6 +22,8 @@ _OPT_LEVELS = ("disable", "basic", "extended", "all")
 
 
 def _config_options(fn: Any) -> Any:
+    fn = click.option("--device", type=click.Choice(("cpu", "cuda")), default="cpu", show_default=True,
+                      help="cuda: onnxruntime's CUDAExecutionProvider (the 'gpu' extra), MXNet's gpu context.")(fn)
     fn = click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
                       help="intra_op_num_threads.")(fn)
     fn = click.option("--opt-level", type=click.Choice(_OPT_LEVELS), default="disable", show_default=True,
@@ -40,17 +42,18 @@ _budget_option = click.option("--budget", "budget_name", type=click.Choice(tuple
                               show_default=True, help="Stopping rule for bricks and whole models.")
 
 
-def _config(threads: int, opt_level: str) -> OrtConfig:
-    return OrtConfig(intra_op_num_threads=threads, graph_optimization_level=opt_level)
+def _config(threads: int, opt_level: str, device: str = "cpu") -> OrtConfig:
+    return OrtConfig(intra_op_num_threads=threads, graph_optimization_level=opt_level, device=device)
 
 
-def _framework_config(framework: str, threads: int, opt_level: str) -> Any:
-    """The configuration of ``framework``: onnxruntime's (``opt_level``) or MXNet's."""
+def _framework_config(framework: str, threads: int, opt_level: str, device: str = "cpu") -> Any:
+    """The configuration of ``framework``: onnxruntime's (``opt_level``) or MXNet's (``device`` cuda:
+    its gpu context)."""
     if framework == "mxnet":
         from dlbricks.generators._mxnet import MxnetConfig
 
-        return MxnetConfig(omp_threads=threads)
-    return _config(threads, opt_level)
+        return MxnetConfig(omp_threads=threads, context="gpu" if device == "cuda" else "cpu")
+    return _config(threads, opt_level, device)
 
 
 _framework_option = click.option(
@@ -90,11 +93,11 @@ def _print_estimate(est: Estimate, top: int) -> None:
 @click.option("--top", type=int, default=15, show_default=True, help="Breakdown rows to print.")
 @_framework_option
 @handle_errors
-def estimate_cmd(model: str, db: str, threads: int, opt_level: str, granularity: str, on_missing: str,
-                 as_json: bool, top: int, framework: str) -> None:
+def estimate_cmd(model: str, db: str, threads: int, opt_level: str, device: str, granularity: str,
+                 on_missing: str, as_json: bool, top: int, framework: str) -> None:
     """Estimate MODEL's latency from the brick database (a file, or a stored or zoo model name)."""
     with open_store(db) as store:
-        est = estimate(model, store, config=_framework_config(framework, threads, opt_level),
+        est = estimate(model, store, config=_framework_config(framework, threads, opt_level, device),
                        granularity=granularity, on_missing=on_missing)
     if as_json:
         click.echo(json.dumps(est.to_dict(), indent=2))
@@ -112,11 +115,11 @@ def estimate_cmd(model: str, db: str, threads: int, opt_level: str, granularity:
 @_framework_option
 @_budget_option
 @handle_errors
-def validate_cmd(models: tuple[str, ...], db: str, threads: int, opt_level: str, per_brick: bool,
+def validate_cmd(models: tuple[str, ...], db: str, threads: int, opt_level: str, device: str, per_brick: bool,
                  top: int, granularity: str, framework: str, budget_name: str) -> None:
     """Measure MODELs whole, store the runs, and compare with their estimates."""
     rows, validations = [], []
-    config = _framework_config(framework, threads, opt_level)
+    config = _framework_config(framework, threads, opt_level, device)
     with open_store(db) as store:
         for model in models:
             v = validate(model, store, config=config, granularity=granularity,
@@ -158,18 +161,20 @@ def _print_per_brick(v: Any, top: int) -> None:
 @click.command("calibrate")
 @_config_options
 @handle_errors
-def calibrate_cmd(db: str, threads: int, opt_level: str) -> None:
+def calibrate_cmd(db: str, threads: int, opt_level: str, device: str) -> None:
     """Measure this machine's peak FLOP/s and memory bandwidth and store them (roofline)."""
-    cal = calibrate_peaks(_config(threads, opt_level))
+    config = _config(threads, opt_level, device)
+    cal = calibrate_peaks(config)
     with open_store(db) as store:
         from dlbricks.generators import collect_system_info
 
         system = collect_system_info()
-        flops, bandwidth, details = merge_peaks(store.peaks(system), "onnxruntime", cal)
+        flops, bandwidth, details = merge_peaks(store.peaks(system), peaks_key(config), cal)
         store.record_peaks(system, flops, bandwidth, details)
-    click.echo(f"peak {cal.peaks.flops_per_s / 1e9:.1f} GFLOP/s (MatMul), "
-               f"{cal.peaks.bytes_per_s / 1e9:.1f} GB/s (Add, matrix-vector), {threads} thread(s); stored in {db} "
-               f"(machine peaks over every framework calibrated: {flops / 1e9:.1f} GFLOP/s, "
+    where = f"{threads} thread(s)" if device == "cpu" else f"on {device}"
+    click.echo(f"peak {cal.peaks.flops_per_s / 1e9:.1f} GFLOP/s (MatMul, convolution), "
+               f"{cal.peaks.bytes_per_s / 1e9:.1f} GB/s (Add, matrix-vector), {where}; stored in {db} "
+               f"(the CPU's peaks over every framework calibrated: {flops / 1e9:.1f} GFLOP/s, "
                f"{bandwidth / 1e9:.1f} GB/s)")
 
 
@@ -187,8 +192,10 @@ def _print_evaluation(ev: Evaluation) -> None:
     click.echo("")
     runtime = (f"mxnet {ev.config.mxnet_version}" if hasattr(ev.config, "mxnet_version")
                else f"onnxruntime {s.onnxruntime_version}, optimizations {ev.config.graph_optimization_level}")
+    on_gpu = getattr(ev.config, "device", "cpu") != "cpu" or getattr(ev.config, "context", "cpu") != "cpu"
+    where = (f"on {s.gpu_name} (driver {s.gpu_driver})" if on_gpu else f"{threads_of(ev.config)} thread(s)")
     click.echo(f"machine: {s.cpu_model}, {s.physical_cores} cores, Python {platform.python_version()}; "
-               f"{runtime}; {threads_of(ev.config)} thread(s), {ev.granularity} granularity")
+               f"{runtime}; {where}, {ev.granularity} granularity")
     click.echo(f"suite: {len(ev.rows)} models, {ev.layers} layers, {ev.unique_bricks} unique bricks "
                f"({ev.layers / max(ev.unique_bricks, 1):.2f} layers per brick)")
     click.echo(f"benchmarking time: unique bricks {ev.brick_time_s:.1f} s, whole models "
@@ -220,15 +227,15 @@ def _print_evaluation(ev: Evaluation) -> None:
 @_framework_option
 @_budget_option
 @handle_errors
-def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, plot_dir: Path | None, quiet: bool,
-                 granularity: str, framework: str, budget_name: str) -> None:
+def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, device: str, plot_dir: Path | None,
+                 quiet: bool, granularity: str, framework: str, budget_name: str) -> None:
     """The main job: benchmark the suite's unique bricks, estimate every model, validate.
 
     Prints, per model, layers, unique bricks, measured and estimated latency, error, parallel
     estimate, lower bound and roofline; for the suite, the benchmarking time of bricks vs whole
     models and the error figures.
     """
-    config = _framework_config(framework, threads, opt_level)
+    config = _framework_config(framework, threads, opt_level, device)
     models = suite_models(suite, "mxnet") if framework == "mxnet" else suite_models(suite)
     say = (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
     with open_store(db) as store:

@@ -44,6 +44,12 @@ COLD_SPANS = ("model", "cache")
 #: faster than inside the model with 16 copies and within 6% with 128 (interleaved runs), while
 #: ResNet-50's, whose weights span the cache with fewer copies anyway, did not change.
 MAX_COLD_COPIES = 128
+#: Session copies of a brick on CUDA, in every cache state. Each copy has a CUDA execution provider of
+#: its own (stream, cuDNN and cuBLAS handles, arena), and running copies round-robin costs far more
+#: than the cache misses they emulate: on an H100 (onnxruntime-gpu 1.31.1), a ResNet-18 Relu brick ran
+#: in 21 us as one session and 124-139 us as 128 copies, and its first 3x3 convolution in 45 us and
+#: 3.7-4.0 ms (each copy searches its cuDNN algorithms on its first runs).
+CUDA_COPIES = 1
 THREAD_POOLS_ENV = "DLBRICKS_ORT_THREAD_POOLS"
 #: Seconds to leave after a multi-threaded worker's run before another worker times anything: with
 #: spinning on, onnxruntime's pool threads keep spinning for about 30 ms after a run returns
@@ -117,7 +123,8 @@ class OrtConfig:
         (inside a model, the input was just written, onnxruntime's memory planner hands out recently
         freed buffers, and every layer takes its scratch from the session's one arena). ``"cold"``:
         outputs cold too (each copy its own output: an upper bound on the cache misses). ``"warm"``: the same session again and again (weights stay
-        in cache: the fastest state, used for the lower bound).
+        in cache: the fastest state, used for the lower bound). On CUDA a brick runs as one
+        session in every state (:data:`CUDA_COPIES`).
     cold_span : {"model", "cache"}, default "model"
         How much data the cold copies of a brick cycle through. ``"model"``: as much as one run of
         the model the brick was cut from touches, its weights and live activations
@@ -466,7 +473,8 @@ class OrtBackend:
             ) from e
         sessions = [session]
         if config.cache in ("cold", "cold-weights") and _is_brick(model):
-            copies = cold_copies(model, first, span_bytes=cold_span_bytes(model, config.cold_span))
+            copies = (cold_copies(model, first, span_bytes=cold_span_bytes(model, config.cold_span))
+                      if config.device == "cpu" else CUDA_COPIES)
             shared = config.device == "cpu" and config.enable_cpu_mem_arena and copies > 1
             if shared:
                 sessions = [_make_session(ort, model, config, shared_arena=True)]

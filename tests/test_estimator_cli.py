@@ -129,6 +129,53 @@ def test_peaks_are_the_best_of_every_framework_calibrated() -> None:
     assert again[:2] == (2e11, 5e10)  # a recalibration replaces that framework's figures
 
 
+def test_an_accelerators_peaks_are_kept_apart_from_the_cpus() -> None:
+    """A GPU calibration is stored beside the CPU's (details), and each configuration's roofline
+    takes its own device's peaks: the GPU's would make every CPU roofline vanish."""
+    from collections import namedtuple
+
+    from dlbricks.estimator import Calibration, Peaks
+    from dlbricks.estimator._api import peaks_key, store_peaks
+    from dlbricks.estimator._calibrate import calibrated_backends, merge_peaks
+    from dlbricks.generators import OrtConfig
+
+    Stored = namedtuple("Stored", "flops_per_s bytes_per_s details")
+
+    class OneSystem:  # the store's peaks lookup for one system
+        def __init__(self, record: object) -> None:
+            self.record = record
+
+        def peaks(self, system: object) -> object:
+            return self.record
+
+    cuda = OrtConfig(device="cuda")
+    assert (peaks_key(OrtConfig()), peaks_key(cuda)) == ("onnxruntime", "onnxruntime:cuda")
+    gpu = Calibration(Peaks(4e13, 3e12), ((4096, 4e13),), ((1 << 26, 3e12),))
+    only_gpu = Stored(*merge_peaks(None, peaks_key(cuda), gpu))
+    assert store_peaks(OneSystem(only_gpu), "s", "onnxruntime") is None  # no CPU calibrated yet
+    assert store_peaks(OneSystem(only_gpu), "s", "onnxruntime:cuda") == Peaks(4e13, 3e12)
+    cpu = Calibration(Peaks(5e10, 2e10), ((256, 5e10),), ((1 << 20, 2e10),))
+    both = Stored(*merge_peaks(only_gpu, "onnxruntime", cpu))
+    assert (both.flops_per_s, both.bytes_per_s) == (5e10, 2e10)
+    assert calibrated_backends(both) == {"onnxruntime", "onnxruntime:cuda"}
+    assert store_peaks(OneSystem(both), "s") == Peaks(5e10, 2e10)
+    assert store_peaks(OneSystem(both), "s", "onnxruntime:cuda") == Peaks(4e13, 3e12)
+    assert store_peaks(OneSystem(both), "s", "mxnet:gpu") is None
+
+
+@pytest.mark.skipif("CUDAExecutionProvider" in __import__("onnxruntime").get_available_providers(),
+                    reason="this machine has the CUDA provider (benchmarks/check_cuda.py runs there)")
+@pytest.mark.parametrize("command", [["evaluate", "--suite", "squeezenet1_1"], ["calibrate"],
+                                     ["validate", "squeezenet1_1"]])
+def test_device_cuda_without_the_provider_is_one_clear_line(tmp_path: Path, command: list[str]) -> None:
+    db = tmp_path / "cuda.db"
+    result = CliRunner().invoke(main, [*command, "--device", "cuda", "--db", str(db)])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "CUDA requested but onnxruntime has no CUDAExecutionProvider" in lines[0]
+    assert "Traceback" not in result.output
+
+
 def test_evaluate_main_job_on_a_tiny_suite(tmp_path: Path) -> None:
     db = tmp_path / "e.db"
     result = CliRunner().invoke(main, ["evaluate", "--suite", "squeezenet1_1", "--db", str(db), "--budget",
