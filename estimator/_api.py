@@ -174,8 +174,10 @@ def _reorder_costs(dec: Decomposition, config: OrtConfig, store: Store, system: 
                    measured: Mapping[str, Measurement]) -> tuple[dict[str, float], float]:
     """Fused bricks at "all", from the database: what each brick's own session runs beyond its kernel
     (layout reorders, kernels the model fuses away; measured with the brick, subtracted from its time,
-    for the lower bound too) and the model's own layout reorders (priced by size, added once)."""
-    if dec.granularity != "fused:all" or getattr(config, "graph_optimization_level", None) != "all":
+    for the lower bound too) and the model's own layout reorders (priced by size, added once). None
+    on CUDA: the NCHWc layout is the CPU provider's."""
+    if (dec.granularity != "fused:all" or getattr(config, "graph_optimization_level", None) != "all"
+            or getattr(config, "device", "cpu") != "cpu"):
         return {}, 0.0
     overhead = store.overheads(system, config.config_id, [s for s in dec.bricks if s in measured])
     lacking = [s for s in dec.bricks if s in measured and s not in overhead]

@@ -199,7 +199,8 @@ def _print_evaluation(ev: Evaluation) -> None:
     click.echo(f"suite: {len(ev.rows)} models, {ev.layers} layers, {ev.unique_bricks} unique bricks "
                f"({ev.layers / max(ev.unique_bricks, 1):.2f} layers per brick)")
     click.echo(f"benchmarking time: unique bricks {ev.brick_time_s:.1f} s, whole models "
-               f"{ev.whole_time_s:.1f} s: speedup {ev.speedup:.2f}x (same stopping rule)")
+               + (f"{ev.whole_time_s:.1f} s: speedup {ev.speedup:.2f}x (same stopping rule)" if ev.whole_time_s
+                  else "measured by an earlier run of this database: no speedup figure"))
     click.echo(f"latency of one run: all models {1e3 * ev.model_latency_s:.1f} ms, all unique bricks "
                f"{1e3 * ev.unique_brick_latency_s:.1f} ms: {ev.time_dedup_ratio:.2f}x (the speedup a "
                f"fixed-iteration rule tends to)")

@@ -472,10 +472,9 @@ class OrtBackend:
                 f"onnxruntime cannot run model {model.graph.name!r}: {one_line(e)}"
             ) from e
         sessions = [session]
-        if config.cache in ("cold", "cold-weights") and _is_brick(model):
-            copies = (cold_copies(model, first, span_bytes=cold_span_bytes(model, config.cold_span))
-                      if config.device == "cpu" else CUDA_COPIES)
-            shared = config.device == "cpu" and config.enable_cpu_mem_arena and copies > 1
+        copies = session_copies(model, first, config)
+        if copies > 1:
+            shared = config.device == "cpu" and config.enable_cpu_mem_arena
             if shared:
                 sessions = [_make_session(ort, model, config, shared_arena=True)]
             sessions += [_make_session(ort, model, config, shared_arena=shared) for _ in range(copies - 1)]
@@ -595,6 +594,16 @@ def _providers(config: OrtConfig) -> list[Any]:
 def _is_brick(model: onnx.ModelProto) -> bool:
     """Whether ``model`` is a dlbricks brick (it carries its signature), not a whole model."""
     return any(p.key == SIGNATURE_KEY for p in model.metadata_props)
+
+
+def session_copies(model: onnx.ModelProto, outputs: list[Any], config: OrtConfig) -> int:
+    """Sessions of ``model`` that ``prepare`` runs round-robin: :func:`cold_copies` for a brick in a
+    cold state on the CPU, :data:`CUDA_COPIES` on CUDA, else 1."""
+    if config.cache not in ("cold", "cold-weights") or not _is_brick(model):
+        return 1
+    if config.device != "cpu":
+        return CUDA_COPIES
+    return cold_copies(model, outputs, span_bytes=cold_span_bytes(model, config.cold_span))
 
 
 def cold_span_bytes(model: onnx.ModelProto, cold_span: str) -> int | None:

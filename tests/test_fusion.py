@@ -359,3 +359,24 @@ def test_a_residual_brick_at_level_all_runs_unfused_kernels_that_are_subtracted(
     for plain in chain.bricks.values():  # one kernel each: nothing left over
         alone = brick_session_kernels(plain, "extended")
         assert len(alone.kernels) == 1 and alone.leftover_s == 0.0
+
+
+def test_on_cuda_a_fused_estimate_at_all_adds_no_nchwc_reorders() -> None:
+    """The NCHWc layout and its reorders are the CPU provider's: a fused:all estimate for CUDA asks
+    the database for no overhead and no reorder price (it found neither on an H100 and refused)."""
+    from dlbricks.estimator._api import _reorder_costs
+    from dlbricks.generators import OrtConfig
+
+    fused = dlbricks.decompose(dlbricks.load_model(_models.resnet_like(blocks=2, batch=1), name="res_all"),
+                               "fused", opt_level="all")
+    assert fused.reorder_bytes
+    cuda = OrtConfig(device="cuda", graph_optimization_level="all")
+
+    class NoLookups:  # the store must not be asked
+        def __getattr__(self, name: str) -> object:
+            raise AssertionError(f"the estimate read {name} for CUDA")
+
+    measured = dict.fromkeys(fused.bricks)
+    assert _reorder_costs(fused, cuda, NoLookups(), "gpu-system", measured) == ({}, 0.0)  # type: ignore[arg-type]
+    with pytest.raises(AssertionError, match="read overheads"):
+        _reorder_costs(fused, OrtConfig(graph_optimization_level="all"), NoLookups(), "s", measured)  # type: ignore[arg-type]

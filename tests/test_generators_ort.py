@@ -38,6 +38,7 @@ from dlbricks.generators._ort import (
     THREAD_POOLS_ENV,
     USE_ENV_ALLOCATORS,
     cold_copies,
+    session_copies,
 )
 
 HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
@@ -291,6 +292,22 @@ def test_cold_copies_span_twice_the_last_level_cache() -> None:
     assert tiny == MAX_COLD_COPIES
     huge = cold_copies(model, [np.zeros((1,), np.float32)], llc_bytes=1)
     assert huge == 1
+
+
+def test_a_brick_runs_as_one_session_on_cuda() -> None:
+    """Cold copies are a CPU cache emulation: on CUDA each copy brings a provider of its own
+    (stream, handles, arena), and switching between them cost an H100 more than the misses they
+    emulate. Whole models and warm bricks run as one session everywhere."""
+    dec = dlbricks.decompose(conv_model())
+    conv = next(o.signature for o in dec.occurrences if dec.bricks[o.signature].op_type == "Conv")
+    brick = dec.in_context(conv).brick.to_onnx()
+    out = [np.zeros((1, 16, 14, 14), np.float32)]
+    cpu = session_copies(brick, out, OrtConfig())
+    assert cpu == cold_copies(brick, out) and cpu > 1
+    assert session_copies(brick, out, OrtConfig(device="cuda")) == 1
+    assert session_copies(brick, out, OrtConfig(device="cuda", cache="cold")) == 1
+    assert session_copies(brick, out, OrtConfig(cache="warm")) == 1
+    assert session_copies(conv_model(), out, OrtConfig()) == 1  # a whole model
 
 
 def test_cold_copies_span_what_a_run_of_the_brick_model_touches() -> None:
