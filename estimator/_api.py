@@ -62,11 +62,16 @@ def backend_name(config: Any) -> str:
     return "mxnet" if type(config).__name__ == "MxnetConfig" else "onnxruntime"
 
 
+def device_of(config: Any) -> str:
+    """Where a configuration computes: ``"cpu"``, or its accelerator (onnxruntime's ``device``,
+    MXNet's ``context``: ``"cuda"``, ``"gpu"``)."""
+    return getattr(config, "device", None) or getattr(config, "context", None) or "cpu"
+
+
 def peaks_key(config: Any) -> str:
     """Whose peaks a configuration's roofline takes: its backend's name on the CPU, ``name:device``
     on an accelerator (``onnxruntime:cuda``, ``mxnet:gpu``), calibrated and stored apart."""
-    device = getattr(config, "device", None) or getattr(config, "context", "cpu")
-    name = backend_name(config)
+    device, name = device_of(config), backend_name(config)
     return name if device == "cpu" else f"{name}:{device}"
 
 
@@ -177,7 +182,7 @@ def _reorder_costs(dec: Decomposition, config: OrtConfig, store: Store, system: 
     for the lower bound too) and the model's own layout reorders (priced by size, added once). None
     on CUDA: the NCHWc layout is the CPU provider's."""
     if (dec.granularity != "fused:all" or getattr(config, "graph_optimization_level", None) != "all"
-            or getattr(config, "device", "cpu") != "cpu"):
+            or device_of(config) != "cpu"):
         return {}, 0.0
     overhead = store.overheads(system, config.config_id, [s for s in dec.bricks if s in measured])
     lacking = [s for s in dec.bricks if s in measured and s not in overhead]

@@ -19,6 +19,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from dlbricks._errors import BackendError
+from dlbricks.estimator._api import device_of
 from dlbricks.estimator._estimate import Peaks
 from dlbricks.generators import Budget, Measurement, OrtConfig, benchmark
 
@@ -144,7 +145,7 @@ def calibrate_peaks(config: object | None = None, budget: Budget | None = None) 
     (``*_CUDA``) and no NCHWc chain is run."""
     budget = budget or Budget(min_time=0.3, max_time=2.0)
     mxnet = type(config).__name__ == "MxnetConfig"
-    on_cpu = getattr(config, "device", None) in (None, "cpu") and getattr(config, "context", "cpu") == "cpu"
+    on_cpu = device_of(config) == "cpu"
     gemm_sizes, stream_elements, gemv_sizes = ((GEMM_SIZES, STREAM_ELEMENTS, GEMV_SIZES) if on_cpu
                                                else (GEMM_SIZES_CUDA, STREAM_ELEMENTS_CUDA, GEMV_SIZES_CUDA))
     gemm_of, conv_of, stream_of = ((mxnet_gemm_model, mxnet_conv_model, mxnet_stream_model) if mxnet

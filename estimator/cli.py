@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from dlbricks._cliutil import format_table, handle_errors
-from dlbricks.estimator._api import estimate, open_store, peaks_key, threads_of, validate
+from dlbricks.estimator._api import device_of, estimate, open_store, peaks_key, threads_of, validate
 from dlbricks.estimator._calibrate import calibrate_peaks, merge_peaks
 from dlbricks.estimator._estimate import ON_MISSING, Estimate
 from dlbricks.estimator._evaluate import EVALUATE_BUDGET, GRANULARITIES, Evaluation, evaluate, suite_models
@@ -192,8 +192,8 @@ def _print_evaluation(ev: Evaluation) -> None:
     click.echo("")
     runtime = (f"mxnet {ev.config.mxnet_version}" if hasattr(ev.config, "mxnet_version")
                else f"onnxruntime {s.onnxruntime_version}, optimizations {ev.config.graph_optimization_level}")
-    on_gpu = getattr(ev.config, "device", "cpu") != "cpu" or getattr(ev.config, "context", "cpu") != "cpu"
-    where = (f"on {s.gpu_name} (driver {s.gpu_driver})" if on_gpu else f"{threads_of(ev.config)} thread(s)")
+    where = (f"{threads_of(ev.config)} thread(s)" if device_of(ev.config) == "cpu"
+             else f"on {s.gpu_name} (driver {s.gpu_driver})")
     click.echo(f"machine: {s.cpu_model}, {s.physical_cores} cores, Python {platform.python_version()}; "
                f"{runtime}; {where}, {ev.granularity} granularity")
     click.echo(f"suite: {len(ev.rows)} models, {ev.layers} layers, {ev.unique_bricks} unique bricks "
