@@ -72,6 +72,28 @@ VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 USE_ENV_ALLOCATORS = "session.use_env_allocators"
 
 
+def installed_onnxruntimes() -> set[str]:
+    """The onnxruntime distributions installed (``onnxruntime``, ``onnxruntime-gpu``...): each
+    installs the same ``onnxruntime`` package, and the last one installed wins."""
+    from importlib.metadata import distributions
+
+    names = {(d.metadata["Name"] or "").lower().replace("_", "-") for d in distributions()}
+    return {n for n in names if n == "onnxruntime" or n.startswith("onnxruntime-")}
+
+
+def no_cuda_message(available: list[str], installed: set[str]) -> str:
+    """What to do when CUDA is asked for and onnxruntime has no CUDAExecutionProvider, given the
+    onnxruntime distributions installed (:func:`installed_onnxruntimes`)."""
+    said = f"CUDA requested but onnxruntime has no CUDAExecutionProvider (available: {available}); "
+    others = " ".join(sorted(installed - {"onnxruntime-gpu"}))
+    if "onnxruntime-gpu" not in installed:
+        return said + f"install onnxruntime-gpu in place of {others or 'onnxruntime'}: pip uninstall -y {others} && pip install onnxruntime-gpu"
+    if others:
+        return (said + f"onnxruntime-gpu is installed beside {others}, which share its package: "
+                f"pip uninstall -y {others} && pip install --force-reinstall --no-deps onnxruntime-gpu")
+    return said + "onnxruntime-gpu is installed but found no GPU: check the driver and the CUDA and cuDNN libraries it needs"
+
+
 def _ort() -> ModuleType:
     """Import onnxruntime, or say how to get it."""
     try:
@@ -385,10 +407,7 @@ class OrtBackend:
             )
         available = ort.get_available_providers()
         if config.device == "cuda" and "CUDAExecutionProvider" not in available:
-            raise BackendUnavailableError(
-                f"CUDA requested but onnxruntime has no CUDAExecutionProvider (available: {available}); "
-                "install the 'gpu' extra: pip install dlbricks[gpu]"
-            )
+            raise BackendUnavailableError(no_cuda_message(available, installed_onnxruntimes()))
 
     def worker_env(self, config: Any) -> dict[str, str]:
         """Thread variables for OpenMP/MKL/OpenBLAS matching ``intra_op_num_threads`` (none for 0).

@@ -38,6 +38,8 @@ from dlbricks.generators._ort import (
     THREAD_POOLS_ENV,
     USE_ENV_ALLOCATORS,
     cold_copies,
+    installed_onnxruntimes,
+    no_cuda_message,
     session_copies,
 )
 
@@ -200,14 +202,25 @@ def test_cuda_unavailable_is_one_clear_line() -> None:
     expected = (
         "CUDA requested but onnxruntime has no CUDAExecutionProvider "
         f"(available: {ort.get_available_providers()}); "
-        "install the 'gpu' extra: pip install dlbricks[gpu]"
+        "install onnxruntime-gpu in place of onnxruntime: pip uninstall -y onnxruntime && pip install onnxruntime-gpu"
     )
+    assert installed_onnxruntimes() == {"onnxruntime"}
     config = OrtConfig(device="cuda", cudnn_conv_algo_search="HEURISTIC", device_id=0)
     with pytest.raises(BackendUnavailableError) as info:
         OrtBackend().prepare(conv_model(), config)
     assert str(info.value) == expected
     with pytest.raises(BackendUnavailableError, match="CUDA requested"):
         benchmark([conv_model()], config=config)  # raised at once, before any worker starts
+
+
+def test_without_cuda_the_message_says_how_to_get_the_gpu_build() -> None:
+    """onnxruntime and onnxruntime-gpu install one package: with both installed, the last one wins."""
+    cpu = ["CPUExecutionProvider"]
+    both = no_cuda_message(cpu, {"onnxruntime", "onnxruntime-gpu"})
+    assert both.endswith("onnxruntime-gpu is installed beside onnxruntime, which share its package: "
+                         "pip uninstall -y onnxruntime && pip install --force-reinstall --no-deps onnxruntime-gpu")
+    assert "check the driver and the CUDA and cuDNN libraries" in no_cuda_message(cpu, {"onnxruntime-gpu"})
+    assert "\n" not in both
 
 
 def test_worker_env_pins_thread_pools() -> None:
