@@ -87,11 +87,14 @@ def no_cuda_message(available: list[str], installed: set[str]) -> str:
     said = f"CUDA requested but onnxruntime has no CUDAExecutionProvider (available: {available}); "
     others = " ".join(sorted(installed - {"onnxruntime-gpu"}))
     if "onnxruntime-gpu" not in installed:
-        return said + f"install onnxruntime-gpu in place of {others or 'onnxruntime'}: pip uninstall -y {others} && pip install onnxruntime-gpu"
+        cpu = others or "onnxruntime"
+        return (said + f"install onnxruntime-gpu in place of {cpu}: "
+                f"pip uninstall -y {cpu} && pip install onnxruntime-gpu")
     if others:
         return (said + f"onnxruntime-gpu is installed beside {others}, which share its package: "
                 f"pip uninstall -y {others} && pip install --force-reinstall --no-deps onnxruntime-gpu")
-    return said + "onnxruntime-gpu is installed but found no GPU: check the driver and the CUDA and cuDNN libraries it needs"
+    return (said + "onnxruntime-gpu is installed but found no GPU: check the driver and the CUDA and cuDNN "
+            "libraries it needs")
 
 
 def _ort() -> ModuleType:

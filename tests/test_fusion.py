@@ -384,4 +384,5 @@ def test_on_cuda_a_fused_estimate_at_all_adds_no_nchwc_reorders() -> None:
     measured = dict.fromkeys(fused.bricks)
     assert _reorder_costs(fused, cuda, NoLookups(), "gpu-system", measured) == ({}, 0.0)  # type: ignore[arg-type]
     with pytest.raises(AssertionError, match="read overheads"):
-        _reorder_costs(fused, OrtConfig(graph_optimization_level="all"), NoLookups(), "s", measured)  # type: ignore[arg-type]
+        cpu = OrtConfig(graph_optimization_level="all")
+        _reorder_costs(fused, cpu, NoLookups(), "s", measured)  # type: ignore[arg-type]
