@@ -171,11 +171,13 @@ def calibrate_cmd(db: str, threads: int, opt_level: str, device: str) -> None:
         system = collect_system_info()
         flops, bandwidth, details = merge_peaks(store.peaks(system), peaks_key(config), cal)
         store.record_peaks(system, flops, bandwidth, details)
-    where = f"{threads} thread(s)" if device == "cpu" else f"on {device}"
-    click.echo(f"peak {cal.peaks.flops_per_s / 1e9:.1f} GFLOP/s (MatMul, convolution), "
-               f"{cal.peaks.bytes_per_s / 1e9:.1f} GB/s (Add, matrix-vector), {where}; stored in {db} "
-               f"(the CPU's peaks over every framework calibrated: {flops / 1e9:.1f} GFLOP/s, "
-               f"{bandwidth / 1e9:.1f} GB/s)")
+    said = (f"peak {cal.peaks.flops_per_s / 1e9:.1f} GFLOP/s (MatMul, convolution), "
+            f"{cal.peaks.bytes_per_s / 1e9:.1f} GB/s (Add, matrix-vector)")
+    if device != "cpu":
+        click.echo(f"{said} on {device}; stored in {db} as {peaks_key(config)}, apart from the CPU's peaks")
+        return
+    click.echo(f"{said}, {threads} thread(s); stored in {db} (the CPU's peaks over every framework calibrated: "
+               f"{flops / 1e9:.1f} GFLOP/s, {bandwidth / 1e9:.1f} GB/s)")
 
 
 def _print_evaluation(ev: Evaluation) -> None:
