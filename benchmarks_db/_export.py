@@ -6,12 +6,13 @@ import contextlib
 import csv
 import json
 import os
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any
 
 from dlbricks._errors import InvalidArgumentError
 
-__all__ = ["FORMATS", "JSON_COLUMNS", "write_rows"]
+__all__ = ["FORMATS", "JSON_COLUMNS", "write_rows", "check_output"]
 
 FORMATS = ("csv", "json")
 #: Columns holding JSON text; the JSON export nests them as values instead of strings.
@@ -21,14 +22,44 @@ JSON_COLUMNS = frozenset({"samples", "budget", "details", "options", "op_types",
 
 @contextlib.contextmanager
 def _stream(out: Any) -> Iterator[IO[str]]:
+    """A text stream as given, or a temporary file beside the path ``out`` that is renamed onto it
+    once complete: an interrupted export leaves no half-written file."""
     if hasattr(out, "write"):
         yield out
         return
+    path = os.fspath(out)
+    folder = os.path.dirname(os.path.abspath(path))
     try:
-        with open(os.fspath(out), "w", newline="", encoding="utf-8") as f:
-            yield f
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
     except OSError as e:
         raise InvalidArgumentError(f"Cannot write {out}: {e.strerror}; choose a writable path.") from e
+    try:
+        with open(fd, "w", newline="", encoding="utf-8") as f:
+            yield f
+        os.replace(tmp, path)
+    except OSError as e:
+        raise InvalidArgumentError(f"Cannot write {out}: {e.strerror}; choose a writable path.") from e
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def check_output(out: str | os.PathLike[str], databases: Sequence[str], *, overwrite: bool) -> None:
+    """Refuse an output path that is one of ``databases`` (or their journals), symlinks resolved, or
+    that exists when ``overwrite`` is False."""
+    target = os.path.realpath(os.fspath(out))
+    for db in databases:
+        if db == ":memory:":
+            continue
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            if target == os.path.realpath(os.fspath(db) + suffix):
+                raise InvalidArgumentError(f"The output {out} is the database {db}{suffix} itself; choose "
+                                           f"another output file.")
+    if os.path.isdir(target):
+        raise InvalidArgumentError(f"The output {out} is a folder; give a file path.")
+    if os.path.lexists(out) and not overwrite:
+        raise InvalidArgumentError(f"The output {out} exists; choose a new file, or pass --force "
+                                   f"(overwrite=True) to replace it.")
 
 
 def write_rows(out: Any, fmt: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:

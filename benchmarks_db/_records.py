@@ -17,6 +17,7 @@ from dlbricks._graph import ModelSource
 from dlbricks._types import TensorSpec
 
 __all__ = [
+    "CheckReport",
     "SystemRecord",
     "BackendRecord",
     "BrickRecord",
@@ -323,3 +324,31 @@ class MergeReport:
     model_measurements_added: int
     model_measurements_replaced: int
     model_measurements_kept: int
+
+
+@dataclass(frozen=True, slots=True)
+class CheckReport:
+    """What ``dlbricks db check`` found in a database file; ``ok`` when nothing is wrong."""
+
+    path: str
+    schema_version: int
+    integrity: tuple[str, ...]
+    missing_tables: tuple[str, ...]
+    foreign_keys: tuple[str, ...]
+    bad_bricks: tuple[str, ...]
+    bricks: int
+
+    @property
+    def ok(self) -> bool:
+        """Whether the file passed every check."""
+        return (self.integrity == ("ok",) and not self.missing_tables and not self.foreign_keys
+                and not self.bad_bricks)
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        """One line per problem found (empty when ``ok``)."""
+        lines = [f"integrity: {line}" for line in self.integrity if line != "ok"]
+        lines += [f"missing table: {t}" for t in self.missing_tables]
+        lines += [f"foreign key: {f}" for f in self.foreign_keys]
+        lines += [f"brick {sig[:16]} does not decode" for sig in self.bad_bricks]
+        return tuple(lines)

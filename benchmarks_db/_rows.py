@@ -98,6 +98,9 @@ def model_rows(dec: Decomposition, source: ModelSource | None,
 
 def system_row(info: Any, fingerprint: str | None, first_seen: str) -> Row:
     """A ``systems`` row from a SystemInfo; ``fingerprint`` overrides the machine's own."""
+    if fingerprint is not None and (not isinstance(fingerprint, str) or not fingerprint.strip()):
+        raise InvalidArgumentError(f"A system fingerprint must be a non-blank string. Got {fingerprint!r} "
+                                   f"instead.")
     details = dict(info.to_dict())
     if fingerprint is not None:
         details.update(fingerprint=fingerprint, fingerprint_override=True,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import random
 import sqlite3
 import time
@@ -25,7 +26,8 @@ from dlbricks._errors import DatabaseError
 from dlbricks.benchmarks_db._migrations import APPLICATION_ID, DLBRICKS_TABLES, MIGRATIONS, SCHEMA_VERSION
 from dlbricks.benchmarks_db._records import STAT_FIELDS, RecordOutcome
 
-__all__ = ["connect", "write", "MERGE_RULES", "MEASUREMENT_TABLES"]
+__all__ = ["connect", "write", "check_health", "damaged", "is_damage", "integrity_lines",
+           "foreign_key_problems", "brick_blobs", "open_for_check", "preflight", "MERGE_RULES", "MEASUREMENT_TABLES"]
 
 T = TypeVar("T")
 Row = dict[str, Any]
@@ -63,6 +65,8 @@ def connect(path: str, *, create: bool, readonly: bool, busy_timeout_s: float) -
         path, create=create, readonly=readonly, busy_timeout_s=busy_timeout_s)
     try:
         _check_header(conn, path, readonly)
+        if not memory:
+            check_health(conn, path)
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
         conn.execute("PRAGMA foreign_keys = ON")
         if readonly:
@@ -76,6 +80,8 @@ def connect(path: str, *, create: bool, readonly: bool, busy_timeout_s: float) -
             write(db, lambda: _migrate(db))
     except sqlite3.Error as e:
         conn.close()
+        if is_damage(e):
+            raise damaged(path, str(e)) from e
         raise DatabaseError(f"Cannot use database {path}: {e}; check that the file and its folder "
                             f"are writable.") from e
     except DatabaseError:
@@ -97,13 +103,53 @@ def _open_file(path: str, *, create: bool, readonly: bool, busy_timeout_s: float
             raise DatabaseError(f"Cannot create database {path}: the folder {p.parent} does not "
                                 f"exist.")
     mode = "ro" if readonly else ("rwc" if create else "rw")
-    uri = f"file:{quote(str(p.absolute()))}?mode={mode}"
+    if not readonly and p.exists() and not os.access(p, os.W_OK):
+        raise DatabaseError(f"Cannot write database {path}: the file is read-only; make it writable, or "
+                            f"copy it to a writable place.")
+    if not readonly and not os.access(p.parent, os.W_OK):
+        raise DatabaseError(f"Cannot write database {path}: its folder {p.parent} is read-only (SQLite "
+                            f"keeps its journal beside the file); copy the database to a writable folder.")
+    # a read-only folder cannot hold the WAL's shared-memory file: nobody can write there, so
+    # the file is read as immutable
+    immutable = "&immutable=1" if readonly and not os.access(p.parent, os.W_OK) else ""
+    uri = f"file:{quote(str(p.absolute()))}?mode={mode}{immutable}"
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, isolation_level=None)
         conn.execute("PRAGMA schema_version").fetchone()  # opens the file for real
     except sqlite3.DatabaseError as e:
         raise _not_sqlite(path, e) from e
     return conn
+
+
+def is_damage(e: BaseException) -> bool:
+    """Whether an sqlite3 error says the file's content is damaged (not busy, not a permission)."""
+    text = str(e)
+    return isinstance(e, sqlite3.DatabaseError) and any(
+        sign in text for sign in ("malformed", "no such table", "no such column", "file is not a database",
+                                  "database corruption", "disk image"))
+
+
+def damaged(path: str, detail: str) -> DatabaseError:
+    """The one-line error of a damaged database: what is wrong and what to do."""
+    detail = " ".join(detail.replace("*** in database main ***", "").split())
+    return DatabaseError(f"{path} is damaged ({detail[:200]}); run 'dlbricks db check --db {path}' for "
+                         f"details, then restore a copy or fill a new database.")
+
+
+def check_health(conn: sqlite3.Connection, path: str) -> None:
+    """The cheap check run on every open: SQLite's ``quick_check`` and, at the current schema
+    version, every dlbricks table present. Raises :class:`DatabaseError` naming what is wrong."""
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        result = [r[0] for r in conn.execute("PRAGMA quick_check(3)")]
+    except sqlite3.DatabaseError as e:
+        raise damaged(path, str(e)) from e
+    if result != ["ok"]:
+        raise damaged(path, "; ".join(result))
+    missing = sorted(DLBRICKS_TABLES - tables) if version == SCHEMA_VERSION else []
+    if missing:
+        raise damaged(path, f"table {missing[0]} is missing")
 
 
 def _not_sqlite(path: str, e: sqlite3.Error) -> DatabaseError:
@@ -132,8 +178,8 @@ def _check_header(conn: sqlite3.Connection, path: str, readonly: bool) -> None:
         raise DatabaseError(f"{path} has schema version {version}, newer than version "
                             f"{SCHEMA_VERSION} that this dlbricks knows; upgrade dlbricks to use it.")
     if readonly and version < SCHEMA_VERSION:
-        raise DatabaseError(f"{path} has schema version {version} (current: {SCHEMA_VERSION}); open "
-                            f"it once for writing (e.g. 'dlbricks db stats --db {path}') to migrate it.")
+        raise DatabaseError(f"{path} has schema version {version} (current: {SCHEMA_VERSION}); run "
+                            f"'dlbricks db upgrade --db {path}' to migrate it.")
 
 
 def _migrate(db: sqlite_utils.Database) -> None:
@@ -534,3 +580,66 @@ def export_rows(db: sqlite_utils.Database, table: str) -> tuple[list[str], Itera
     """Column names and rows of one of :data:`EXPORT_QUERIES`."""
     cursor = db.conn.execute(EXPORT_QUERIES[table])
     return [d[0] for d in cursor.description], cursor
+
+
+def integrity_lines(db: sqlite_utils.Database, limit: int = 20) -> list[str]:
+    """``PRAGMA integrity_check``'s lines (``["ok"]`` for a sound file), or the error it raised."""
+    try:
+        rows = [str(r[0]) for r in db.conn.execute(f"PRAGMA integrity_check({int(limit)})")]
+    except sqlite3.DatabaseError as e:
+        return [str(e)]
+    return [line.strip() for row in rows for line in row.splitlines()
+            if line.strip() and line.strip() != "*** in database main ***"]
+
+
+def foreign_key_problems(db: sqlite_utils.Database, limit: int = 20) -> list[str]:
+    """Rows whose foreign key points nowhere, as ``"table rowid -> parent"``."""
+    try:
+        rows = db.conn.execute("PRAGMA foreign_key_check").fetchmany(limit)
+    except sqlite3.DatabaseError as e:
+        return [str(e)]
+    return [f"{table} row {rowid} -> {parent}" for table, rowid, parent, _ in rows]
+
+
+def brick_blobs(db: sqlite_utils.Database) -> Iterable[tuple[str, bytes | None]]:
+    """Every brick's signature and ONNX bytes, one at a time."""
+    yield from db.conn.execute("SELECT signature, onnx FROM bricks")
+
+
+def open_for_check(path: str) -> sqlite_utils.Database:
+    """Open an existing dlbricks database read-only without the health check (``db check``)."""
+    conn = _open_file(path, create=False, readonly=True, busy_timeout_s=5.0)
+    try:
+        _check_header(conn, path, readonly=False)
+        conn.execute("PRAGMA query_only = ON")
+    except (sqlite3.Error, DatabaseError):
+        conn.close()
+        raise
+    return sqlite_utils.Database(conn, execute_plugins=False)
+
+
+def preflight(path: str, *, create: bool) -> None:
+    """Raise :class:`DatabaseError` if opening ``path`` for writing would fail; write nothing."""
+    if path == ":memory:":
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise DatabaseError(f"Cannot open database {path}: it is a folder; give a file path such "
+                            f"as {p / 'dlbricks.db'}.")
+    if not p.exists():
+        if not create:
+            raise DatabaseError(f"No database at {path}; fill one with 'dlbricks bench MODEL --db {path}'.")
+        if not p.parent.is_dir():
+            raise DatabaseError(f"Cannot create database {path}: the folder {p.parent} does not exist.")
+        if not os.access(p.parent, os.W_OK):
+            raise DatabaseError(f"Cannot create database {path}: the folder {p.parent} is read-only; "
+                                f"choose a writable folder.")
+        return
+    db = open_for_check(path)
+    try:
+        check_health(db.conn, path)
+    finally:
+        db.close()
+    if not os.access(p, os.W_OK) or not os.access(p.parent, os.W_OK):
+        raise DatabaseError(f"Cannot write database {path}: the file or its folder is read-only; make "
+                            f"them writable, or copy the database to a writable folder.")

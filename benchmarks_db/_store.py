@@ -26,8 +26,9 @@ from dlbricks._decompose import BrickSet, Decomposition, Occurrence
 from dlbricks._errors import DatabaseError, InvalidArgumentError
 from dlbricks._graph import ModelSource
 from dlbricks.benchmarks_db import _export, _rows, _sql
+from dlbricks.benchmarks_db._migrations import DLBRICKS_TABLES
 from dlbricks.benchmarks_db._records import (
-    STAT_FIELDS, BackendRecord, BrickRecord, Claim, ClaimStatus, Coverage, DbStats, MeasurementRecord,
+    STAT_FIELDS, BackendRecord, CheckReport, BrickRecord, Claim, ClaimStatus, Coverage, DbStats, MeasurementRecord,
     MergeReport, ModelRecord, OpSummary, PeaksRecord, RecordOutcome, SystemRecord,
 )
 
@@ -59,6 +60,8 @@ def _guard(method: Callable[Concatenate[Store, P], R]) -> Callable[Concatenate[S
         try:
             return method(self, *args, **kwargs)
         except sqlite3.Error as e:
+            if _sql.is_damage(e):
+                raise _sql.damaged(self.path, f"{e}, in {method.__name__.lstrip('_')}") from e
             raise DatabaseError(f"{self.path}: {method.__name__.lstrip('_')} failed: {e}.") from e
 
     return wrapper
@@ -409,6 +412,7 @@ class Store:
                                        f"a key instead: {choices}.")
         return ModelRecord.from_row(rows[0])
 
+    @_guard
     def _model_granularity(self, model: str, granularity: str | None) -> tuple[str, str]:
         key = self.model(model).key
         stored = _sql.model_granularities(self._db, key)
@@ -436,7 +440,11 @@ class Store:
         data = _sql.brick_onnx(self._db, signature)
         if data is None:
             raise InvalidArgumentError(f"No brick {signature[:16]!r} in {self.path}.")
-        return Brick.from_bytes(data)
+        try:
+            return Brick.from_bytes(data)
+        except Exception as e:  # noqa: BLE001 - protobuf, onnx and json raise untyped errors on bad bytes
+            raise _sql.damaged(self.path, f"brick {signature[:12]} does not decode: {type(e).__name__}: "
+                                          f"{e}") from e
 
     @_guard
     def occurrences(self, model: str, granularity: str | None = None) -> tuple[Occurrence, ...]:
@@ -455,6 +463,7 @@ class Store:
         dag.add_edges_from(_sql.edges(self._db, key, granularity))
         return dag
 
+    @_guard
     def decomposition(self, model: str, granularity: str | None = None) -> Decomposition:
         """Rebuild a stored model's :class:`~dlbricks.Decomposition` (bricks with synthetic weights)."""
         record = self.model(model)
@@ -494,6 +503,7 @@ class Store:
             model=None if model is None else self.model(model).key, config_id=config_id, status=status)
         return [MeasurementRecord.from_row(r, "model") for r in rows]
 
+    @_guard
     def measurement(self, key: str, system: Any, config_id: str, *,
                     kind: str = "brick") -> Measurement | None:
         """The stored measurement of a brick (or, ``kind="model"``, a model) as a
@@ -569,6 +579,44 @@ class Store:
         """``PRAGMA integrity_check`` (``"ok"`` for a sound file)."""
         return _sql.integrity_check(self._db)
 
+    @staticmethod
+    def preflight(path: str | os.PathLike[str], *, create: bool = True) -> None:
+        """Check, writing nothing, that ``path`` can be opened for writing: an existing file must be a
+        sound dlbricks database (the check run on every open) and writable; a new one needs an
+        existing, writable folder (and ``create``). Raises :class:`DatabaseError`."""
+        _sql.preflight(os.fspath(path), create=create)
+
+    @staticmethod
+    def check(path: str | os.PathLike[str]) -> CheckReport:
+        """Check a database file in depth, read-only: SQLite's integrity check, the schema version,
+        every dlbricks table present, foreign keys, and every stored brick decoding.
+
+        Unlike opening a :class:`Store`, a damaged file is reported, not refused; a file that is
+        not a dlbricks database raises :class:`DatabaseError`.
+        """
+        path = os.fspath(path)
+        db = _sql.open_for_check(path)
+        try:
+            version = _sql.schema_version(db)
+            integrity = tuple(_sql.integrity_lines(db))
+            try:
+                tables = set(db.table_names())
+            except sqlite3.DatabaseError:
+                tables = set()
+            missing = tuple(sorted(DLBRICKS_TABLES - tables)) if integrity == ("ok",) else ()
+            foreign = tuple(_sql.foreign_key_problems(db)) if integrity == ("ok",) else ()
+            bad, count = [], 0
+            if "bricks" in tables and integrity == ("ok",):
+                for signature, data in _sql.brick_blobs(db):
+                    count += 1
+                    try:
+                        Brick.from_bytes(data)
+                    except Exception:  # noqa: BLE001 - protobuf, onnx and json raise untyped errors
+                        bad.append(signature)
+        finally:
+            db.close()
+        return CheckReport(path, version, integrity, missing, foreign, tuple(bad), count)
+
     # ------------------------------------------------------------------------------ merge, export
     @_guard
     def merge_from(self, other: str | os.PathLike[str], rule: str = "best") -> MergeReport:
@@ -603,16 +651,20 @@ class Store:
             _sql.detach(self._db)
 
     @_guard
-    def export(self, fmt: str, out: Any, *, table: str = "measurements") -> int:
+    def export(self, fmt: str, out: Any, *, table: str = "measurements", overwrite: bool = False) -> int:
         """Write a table as CSV or JSON (an array of objects) to a path or text stream.
 
         ``table="measurements"`` exports the ``brick_timings`` view (each measurement with its
         brick's op type, the system's CPU and the runtime); bricks are exported without their
-        ONNX bytes. Returns the number of rows written.
+        ONNX bytes. A path is written to a temporary file renamed into place; it may not be this
+        database (symlinks resolved), nor an existing file unless ``overwrite``. Returns the
+        number of rows written.
         """
         if table not in _sql.EXPORT_QUERIES:
             raise InvalidArgumentError(f"'table' must be one of {sorted(_sql.EXPORT_QUERIES)}. "
                                        f"Got {table!r} instead.")
+        if not hasattr(out, "write"):
+            _export.check_output(out, [self.path], overwrite=overwrite)
         columns, rows = _sql.export_rows(self._db, table)
         return _export.write_rows(out, fmt, columns, rows)
 

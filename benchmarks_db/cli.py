@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import itertools
 import json
+import os
 import signal
 import sys
 import threading
@@ -21,8 +22,8 @@ import click
 
 from dlbricks._cliutil import format_table, handle_errors, iter_models, model_options, parse_input_shapes
 from dlbricks._decompose import GRANULARITIES, decompose
-from dlbricks._errors import InvalidArgumentError
-from dlbricks.benchmarks_db._export import FORMATS
+from dlbricks._errors import DatabaseError, InvalidArgumentError
+from dlbricks.benchmarks_db._export import FORMATS, check_output
 from dlbricks.benchmarks_db._populate import DOMINANT_SHARE, BenchProgress, BenchReport, populate
 from dlbricks.benchmarks_db._records import ClaimStatus
 from dlbricks.benchmarks_db._sql import EXPORT_QUERIES
@@ -37,6 +38,10 @@ CONFIG_ALIASES = {"threads": "intra_op_num_threads", "inter-threads": "inter_op_
                   "opt-level": "graph_optimization_level", "device": "device",
                   "mode": "execution_mode", "spinning": "allow_spinning"}
 BUDGET_NAMES = ("quick", "default", "thorough")
+#: Configuration fields that count CPU threads (onnxruntime's, MXNet's).
+THREAD_FIELDS = ("intra_op_num_threads", "omp_threads")
+#: The most moments ``--moments`` takes: each is a full measurement of every dominant brick.
+MAX_MOMENTS = 20
 
 _db_option = click.option("--db", "db_path", default=DEFAULT_PATH, show_default=True, metavar="FILE",
                           help="The brick database (SQLite).")
@@ -71,7 +76,20 @@ def _configs(backend: str, fixed: dict[str, str], sweeps: Sequence[str]) -> list
         key = name.strip()
         axes[CONFIG_ALIASES.get(key, key.replace("-", "_"))] = choices
     points = [dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())]
-    return [config_overrides(base, {**fixed, **point}) for point in points]
+    configs = [config_overrides(base, {**fixed, **point}) for point in points]
+    for cfg in configs:
+        _check_threads(cfg)
+    return configs
+
+
+def _check_threads(cfg: Mapping[str, Any]) -> None:
+    """Refuse thread counts that no estimate can use (below 1) or that this machine lacks."""
+    cores = os.cpu_count() or 1
+    for name in THREAD_FIELDS:
+        value = cfg.get(name)
+        if isinstance(value, int) and not 1 <= value <= cores:
+            raise InvalidArgumentError(f"{name} must be between 1 and this machine's {cores} logical "
+                                       f"cores. Got {value} instead.")
 
 
 def config_overrides(base: Mapping[str, Any], overrides: Mapping[str, str]) -> dict[str, Any]:
@@ -197,7 +215,8 @@ def _summary(report: BenchReport, db_path: str) -> str:
 @_db_option
 @click.option("--granularity", type=click.Choice(GRANULARITIES), default="layer", show_default=True)
 @click.option("--backend", default="onnxruntime", show_default=True, help="A registered backend.")
-@click.option("--threads", type=int, default=None, help="intra_op_num_threads (default 1).")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="intra_op_num_threads (default 1; at most this machine's logical cores).")
 @click.option("--opt-level", type=click.Choice(("disable", "basic", "extended", "all")), default=None,
               help="Graph optimization level (default disable).")
 @click.option("--device", type=click.Choice(("cpu", "cuda")), default=None, help="Default cpu.")
@@ -210,7 +229,7 @@ def _summary(report: BenchReport, db_path: str) -> str:
               help="Measure every value of a configuration field (repeatable: grid), e.g. "
                    "opt-level=disable,all or threads=1,2.")
 @click.option("--retry-failed", is_flag=True, help="Measure again bricks that failed or timed out.")
-@click.option("--moments", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--moments", type=click.IntRange(min=1, max=MAX_MOMENTS), default=1, show_default=True,
               help=f"Measure each brick that holds {DOMINANT_SHARE:.0%} or more of its model's time "
                    "this many times, at different moments, and store them pooled.")
 @click.option("--whole-model", is_flag=True, help="Also time each whole model (for validation).")
@@ -235,18 +254,22 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
     """
     if batch_size is not None and batch_size <= 0:
         raise InvalidArgumentError(f"--batch-size must be a positive int. Got {batch_size} instead.")
+    if system_id is not None and not system_id.strip():
+        raise InvalidArgumentError("--system-id (or DLBRICKS_SYSTEM_ID) is blank; give a label, or unset "
+                                   "it to record under this machine's fingerprint.")
     shapes = parse_input_shapes(input_shape)
     budget = _budget(budget_name, min_time, max_time, timeout)
     fixed = {k: str(v) for k, v in (("intra_op_num_threads", threads), ("device", device),
                                     ("graph_optimization_level", opt_level)) if v is not None}
     configs = _configs(backend, fixed, sweep)
+    Store.preflight(db_path)  # a bad --db fails before any model is loaded
+    decompositions, graphs = [], []
+    for graph in iter_models(models, zoo, batch_size, shapes):  # every model checked before the db is touched
+        decompositions.append(decompose(graph, granularity=granularity))
+        graphs.append(graph)
     with Store.open(db_path) as store:
-        decompositions, graphs = [], []
-        for graph in iter_models(models, zoo, batch_size, shapes):
-            dec = decompose(graph, granularity=granularity)
+        for dec, graph in zip(decompositions, graphs, strict=True):
             store.add_decomposition(dec, source=graph.source)
-            decompositions.append(dec)
-            graphs.append(graph)
         if dry_run:
             _print_plan(store, decompositions, configs, backend, system_id)
             return
@@ -264,9 +287,21 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
                 ctx.exit(EXIT_INTERRUPTED)
         progress.finish()
         click.echo(_summary(report, db_path))
+        if report.todo == 0 and not retry_failed:
+            failed = _failed_count(store, report, decompositions)
+            if failed:
+                click.echo(f"{failed} brick measurement(s) failed or timed out earlier; run again with "
+                           f"--retry-failed to measure them again.", err=True)
         if report.interrupted:
             click.echo(_resume_hint(db_path, report.measured), err=True)
             ctx.exit(EXIT_INTERRUPTED)
+
+
+def _failed_count(store: Store, report: BenchReport, decompositions: Sequence[Any]) -> int:
+    """How many of the bricks' measurements under the report's configurations failed or timed out."""
+    signatures = list(dict.fromkeys(s for d in decompositions for s in d.bricks))
+    return sum(len(store.unmeasured(report.system, c, signatures, retry_failed=True))
+               - len(store.unmeasured(report.system, c, signatures)) for c in report.configs)
 
 
 def _print_plan(store: Store, decompositions: Sequence[Any], configs: Sequence[dict[str, Any]],
@@ -308,7 +343,7 @@ def db() -> None:
 @handle_errors
 def stats_cmd(db_path: str, as_json: bool) -> None:
     """Systems, backends, counts, and per-model coverage of a database."""
-    with Store.open(db_path, create=False) as store:
+    with Store.open(db_path, create=False, readonly=True) as store:
         stats = store.stats()
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(stats), indent=2, default=str))
@@ -349,7 +384,7 @@ def stats_cmd(db_path: str, as_json: bool) -> None:
 @handle_errors
 def ops_cmd(db_path: str, model: str | None, system: str | None, config_id: str | None) -> None:
     """Time per op type: bricks, occurrences, measured, total median time."""
-    with Store.open(db_path, create=False) as store:
+    with Store.open(db_path, create=False, readonly=True) as store:
         rows = store.op_summary(system=system, config_id=config_id, model=model)
     total = sum(r.total_median_s for r in rows) or 1.0
     click.echo(format_table(
@@ -367,20 +402,42 @@ def ops_cmd(db_path: str, model: str | None, system: str | None, config_id: str 
                    "(ok over failed, then more samples, then newer), newest, or keep (first seen).")
 @handle_errors
 def merge_cmd(sources: tuple[str, ...], out: str, rule: str) -> None:
-    """Merge databases (e.g. from several machines) into OUT, each brick stored once."""
+    """Merge databases (e.g. from several machines) into OUT, each brick stored once.
+
+    OUT may be an existing dlbricks database (the sources are added to it) or a new file, which
+    appears only once the merge is complete.
+    """
+    check_output(out, sources, overwrite=True)  # OUT is merged into, never replaced; but never a source
     for source in sources:  # check them all before writing anything
         Store.open(source, create=False, readonly=True).close()
-    with Store.open(out) as store:
-        for source in sources:
-            r = store.merge_from(source, rule=rule)
-            click.echo(f"{source}: +{r.systems} systems, +{r.backends} backends, +{r.bricks} bricks, "
-                       f"+{r.models} models; measurements {r.measurements_added} added, "
-                       f"{r.measurements_replaced} replaced, {r.measurements_kept} kept; model "
-                       f"measurements {r.model_measurements_added} added, "
-                       f"{r.model_measurements_replaced} replaced, {r.model_measurements_kept} kept")
-        stats = store.stats()
+    Store.preflight(out)
+    new = not os.path.lexists(out)
+    target = _scratch_path(out) if new else out
+    try:
+        with Store.open(target) as store:
+            for source in sources:
+                r = store.merge_from(source, rule=rule)
+                click.echo(f"{source}: +{r.systems} systems, +{r.backends} backends, +{r.bricks} bricks, "
+                           f"+{r.models} models; measurements {r.measurements_added} added, "
+                           f"{r.measurements_replaced} replaced, {r.measurements_kept} kept; model "
+                           f"measurements {r.model_measurements_added} added, "
+                           f"{r.model_measurements_replaced} replaced, {r.model_measurements_kept} kept")
+            stats = store.stats()
+        if new:
+            os.replace(target, out)
+    finally:
+        if new:
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(target + suffix)
     click.echo(f"{out}: {len(stats.systems)} systems, {stats.bricks} bricks, {stats.measurements} "
                f"measurements")
+
+
+def _scratch_path(out: str) -> str:
+    """A new file name beside ``out`` for building it before it is renamed into place."""
+    folder, name = os.path.split(os.path.abspath(out))
+    return os.path.join(folder, f".{name}.{os.getpid()}.partial")
 
 
 @db.command("export")
@@ -389,15 +446,51 @@ def merge_cmd(sources: tuple[str, ...], out: str, rule: str) -> None:
 @click.option("--table", type=click.Choice(sorted(EXPORT_QUERIES)), default="measurements",
               show_default=True, help="measurements: each with its op type, CPU and runtime.")
 @click.option("--out", default="-", show_default=True, metavar="FILE", help="Output file ('-': stdout).")
+@click.option("--force", is_flag=True, help="Replace FILE if it exists.")
 @handle_errors
-def export_cmd(db_path: str, fmt: str, table: str, out: str) -> None:
-    """Export a table as CSV or JSON."""
-    with Store.open(db_path, create=False) as store:
+def export_cmd(db_path: str, fmt: str, table: str, out: str, force: bool) -> None:
+    """Export a table as CSV or JSON.
+
+    FILE is written whole or not at all (a temporary file renamed into place); it is never the
+    database itself, and an existing FILE is replaced only with --force.
+    """
+    if out != "-":
+        check_output(out, [db_path], overwrite=force)
+    with Store.open(db_path, create=False, readonly=True) as store:
         if out == "-":
             store.export(fmt, sys.stdout, table=table)
         else:
-            count = store.export(fmt, out, table=table)
+            count = store.export(fmt, out, table=table, overwrite=force)
             click.echo(f"Wrote {count} rows to {out}", err=True)
+
+
+@db.command("check")
+@_db_option
+@handle_errors
+def check_cmd(db_path: str) -> None:
+    """Check a database in depth: integrity, schema, tables, foreign keys, bricks that decode.
+
+    Reads only. Exit code 0 when the file is sound, 2 when it is damaged.
+    """
+    report = Store.check(db_path)
+    if report.ok:
+        click.echo(f"{db_path}: ok (schema version {report.schema_version}, {report.bricks} bricks decode, "
+                   f"integrity and foreign keys ok)")
+        return
+    for line in report.problems[:20]:
+        click.echo(f"  {line}", err=True)
+    raise DatabaseError(f"{db_path} is damaged: {len(report.problems)} problem(s) above; restore a copy, "
+                        f"or fill a new database with 'dlbricks bench'.")
+
+
+@db.command("upgrade")
+@_db_option
+@handle_errors
+def upgrade_cmd(db_path: str) -> None:
+    """Bring a database written by an older dlbricks to the current schema (in place)."""
+    with Store.open(db_path, create=False) as store:
+        version = store.schema_version
+    click.echo(f"{db_path}: schema version {version}")
 
 
 @click.group("dlbricks-db", context_settings={"help_option_names": ["-h", "--help"]})

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -14,7 +15,7 @@ from dlbricks._errors import DlbricksError, InvalidArgumentError
 from dlbricks._graph import ModelGraph
 from dlbricks._onnx_frontend import load_model
 
-__all__ = ["DlbricksClickError", "handle_errors", "parse_input_shapes", "iter_models", "model_options",
+__all__ = ["DlbricksClickError", "DlbricksGroup", "EXIT_INTERRUPTED", "interrupted", "handle_errors", "parse_input_shapes", "iter_models", "model_options",
            "format_table"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -27,6 +28,38 @@ class DlbricksClickError(click.ClickException):
 
     def show(self, file: Any = None) -> None:
         click.echo(f"Error: {self.format_message()}", err=True)
+
+
+#: Exit code of a command stopped by Ctrl-C (128 + SIGINT, as shells report it).
+EXIT_INTERRUPTED = 130
+
+
+class DlbricksGroup(click.Group):
+    """A click group whose commands exit 130 on Ctrl-C (click's own exit code is 1, "Aborted!")."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.Abort as e:
+            if isinstance(e.__cause__, KeyboardInterrupt) or isinstance(e.__context__, KeyboardInterrupt):
+                interrupted()
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        except KeyboardInterrupt:
+            interrupted()
+        except click.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def interrupted() -> NoReturn:
+    """Say that Ctrl-C stopped the command and exit with code 130."""
+    click.echo("Interrupted.", err=True)
+    sys.exit(EXIT_INTERRUPTED)
 
 
 def handle_errors(fn: F) -> F:

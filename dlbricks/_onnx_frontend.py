@@ -85,6 +85,7 @@ def load_model(
                           name=name or (Path(path).stem if path is not None else None),
                           ignore_unknown_inputs=ignore_unknown_inputs)
     label = str(path) if path is not None else f"<model {proto.graph.name or 'in memory'}>"
+    _check_valid(proto, label, path)
     if ignore_unknown_inputs:
         names = {vi.name for vi in proto.graph.input}
         shapes = {k: v for k, v in shapes.items() if k in names}
@@ -96,6 +97,7 @@ def load_model(
     constants = _constants(proto, known, folded, nodes)
     layers = _layers(nodes, folded)
     _require_specs(layers, specs, constants, proto, concrete, ranges, label)
+    _check_reshapes(layers, specs, label)
     inputs = tuple(specs[n].with_range(ranges.get(n)) for n in concrete)
     outputs = tuple(specs[o.name] for o in proto.graph.output if o.name in specs)
     sha = _content_hash(proto)
@@ -180,6 +182,35 @@ def _check_proto(proto: onnx.ModelProto, label: str) -> None:
             f"{label}: is not an ONNX model (no graph, IR version or opset); re-export the model.")
 
 
+def _check_valid(proto: onnx.ModelProto, label: str, path: Path | None) -> None:
+    """Refuse a model that onnxruntime would refuse to load: what ``onnx.checker`` finds (IR version,
+    tensors defined twice, initializers of the wrong size...) and node names used twice."""
+    # onnxruntime takes graph inputs and outputs without a shape field; the checker does not: give
+    # them one for the check only
+    shapeless = [vi.type.tensor_type for vi in (*proto.graph.input, *proto.graph.output)
+                 if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")]
+    for tt in shapeless:
+        tt.shape.SetInParent()
+    try:
+        try:
+            onnx.checker.check_model(proto)
+        except ValueError:  # over protobuf's 2 GB: the checker reads the file itself
+            if path is not None:
+                onnx.checker.check_model(str(path))
+    except onnx.checker.ValidationError as e:
+        detail = " ".join(str(e).split("==>")[0].split())
+        raise ModelLoadError(f"{label}: is not a valid ONNX model ({detail}); fix or re-export it.") from e
+    finally:
+        for tt in shapeless:
+            tt.ClearField("shape")
+    seen: set[str] = set()
+    for node in proto.graph.node:
+        if node.name and node.name in seen:
+            raise ModelLoadError(f"{label}: two nodes are named '{node.name}', which onnxruntime refuses; "
+                                 f"give each node its own name or re-export the model.")
+        seen.add(node.name)
+
+
 def _load_external_data(proto: onnx.ModelProto, path: Path) -> None:
     base = path.parent.resolve()
     external = [t for t in external_data_helper._get_all_tensors(proto)
@@ -259,6 +290,10 @@ def _input_shape(vi: onnx.ValueInfoProto, label: str, given: tuple[int, ...] | N
             dims.append(int(dim.dim_value))
         elif axis == 0 and batch_size is not None:
             dims.append(batch_size)
+        elif dim.HasField("dim_value"):
+            raise ShapeInferenceError(
+                f"{label}: input '{vi.name}' has size {dim.dim_value} at axis {axis}: a tensor with no "
+                f"elements has no latency to measure; {hint} with positive sizes.")
         else:
             symbol = dim.dim_param or "?"
             raise ShapeInferenceError(
@@ -501,3 +536,17 @@ def _require_specs(layers: tuple[LayerNode, ...], specs: dict[str, TensorSpec],
         raise ShapeInferenceError(
             f"{label}: tensor '{still[0]}'{where} has no concrete shape; give input_shapes or "
             f"re-export the model with static shapes.")
+
+
+def _check_reshapes(layers: tuple[LayerNode, ...], specs: Mapping[str, TensorSpec], label: str) -> None:
+    """Refuse a Reshape whose output holds another number of elements than its input: onnxruntime
+    loads such a model and fails on its first run."""
+    for layer in layers:
+        if layer.op_type != "Reshape" or layer.domain not in ("", "ai.onnx") or not layer.outputs:
+            continue
+        data, out = specs.get(layer.all_inputs[0]), specs.get(layer.outputs[0])
+        if data is not None and out is not None and data.numel != out.numel:
+            raise ShapeInferenceError(
+                f"{label}: node '{layer.name}' (Reshape) cannot reshape {data.numel} elements "
+                f"{tuple(data.shape)} into shape {tuple(out.shape)} ({out.numel} elements); fix the "
+                f"model's target shape or the input shapes given.")

@@ -14,13 +14,13 @@ from typing import Any
 
 import click
 
-from dlbricks._cliutil import format_table, handle_errors, iter_models, model_options, parse_input_shapes
+from dlbricks._cliutil import DlbricksGroup, format_table, handle_errors, iter_models, model_options, parse_input_shapes
 from dlbricks._decompose import GRANULARITIES, BrickSet, decompose
 from dlbricks._errors import InvalidArgumentError
 
 __all__ = ["main"]
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=DlbricksGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dlbricks")
 def main() -> None:
     """dlbricks: benchmark deep-learning models brick by brick.

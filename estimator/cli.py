@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 from pathlib import Path
 from typing import Any
 
 import click
 
-from dlbricks._cliutil import format_table, handle_errors
+from dlbricks._cliutil import format_table, handle_errors, iter_models, parse_input_shapes
+from dlbricks.benchmarks_db import Store
 from dlbricks.estimator._api import device_of, estimate, open_store, peaks_key, threads_of, validate
 from dlbricks.estimator._calibrate import calibrate_peaks, merge_peaks
 from dlbricks.estimator._estimate import ON_MISSING, Estimate
@@ -83,9 +85,27 @@ def _print_estimate(est: Estimate, top: int) -> None:
                             right={2, 3, 4, 5}))
 
 
+def _shape_options(fn: Any) -> Any:
+    fn = click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=D,D,..",
+                      help="Concrete shape of a model input (repeatable).")(fn)
+    return click.option("--batch-size", type=click.IntRange(min=1), default=None,
+                        help="Value of the symbolic batch dimension.")(fn)
+
+
+def _model_arg(model: str, batch_size: int | None, input_shape: tuple[str, ...]) -> Any:
+    """A model file (or a zoo model given shapes) loaded with the shapes given; any other name as it is
+    (a model stored in the database, or a zoo model, resolved by the library)."""
+    shapes = parse_input_shapes(input_shape)
+    is_file = os.path.exists(model) or model.endswith((".onnx", ".json")) or os.sep in model
+    if not is_file and batch_size is None and not shapes:
+        return model
+    return next(iter_models([model], None, batch_size, shapes))
+
+
 @click.command("estimate")
 @click.argument("model")
 @_config_options
+@_shape_options
 @_granularity_option
 @click.option("--on-missing", type=click.Choice(ON_MISSING), default="error", show_default=True,
               help="Bricks without a measurement: refuse, predict, or measure now.")
@@ -93,11 +113,21 @@ def _print_estimate(est: Estimate, top: int) -> None:
 @click.option("--top", type=int, default=15, show_default=True, help="Breakdown rows to print.")
 @_framework_option
 @handle_errors
-def estimate_cmd(model: str, db: str, threads: int, opt_level: str, device: str, granularity: str,
-                 on_missing: str, as_json: bool, top: int, framework: str) -> None:
-    """Estimate MODEL's latency from the brick database (a file, or a stored or zoo model name)."""
-    with open_store(db) as store:
-        est = estimate(model, store, config=_framework_config(framework, threads, opt_level, device),
+def estimate_cmd(model: str, db: str, threads: int, opt_level: str, device: str, batch_size: int | None,
+                 input_shape: tuple[str, ...], granularity: str, on_missing: str, as_json: bool, top: int,
+                 framework: str) -> None:
+    """Estimate MODEL's latency from the brick database (a file, or a stored or zoo model name).
+
+    Reads the database only, unless --on-missing measure (which may also create it).
+    """
+    measure = on_missing == "measure"
+    if measure:
+        Store.preflight(db)
+    else:
+        Store.preflight(db, create=False)
+    target = _model_arg(model, batch_size, input_shape)
+    with Store.open(db, create=measure, readonly=not measure) as store:
+        est = estimate(target, store, config=_framework_config(framework, threads, opt_level, device),
                        granularity=granularity, on_missing=on_missing)
     if as_json:
         click.echo(json.dumps(est.to_dict(), indent=2))
@@ -108,6 +138,7 @@ def estimate_cmd(model: str, db: str, threads: int, opt_level: str, device: str,
 @click.command("validate")
 @click.argument("models", nargs=-1, required=True)
 @_config_options
+@_shape_options
 @click.option("--per-brick", is_flag=True,
               help="Also show each brick's time beside its layers' in-model time (the runtime's profiler).")
 @click.option("--top", type=int, default=15, show_default=True, help="Bricks to show with --per-brick.")
@@ -115,13 +146,16 @@ def estimate_cmd(model: str, db: str, threads: int, opt_level: str, device: str,
 @_framework_option
 @_budget_option
 @handle_errors
-def validate_cmd(models: tuple[str, ...], db: str, threads: int, opt_level: str, device: str, per_brick: bool,
+def validate_cmd(models: tuple[str, ...], db: str, threads: int, opt_level: str, device: str,
+                 batch_size: int | None, input_shape: tuple[str, ...], per_brick: bool,
                  top: int, granularity: str, framework: str, budget_name: str) -> None:
     """Measure MODELs whole, store the runs, and compare with their estimates."""
     rows, validations = [], []
     config = _framework_config(framework, threads, opt_level, device)
-    with open_store(db) as store:
-        for model in models:
+    Store.preflight(db)
+    targets = [_model_arg(model, batch_size, input_shape) for model in models]
+    with Store.open(db) as store:
+        for model in targets:
             v = validate(model, store, config=config, granularity=granularity,
                          budget=_BUDGETS[budget_name](), per_brick=per_brick)
             validations.append(v)
@@ -164,6 +198,7 @@ def _print_per_brick(v: Any, top: int) -> None:
 def calibrate_cmd(db: str, threads: int, opt_level: str, device: str) -> None:
     """Measure this machine's peak FLOP/s and memory bandwidth and store them (roofline)."""
     config = _config(threads, opt_level, device)
+    Store.preflight(db)  # before the seconds of measuring
     cal = calibrate_peaks(config)
     with open_store(db) as store:
         from dlbricks.generators import collect_system_info
@@ -241,6 +276,7 @@ def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, device: str,
     config = _framework_config(framework, threads, opt_level, device)
     models = suite_models(suite, "mxnet") if framework == "mxnet" else suite_models(suite)
     say = (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
+    Store.preflight(db)
     with open_store(db) as store:
         ev = evaluate(models, store, config=config, budget=_BUDGETS[budget_name](),
                       granularity=granularity, say=say)
