@@ -51,15 +51,14 @@ ACTIVATION_CORRELATION = 0.75
 #: brick's model touches (``cold_span``); 4: the floor is extrapolated to a call with no node.
 MEASUREMENT_METHOD = 4
 #: Input draws that a brick's cold copies cycle through (feature-map inputs only), within
-#: INPUT_VARIANT_BYTES together so that they stay in the cache. A kernel that branches on its data
-#: (MXNet's clip) learns an input it meets run after run: the branch predictor remembers it. Inside a
-#: model, with other layers in between, it does not: MobileNetV2-0.5's clips of 192x14x14 took 36 us
-#: on one input again and again, 101 us on 8 inputs in turn and 129 us inside the model.
+#: INPUT_VARIANT_BYTES together so that they stay in the cache: a kernel that branches on its data
+#: (MXNet's clip) would otherwise learn an input it meets run after run, which inside a model it
+#: cannot (docs/methodology.md, "MXNet bricks").
 INPUT_VARIANTS = 8
 INPUT_VARIANT_BYTES = 2 << 20
 #: Seconds to leave after a run with more than one OpenMP thread before another worker times
-#: anything (see :data:`dlbricks.generators._ort.IDLE_SPIN_S`): MXNet's OpenMP threads spin after a
-#: run, 7.5-9.7 ms of CPU in any idle window of 5-500 ms after a 2-thread convolution (exploratory).
+#: anything (see :data:`dlbricks.generators._ort.IDLE_SPIN_S`): MXNet's OpenMP threads spin for a
+#: while after a run (docs/methodology.md, "Several threads").
 IDLE_SPIN_S = 0.02
 _VARIANT_SEED_STRIDE = 7919
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -93,6 +92,11 @@ def _mx() -> ModuleType:
 class MxnetConfig:
     """A configuration of the MXNet backend.
 
+    Bricks are measured in the state a layer meets inside its model: cold weights, a warm input and
+    output, the brick before it run just before, inputs drawn like the model's own tensors, the
+    worker pinned to one core. ``docs/methodology.md`` ("MXNet bricks") gives the measurements
+    behind each default.
+
     Parameters
     ----------
     context : {"cpu", "gpu"}, default "cpu"
@@ -110,50 +114,35 @@ class MxnetConfig:
     worker_threads : int, default 1
         Engine threads running independent CPU ops in parallel (``MXNET_CPU_WORKER_NTHREADS``).
     inputs : {"model", "activations", "normal"}, default "model"
-        Random values a *brick* is fed. MXNet's ``clip`` (ReLU6) branches on every value: its time
-        depends on the data (MobileNetV2's clips: 24.4 ms on the model's own tensors, 35.3 ms on
-        i.i.d. normal values). ``"model"``: each float input of rank >= 3 distributed as in the
-        model the brick was cut from (:class:`~dlbricks.ValueStatistics` that the MXNet frontend
-        records: per-channel mean and deviation, correlation along the plane; 24.7 ms),
-        ``"activations"`` where the brick carries none. ``"activations"``:
-        standard normal values correlated along the innermost axis like a feature map (AR(1),
-        :data:`ACTIVATION_CORRELATION`; 20.8 ms). ``"normal"``: i.i.d. standard normal, as the
-        onnxruntime backend. Whole models get i.i.d. standard normal inputs.
+        Values a *brick* is fed (some kernels, such as ``clip``, run at a data-dependent speed).
+        ``"model"``: each float input of rank >= 3 drawn with the statistics of the model's own
+        tensor (:class:`~dlbricks.ValueStatistics`), ``"activations"`` where the brick carries
+        none. ``"activations"``: standard normal values correlated along the innermost axis like a
+        feature map (AR(1), :data:`ACTIVATION_CORRELATION`). ``"normal"``: i.i.d. standard normal.
+        Whole models get i.i.d. standard normal inputs.
     model_layouts : bool, default True
         With oneDNN, feed each brick input in the layout it has in the model (the nodes'
-        ``dlbricks_input_layouts``): inputs written by oneDNN kernels are converted once, before
-        timing, to oneDNN's blocked layout. A plain-layout input costs a brick a reorder (up to ten
-        times a Concat's own time) that it does not pay inside the model.
+        ``dlbricks_input_layouts``), converted once before timing, so that a brick pays no reorder
+        that the model does not.
     cache : {"cold", "warm"}, default "cold"
-        Cache state a *brick* meets (whole models always run as users run them, one executor
-        again and again). ``"cold"``: several executors of the brick, each with its own weights,
-        sharing the first one's outputs and scratch memory (as a model's layers share its memory
-        pool, 6-13 MB for the Gluon zoo), run round-robin, enough of them that their footprint is
-        twice the last-level cache (or what a run of the brick's model touches, ``cold_span``):
-        each run meets cold weights and a warm input and output, as a
-        layer inside a model does (with an output per copy, SqueezeNet's ReLUs ran 4.6-5.6x their
-        in-model time). The copies cycle through up to :data:`INPUT_VARIANTS` draws of the
-        input (together within :data:`INPUT_VARIANT_BYTES`), so that a data-dependent kernel
-        cannot learn its input. ``"warm"``: one executor and one input again and again.
+        Cache state a *brick* meets; whole models always run as users run them. ``"cold"``:
+        executors of the brick, each with its own weights, sharing the first one's outputs and
+        scratch memory, run round-robin, enough of them to span ``cold_span``; they cycle through up
+        to :data:`INPUT_VARIANTS` draws of the input (within :data:`INPUT_VARIANT_BYTES`) so that a
+        data-dependent kernel cannot learn it. ``"warm"``: one executor and one input again and
+        again.
     cold_span : {"model", "cache"}, default "model"
         How much data the cold executors cycle through: what one run of the brick's model touches,
         at most twice the last-level cache (``"model"``), or twice the cache (``"cache"``); as
         :attr:`~dlbricks.generators.OrtConfig.cold_span`.
     previous_layer : bool, default True
         With ``cache="cold"``, each timed run of a brick that carries the brick before it in its
-        model (a :class:`~dlbricks.BrickInContext`, as ``populate`` measures them) follows an
-        untimed run of that brick, on the same engine thread: inside a model the layer before
-        leaves the core's caches full of its own data. In MobileNet-1.0 (summed over the model, one
-        executor per layer, two runs of an exploratory script) BatchNorms took 0.75-0.78 and ReLUs
-        0.60-0.92 of their in-model time run again and again, 0.91-1.04 and 0.97-1.29 after the
-        layer before them.
+        model (a :class:`~dlbricks.BrickInContext`) follows an untimed run of that brick, on the
+        same engine thread.
     pin_core : bool, default True
-        With one OpenMP thread and one engine worker thread on CPU, the worker process and its
-        threads run on one core (:data:`~dlbricks.generators._util.CPU_ENV`, the last core this
-        process may use). MXNet's engine hands every op from the calling thread to its worker
-        thread; across cores that handoff cost 7.6 us per call in some processes and 18-19 us in
-        others, or changed within one, against 3.7-3.8 us on one core (the floor, 24 measurements
-        in 8 processes): unpinned, a brick's time depends on where the scheduler put two threads.
+        With one OpenMP thread and one engine worker thread on CPU, run the worker process and its
+        threads on one core (the last core this process may use), so that the engine's handoff of
+        each op between threads does not depend on where the scheduler put them.
     mxnet_version : str, default the installed version
 
     Examples
