@@ -1,74 +1,311 @@
-"""Unseen models: estimate a held-out model family from a database filled with the rest of the zoo.
+"""Unseen models: predict models the database has never seen, and measure them whole in the same run.
 
-Bricks used only by the held-out family are treated as never measured: they are predicted from the
-measured bricks of the same op type (``on_missing="predict"``); bricks shared with other models are
-reused. Prints, per held-out model, coverage, predicted share, estimate, measured latency and error,
-for the predictor (linear model corrected by the nearest measured bricks) and, as the baseline in the
-same run, for its linear model alone.
-The database must hold the suite's measurements (``dlbricks evaluate --suite full --db F``), including
-whole-model runs of the held-out models.
+Fills a database with the bricks of a suite of zoo models (short budgets), measures every model
+whole, then estimates with ``on_missing="predict"`` two held-out sets:
 
-    python benchmarks/bench_unseen.py --db full.db --family densenet
+- leave-one-family-out: for each zoo family of the suite, a predictor fitted on the bricks of the
+  other families; bricks shared with them are reused, the family's own bricks are predicted;
+- variants built here with :mod:`onnx.helper`, outside the zoo builder (a GPT-style decoder with Gemm
+  projections, a narrower and deeper MatMul transformer, a Gemm MLP, a ConvNeXt-style CNN), from a
+  predictor fitted on the whole suite.
+
+Per model it prints the error of the estimate, the predicted share of its time (and the share
+predicted far from the data), whether the 95% interval covers the measured value (with the
+composition error of the database's other models, and from the bricks' intervals alone), and, for
+reference, the error when every brick is measured (what prediction cannot beat).
+
+    python benchmarks/bench_unseen.py                       # default suite, database in a temp dir
+    python benchmarks/bench_unseen.py --db /tmp/unseen.db   # keep (and resume) the database
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
-from dlbricks.benchmarks_db import Store
-from dlbricks.estimator import LatencyPredictor, estimate_decomposition
-from dlbricks.generators import OrtConfig, collect_system_info
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import dlbricks
+from dlbricks.benchmarks_db import Store, populate
+from dlbricks.estimator import DEFAULT_SUITE, Estimate, LatencyPredictor, Peaks, calibrate_peaks, estimate_decomposition
+from dlbricks.estimator._evaluate import measure_whole
+from dlbricks.generators import Budget, Measurement, OrtConfig, collect_system_info, get_backend
+from dlbricks.model_zoo import build, get_model
+
+WHOLE_BUDGET = Budget(warmup_time=0.05, min_time=0.3, min_runs=5, max_time=1.5, rel_ci=0.02)
+
+
+# ------------------------------------------------------------------------------------------ variants
+class _Builder:
+    """A tiny graph builder: nodes, seeded initializers, fresh names."""
+
+    def __init__(self, seed: int) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.rng = np.random.default_rng(seed)
+        self.count = 0
+
+    def name(self, hint: str) -> str:
+        self.count += 1
+        return f"{hint}_{self.count}"
+
+    def const(self, shape: Sequence[int], scale: float = 0.02) -> str:
+        name = self.name("w")
+        self.inits.append(numpy_helper.from_array((self.rng.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    def ints(self, values: Sequence[int]) -> str:
+        name = self.name("shape")
+        self.inits.append(numpy_helper.from_array(np.asarray(values, np.int64), name))
+        return name
+
+    def op(self, op_type: str, inputs: Sequence[str], **attrs: object) -> str:
+        out = self.name(op_type.lower())
+        self.nodes.append(helper.make_node(op_type, list(inputs), [out], **attrs))
+        return out
+
+    def model(self, name: str, x: str, shape: Sequence[int], y: str) -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, name, [helper.make_tensor_value_info(x, TensorProto.FLOAT, list(shape))],
+                                  [helper.make_tensor_value_info(y, TensorProto.FLOAT, None)], initializer=self.inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def transformer(seq: int, hidden: int, heads: int, layers: int, proj: str, seed: int = 0) -> onnx.ModelProto:
+    """A pre-norm decoder on ``[seq, hidden]`` with a causal mask; projections as ``proj`` nodes
+    (``"Gemm"``: one node with bias, as exporters write linear layers; ``"MatMul"``: MatMul + Add)."""
+    b = _Builder(seed)
+    d = hidden // heads
+
+    def linear(x: str, n_in: int, n_out: int) -> str:
+        if proj == "Gemm":
+            return b.op("Gemm", [x, b.const((n_in, n_out)), b.const((n_out,))])
+        return b.op("Add", [b.op("MatMul", [x, b.const((n_in, n_out))]), b.const((n_out,))])
+
+    def norm(x: str) -> str:
+        return b.op("LayerNormalization", [x, b.const((hidden,), 1.0), b.const((hidden,))], axis=-1)
+
+    mask = np.triu(np.full((seq, seq), -1e4, np.float32), 1)
+    mask_name = "causal_mask"
+    b.inits.append(numpy_helper.from_array(mask, mask_name))
+    x = "x"
+    for _ in range(layers):
+        qkv = linear(norm(x), hidden, 3 * hidden)
+        q, k, v = (b.name("q"), b.name("k"), b.name("v"))
+        b.nodes.append(helper.make_node("Split", [qkv, b.ints([hidden] * 3)], [q, k, v], axis=1))
+        def heads_of(t: str, perm: list[int]) -> str:
+            return b.op("Transpose", [b.op("Reshape", [t, b.ints([seq, heads, d])])], perm=perm)
+
+        scores = b.op("MatMul", [heads_of(q, [1, 0, 2]), heads_of(k, [1, 2, 0])])
+        scores = b.op("Add", [b.op("Mul", [scores, _scalar(b, d ** -0.5)]), mask_name])
+        ctx = b.op("MatMul", [b.op("Softmax", [scores], axis=-1), heads_of(v, [1, 0, 2])])
+        ctx = b.op("Reshape", [b.op("Transpose", [ctx], perm=[1, 0, 2]), b.ints([seq, hidden])])
+        x = b.op("Add", [x, linear(ctx, hidden, hidden)])
+        h = linear(norm(x), hidden, 4 * hidden)
+        h = b.op("Mul", [h, b.op("Sigmoid", [b.op("Mul", [h, _scalar(b, 1.702)])])])
+        x = b.op("Add", [x, linear(h, 4 * hidden, hidden)])
+    return b.model(f"decoder_{proj.lower()}", "x", (seq, hidden), x)
+
+
+def _scalar(b: _Builder, value: float) -> str:
+    name = b.name("scalar")
+    b.inits.append(numpy_helper.from_array(np.asarray([value], np.float32), name))
+    return name
+
+
+def mlp(batch: int, widths: Sequence[int], seed: int = 1) -> onnx.ModelProto:
+    """Gemm layers of ``widths`` with ReLUs, then a softmax."""
+    b = _Builder(seed)
+    x = "x"
+    for n_in, n_out in zip(widths, widths[1:], strict=False):
+        x = b.op("Gemm", [x, b.const((n_out, n_in)), b.const((n_out,))], transB=1)
+        x = b.op("Relu", [x])
+    return b.model("mlp", "x", (batch, widths[0]), b.op("Softmax", [x], axis=-1))
+
+
+def convnext_like(size: int, widths: Sequence[int], depth: int, seed: int = 2) -> onnx.ModelProto:
+    """A patchify stem, then per stage ``depth`` blocks of depthwise 7x7, BatchNorm, 1x1 to 4x and
+    back with a ReLU, a residual Add; 2x2 downsampling between stages; pooled Gemm head."""
+    b = _Builder(seed)
+    c = widths[0]
+    x = b.op("Conv", ["x", b.const((c, 3, 4, 4)), b.const((c,))], strides=[4, 4])
+    for stage, width in enumerate(widths):
+        if stage:
+            x = b.op("Conv", [x, b.const((width, c, 2, 2)), b.const((width,))], strides=[2, 2])
+            c = width
+        for _ in range(depth):
+            h = b.op("Conv", [x, b.const((c, 1, 7, 7)), b.const((c,))], group=c, pads=[3, 3, 3, 3])
+            h = b.op("BatchNormalization", [h, b.const((c,), 1.0), b.const((c,)), b.const((c,)),
+                                            _positive(b, c)])
+            h = b.op("Relu", [b.op("Conv", [h, b.const((4 * c, c, 1, 1)), b.const((4 * c,))])])
+            x = b.op("Add", [x, b.op("Conv", [h, b.const((c, 4 * c, 1, 1)), b.const((c,))])])
+    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])])
+    return b.model("convnext_like", "x", (1, 3, size, size), b.op("Gemm", [x, b.const((1000, c)), b.const((1000,))],
+                                                                  transB=1))
+
+
+def _positive(b: _Builder, c: int) -> str:
+    name = b.name("var")
+    b.inits.append(numpy_helper.from_array(np.ones((c,), np.float32), name))
+    return name
+
+
+VARIANTS: Mapping[str, Callable[[], onnx.ModelProto]] = {
+    "decoder_gemm_768x2": lambda: transformer(128, 768, 12, 2, "Gemm"),
+    "decoder_matmul_384x4": lambda: transformer(64, 384, 6, 4, "MatMul"),
+    "mlp_gemm_64x512": lambda: mlp(64, (512, 2048, 1024, 1000)),
+    "convnext_like_160": lambda: convnext_like(160, (48, 96, 192), 2),
+}
+
+
+# ------------------------------------------------------------------------------------------ running
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One held-out model's result."""
+
+    model: str
+    held_out: str
+    est: Estimate
+    measured_s: float
+    all_measured_error: float | None  # the estimate from the model's own measured bricks
+    bricks_only: tuple[float, float]  # the interval from the bricks' intervals alone
+
+    @property
+    def error(self) -> float:
+        return self.est.sequential_s / self.measured_s - 1
+
+    @property
+    def covered(self) -> bool:
+        return self.est.ci_low_s <= self.measured_s <= self.est.ci_high_s
+
+    @property
+    def covered_by_bricks(self) -> bool:
+        return self.bricks_only[0] <= self.measured_s <= self.bricks_only[1]
+
+
+def _measured(store: Store, dec: dlbricks.Decomposition, system: object, config_id: str) -> dict[str, Measurement]:
+    found = {sig: store.measurement(sig, system, config_id) for sig in dec.bricks}
+    return {s: m for s, m in found.items() if m is not None and m.ok and m.median_s}
+
+
+def _views(dec: dlbricks.Decomposition) -> set[str]:
+    ops = getattr(get_backend("onnxruntime"), "view_ops", frozenset())
+    return {sig for sig, b in dec.bricks.items() if ops and set(b.op_types) <= ops}
+
+
+def _print_row(row: Row) -> None:
+    est = row.est
+    reference = f"{100 * row.all_measured_error:+6.1f}%" if row.all_measured_error is not None else "   n/a"
+    print(f"  {row.model:24s} {row.held_out:12s} {1e3 * row.measured_s:9.2f} {1e3 * est.sequential_s:9.2f} "
+          f"{100 * row.error:+7.1f}% {100 * est.predicted_share:6.1f}% {100 * est.far_share:6.1f}% "
+          f"[{1e3 * est.ci_low_s:8.2f}, {1e3 * est.ci_high_s:8.2f}] {'yes' if row.covered else 'NO ':3s} "
+          f"{'yes' if row.covered_by_bricks else 'NO ':6s} {reference}")
+
+
+def _summary(label: str, rows: Sequence[Row], within: float) -> None:
+    if not rows:
+        return
+    errors = [abs(r.error) for r in rows]
+    print(f"  {label}: {len(rows)} models, mean |error| {100 * np.mean(errors):.1f}%, max {100 * max(errors):.1f}%, "
+          f"{sum(e <= within for e in errors)} within +-{100 * within:.0f}%, interval covers "
+          f"{sum(r.covered for r in rows)}/{len(rows)} ({sum(r.covered_by_bricks for r in rows)}/{len(rows)} "
+          f"from the bricks' intervals alone)")
+
+
+HEADER = (f"  {'model':24s} {'held out':12s} {'meas ms':>9s} {'est ms':>9s} {'error':>8s} {'pred':>7s} "
+          f"{'far':>7s} {'95% interval (ms)':>20s} cov bricks {'all-measured'}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", required=True)
-    parser.add_argument("--family", default="densenet", help="name prefix of the held-out models")
+    parser.add_argument("--db", help="database file (default: a new one in a temporary directory)")
+    parser.add_argument("--suite", default=",".join(DEFAULT_SUITE), help="comma-separated zoo models")
+    parser.add_argument("--no-variants", action="store_true", help="skip the hand-built variants")
     args = parser.parse_args()
-    system = collect_system_info()
-    config = OrtConfig()
-    with Store(args.db) as store:
-        models = store.models()
-        held = [m for m in models if m.name.startswith(args.family)]
-        rest = [m for m in models if not m.name.startswith(args.family)]
-        if not held or not rest:
-            raise SystemExit(f"{args.db}: need models of family {args.family!r} and others")
-        seen = {o.signature for m in rest for o in store.occurrences(m.name)}
-        measured = {sig: store.measurement(sig, system, config.config_id) for sig in seen}
-        measured = {s: m for s, m in measured.items() if m is not None and m.ok}
-        bricks = [store.brick(s) for s in measured]
-        predictor = LatencyPredictor().fit_measurements(bricks, measured)
-        linear = LatencyPredictor(neighbours=0).fit_measurements(bricks, measured)
-        print(f"machine: {system.cpu_model} ({system.physical_cores} cores); database: {len(rest)} models, "
-              f"{len(measured)} measured bricks; held out: {len(held)} models of family {args.family!r}")
-        for op, model in sorted(predictor.models_.items()):
-            print(f"  predictor {op:20s} n={model.n:4d} leave-one-out median |error| "
-                  f"{100 * model.cv_error:.1f}% (linear alone {100 * linear.models_[op].cv_error:.1f}%)")
-        errors: list[float] = []
-        baseline: list[float] = []
-        for rec in held:
-            dec = store.decomposition(rec.name)
-            whole = store.measurement(dec.model_key, system, config.config_id, kind="model")
-            if whole is None or not whole.ok:
-                print(f"{rec.name}: no whole-model measurement in the db; run dlbricks validate first")
-                continue
-            known = {s: m for s, m in measured.items() if s in dec.bricks}
-            est = estimate_decomposition(dec, known, config_id=config.config_id, on_missing="predict",
-                                         predictor=predictor)
-            base = estimate_decomposition(dec, known, config_id=config.config_id, on_missing="predict",
-                                          predictor=linear)
-            error = est.sequential_s / whole.median_s - 1
-            errors.append(abs(error))
-            baseline.append(abs(base.sequential_s / whole.median_s - 1))
-            print(f"{rec.name}: coverage {100 * est.coverage:.1f}% of occurrences, {len(est.predicted)} of "
-                  f"{len(dec.bricks)} bricks predicted ({100 * est.predicted_share:.1f}% of the time); "
-                  f"estimate {1e3 * est.sequential_s:.2f} ms, measured {1e3 * whole.median_s:.2f} ms, "
-                  f"error {100 * error:+.1f}% (target within 10%); linear predictor alone "
-                  f"{100 * (base.sequential_s / whole.median_s - 1):+.1f}%")
-        if errors:
-            print(f"mean |error| {100 * sum(errors) / len(errors):.1f}%, max {100 * max(errors):.1f}%; "
-                  f"linear predictor alone: mean {100 * sum(baseline) / len(baseline):.1f}%, "
-                  f"max {100 * max(baseline):.1f}%")
+    start = time.perf_counter()
+    path = Path(args.db) if args.db else Path(tempfile.mkdtemp(prefix="bench_unseen_")) / "unseen.db"
+    system, config, budget = collect_system_info(), OrtConfig(), Budget.quick()
+    names = [n for n in args.suite.split(",") if n]
+    graphs = {n: dlbricks.load_model(build(n), name=n) for n in names}
+    if not args.no_variants:
+        graphs |= {n: dlbricks.load_model(make(), name=n) for n, make in VARIANTS.items()}
+    decs = {n: dlbricks.decompose(g) for n, g in graphs.items()}
+    with Store(path) as store:
+        populate(store, [decs[n] for n in graphs], [config], budget=budget)
+        print(f"machine: {system.cpu_model}; database {path}: {len(names)} zoo models and {len(graphs) - len(names)} "
+              f"variants, bricks measured with Budget.quick ({time.perf_counter() - start:.0f} s)")
+        measured = {n: _measured(store, decs[n], system, config.config_id) for n in graphs}
+    whole = {n: measure_whole(g, config, WHOLE_BUDGET, workers=1) for n, g in graphs.items()}
+    calibration = calibrate_peaks(config, Budget(min_time=0.1, max_time=0.5))
+    peaks = calibration.peaks
+    print(f"whole models and peaks measured ({time.perf_counter() - start:.0f} s); peaks "
+          f"{peaks.flops_per_s / 1e9:.1f} GFLOP/s, {peaks.bytes_per_s / 1e9:.1f} GB/s")
+
+    family = {n: get_model(n).family for n in names}
+    suite_bricks = {sig: brick for n in names for sig, brick in decs[n].bricks.items()}
+    all_known = {s: m for n in names for s, m in measured[n].items()}
+    full = LatencyPredictor().fit_measurements([suite_bricks[s] for s in all_known], all_known, peaks=peaks)
+    reference = {n: _all_measured_error(decs[n], measured[n], whole[n], full, config.config_id, peaks) for n in graphs}
+
+    def composition(models: Sequence[str]) -> float:
+        """How far brick sums of ``models`` landed from their whole runs: the largest |error|, a
+        conformal bound at level n / (n + 1)."""
+        errors = [abs(reference[m]) for m in models if reference[m] is not None]
+        return max(errors) if errors else 0.0
+
+    rows: dict[str, list[Row]] = {"family": [], "variants": []}
+    print("\nleave-one-family-out (database: the suite less the family)")
+    print(HEADER)
+    for fam in dict.fromkeys(family.values()):
+        rest = [n for n in names if family[n] != fam]
+        known = {s: m for n in rest for s, m in measured[n].items()}
+        predictor = LatencyPredictor().fit_measurements([suite_bricks[s] for s in known], known, peaks=peaks)
+        for n in (n for n in names if family[n] == fam):
+            rows["family"].append(_row(n, fam, decs[n], whole[n], known, predictor, config.config_id, peaks,
+                                       composition(rest), reference[n]))
+            _print_row(rows["family"][-1])
+    if not args.no_variants:
+        print("\nvariants built outside the zoo (database: the whole suite)")
+        print(HEADER)
+        for n in VARIANTS:
+            rows["variants"].append(_row(n, "variant", decs[n], whole[n], all_known, full, config.config_id, peaks,
+                                         composition(names), reference[n]))
+            _print_row(rows["variants"][-1])
+        classes = {op: m for op, m in full.models_.items() if op == "*" or ("+" not in op and op.islower())}
+        print("  kernel classes:", ", ".join(f"{op} n={m.n} q={m.q:.2f}" for op, m in sorted(classes.items())))
+    print()
+    _summary("leave-one-family-out", rows["family"], 0.2)
+    _summary("variants", rows["variants"], 0.2)
+    _summary("all", rows["family"] + rows["variants"], 0.2)
+    print("  targets (issue 23, a database of the default suite): every model within +-20%, mean at most 8%; "
+          "intervals covering at least 80% of models")
+    print(f"total {time.perf_counter() - start:.0f} s")
+
+
+def _row(name: str, held_out: str, dec: dlbricks.Decomposition, whole: Measurement,
+         known: Mapping[str, Measurement], predictor: LatencyPredictor, config_id: str, peaks: Peaks,
+         composition_error: float, reference: float | None) -> Row:
+    own = {s: m for s, m in known.items() if s in dec.bricks}
+    est = estimate_decomposition(dec, own, config_id=config_id, on_missing="predict", predictor=predictor,
+                                 peaks=peaks, views=_views(dec), composition_error=composition_error)
+    bare = estimate_decomposition(dec, own, config_id=config_id, on_missing="predict", predictor=predictor,
+                                  peaks=peaks, views=_views(dec))
+    return Row(name, held_out, est, float(whole.median_s or 0.0), reference, (bare.ci_low_s, bare.ci_high_s))
+
+
+def _all_measured_error(dec: dlbricks.Decomposition, own: Mapping[str, Measurement], whole: Measurement,
+                        predictor: LatencyPredictor, config_id: str, peaks: Peaks) -> float | None:
+    """Error of the estimate from the model's own measured bricks (None when some failed)."""
+    if not set(own) >= set(dec.bricks) - _views(dec) or not whole.median_s:
+        return None
+    est = estimate_decomposition(dec, own, config_id=config_id, on_missing="predict", predictor=predictor,
+                                 peaks=peaks, views=_views(dec))
+    return est.sequential_s / whole.median_s - 1
 
 
 if __name__ == "__main__":

@@ -12,8 +12,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -23,7 +24,8 @@ from dlbricks._errors import InvalidArgumentError, UnrunnableBrickError
 from dlbricks._graph import VALUE_RANGES_KEY, VALUE_STATISTICS_KEY
 from dlbricks._types import TensorSpec, ValueStatistics
 
-__all__ = ["Brick", "ConstantSpec", "EXACT_MAX_ELEMENTS", "SEMANTIC_INPUTS", "BRICK_META_KEY", "SIGNATURE_KEY"]
+__all__ = ["Brick", "ConstantSpec", "EXACT_MAX_ELEMENTS", "SEMANTIC_INPUTS", "BRICK_META_KEY", "SIGNATURE_KEY",
+           "write_bricks"]
 
 #: Constants of at most this many elements are always kept exactly.
 EXACT_MAX_ELEMENTS = 64
@@ -177,6 +179,21 @@ class Brick:
             "bytes_moved": self.bytes_moved,
         }
 
+    def without_weights(self) -> Brick:
+        """The brick with nothing of its model's but what decides its cost.
+
+        Every constant whose value the signature does not hash becomes synthetic (weights and
+        small float tensors alike); integer and bool constants, scalars, and constants at semantic
+        positions (:data:`SEMANTIC_INPUTS`: shapes, axes, pads, scales) keep their values. Nodes lose
+        their names and doc strings, and tensors inside the brick are named ``t0``, ``t1``...
+        The signature is unchanged: it never depended on what is dropped.
+        """
+        keep = _semantic_constants(self)
+        constants = tuple(
+            c if c.value is None or c.spec.name in keep or _is_hashed(c.spec)
+            else ConstantSpec(c.spec, False, c.synthetic, None) for c in self.constants)
+        return replace(self, constants=constants, nodes=_anonymous_nodes(self), weights="synthetic")
+
     # --------------------------------------------------------------------------- materialize
     def to_onnx(self, weights: str | None = None) -> onnx.ModelProto:
         """The brick as a standalone ONNX model.
@@ -293,6 +310,73 @@ class Brick:
             opsets=tuple((o.domain, int(o.version)) for o in model.opset_import),
             ir_version=int(model.ir_version), flops=meta["flops"], weights="synthetic",
             functions=tuple(model.functions))
+
+
+def write_bricks(bricks: Iterable[Brick], out: str | Path, *, weights: str = "synthetic",
+                 no_weights: bool = False) -> list[Path]:
+    """Write each brick as ``out/<signature prefix>_<op types>.onnx``; the paths written.
+
+    Parameters
+    ----------
+    bricks : iterable of Brick
+    out : path
+        Folder (created).
+    weights : {"synthetic", "real"}
+        Which weights each brick gets (see :meth:`Brick.to_onnx`).
+    no_weights : bool
+        Write :meth:`Brick.without_weights` instead: no weight values and no node or tensor names
+        of the source model, so that a proprietary model's bricks can be measured elsewhere.
+    """
+    if no_weights and weights == "real":
+        raise InvalidArgumentError("no_weights=True writes synthetic weights; it cannot be combined with "
+                                   "weights='real'.")
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for brick in bricks:
+        path = folder / f"{brick.signature[:16]}_{brick.op_type.replace('+', '_')}.onnx"
+        model = brick.without_weights().to_onnx() if no_weights else brick.to_onnx(weights)
+        path.write_bytes(model.SerializeToString())
+        paths.append(path)
+    return paths
+
+
+def _is_hashed(spec: TensorSpec) -> bool:
+    """Whether the signature hashes a constant's value whatever its position: integers, bools,
+    strings and scalars."""
+    if spec.numel <= 1 or spec.dtype in ("bool", "string"):
+        return True
+    return spec.dtype != "bfloat16" and bool(np.issubdtype(np.dtype(spec.dtype), np.integer))
+
+
+def _semantic_constants(brick: Brick) -> set[str]:
+    """Names of the brick's constants read at a semantic position, or by a subgraph."""
+    names = {c.spec.name for c in brick.constants}
+    found = set()
+    for node in brick.nodes:
+        positions = SEMANTIC_INPUTS.get(node.op_type, frozenset())
+        found |= {name for i, name in enumerate(node.input) if i in positions and name in names}
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            found |= names  # what a subgraph reads is not known here: keep it all
+    return found
+
+
+def _anonymous_nodes(brick: Brick) -> tuple[onnx.NodeProto, ...]:
+    """The brick's nodes without names or doc strings, their inner tensors renamed ``t0``, ``t1``..."""
+    interface = ({s.name for s in brick.inputs} | {s.name for s in brick.outputs}
+                 | {c.spec.name for c in brick.constants})
+    renamed: dict[str, str] = {}
+    nodes = []
+    for node in brick.nodes:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        copy.name, copy.doc_string = "", ""
+        for field_ in (copy.input, copy.output):
+            for i, name in enumerate(field_):
+                if name and name not in interface:
+                    field_[i] = renamed.setdefault(name, f"t{len(renamed)}")
+        nodes.append(copy)
+    return tuple(nodes)
 
 
 def _spec_of(vi: onnx.ValueInfoProto) -> TensorSpec:

@@ -14,7 +14,7 @@ import onnx
 
 from dlbricks._types import TensorSpec
 
-__all__ = ["node_flops", "padding_flops", "KNOWN_OPS"]
+__all__ = ["node_flops", "padding_flops", "gemm_dims", "KNOWN_OPS", "ELEMENTWISE_OPS", "DATA_MOVEMENT_OPS"]
 
 Specs = Sequence[TensorSpec | None]
 FlopFn = Callable[[Mapping[str, object], Specs, Specs], int | None]
@@ -148,6 +148,41 @@ _FLOPS: dict[str, FlopFn] = {
 
 #: Ops whose FLOPs dlbricks knows (others report ``None``).
 KNOWN_OPS = frozenset(_FLOPS)
+#: Element-wise ops: one FLOP per output element, cost set by the bytes they move.
+ELEMENTWISE_OPS = frozenset(_ELEMENTWISE)
+#: Ops that only move data (0 FLOPs).
+DATA_MOVEMENT_OPS = frozenset(_DATA_MOVEMENT)
+
+
+def gemm_dims(node: onnx.NodeProto, ins: Specs, outs: Specs) -> tuple[int, int, int, int] | None:
+    """The matrix product a node runs, as ``(batch, rows, columns, depth)``; None if it runs none.
+
+    MatMul and Gemm multiply ``rows x depth`` by ``depth x columns`` (a MatMul by a 2-D right
+    operand folds its leading dimensions into the rows; one by a batched operand runs ``batch``
+    products). A pointwise convolution (1x1 kernel, stride 1, no padding, one group) is the same
+    product per image: rows are the output pixels, columns the output channels, depth the input
+    channels. Anything else, or unknown shapes, gives None.
+    """
+    y = outs[0] if outs else None
+    if y is None or not y.shape or any(d <= 0 for d in y.shape) or len(ins) < 2:
+        return None
+    a, b = ins[0], ins[1]
+    attrs = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+    if node.op_type == "MatMul" and a is not None and b is not None and len(y.shape) >= 2:
+        depth, cols = a.shape[-1], y.shape[-1]
+        if len(b.shape) <= 2:
+            return 1, y.numel // cols, cols, depth
+        return math.prod(y.shape[:-2]), y.shape[-2], cols, depth
+    if node.op_type == "Gemm" and a is not None and len(y.shape) == 2:
+        depth = a.shape[0] if attrs.get("transA", 0) else a.shape[-1]
+        return 1, y.shape[0], y.shape[1], depth
+    if node.op_type == "Conv" and b is not None and len(y.shape) > 2 and len(b.shape) == len(y.shape):
+        pointwise = (math.prod(b.shape[2:]) == 1 and int(attrs.get("group", 1)) == 1
+                     and all(s == 1 for s in attrs.get("strides") or ())  # type: ignore[union-attr]
+                     and not any(attrs.get("pads") or ()))  # type: ignore[arg-type]
+        if pointwise:
+            return y.shape[0], math.prod(y.shape[2:]), y.shape[1], b.shape[1]
+    return None
 
 
 def node_flops(node: onnx.NodeProto, ins: Specs, outs: Specs) -> int | None:

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from dlbricks._cliutil import DlbricksGroup, format_table, handle_errors, iter_models, model_options, parse_input_shapes
+from dlbricks._bricks import write_bricks
 from dlbricks._decompose import GRANULARITIES, BrickSet, decompose
 from dlbricks._errors import InvalidArgumentError
 
@@ -41,10 +42,13 @@ def main() -> None:
               help="Write each unique brick as DIR/<signature>_<op>.onnx.")
 @click.option("--check/--no-check", default=True, show_default=True,
               help="Check that onnxruntime can run every brick.")
+@click.option("--no-weights", is_flag=True,
+              help="With --out: synthetic weights and no names from the model, so that a proprietary "
+                   "model's bricks can be measured elsewhere.")
 @handle_errors
 def decompose_cmd(models: tuple[str, ...], zoo: str | None, batch_size: int | None,
                   input_shape: tuple[str, ...], granularity: str, opt_level: str | None, as_json: bool,
-                  out: Path | None, check: bool) -> None:
+                  out: Path | None, check: bool, no_weights: bool) -> None:
     """Cut models into bricks and print the unique bricks.
 
     MODEL is an ONNX file or the name of a zoo model (see 'dlbricks zoo list').
@@ -57,8 +61,10 @@ def decompose_cmd(models: tuple[str, ...], zoo: str | None, batch_size: int | No
         bs.add(decompose(graph, granularity=granularity, opt_level=opt_level))
     problems = {sig: b.check_runnable() for sig, b in bs.bricks.items()} if check else {}
     problems = {k: v for k, v in problems.items() if v is not None}
+    if no_weights and out is None:
+        raise InvalidArgumentError("--no-weights changes the bricks that --out writes; give --out DIR.")
     if out is not None:
-        _write_bricks(bs, out, problems)
+        _write_bricks(bs, out, no_weights)
     if as_json:
         click.echo(json.dumps(_brickset_json(bs, problems, check), indent=2))
     else:
@@ -71,12 +77,9 @@ def decompose_cmd(models: tuple[str, ...], zoo: str | None, batch_size: int | No
         sys.exit(2)
 
 
-def _write_bricks(bs: BrickSet, out: Path, problems: dict[str, str]) -> None:
+def _write_bricks(bs: BrickSet, out: Path, no_weights: bool) -> None:
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        for sig, brick in bs.bricks.items():
-            path = out / f"{sig[:16]}_{brick.op_type.replace('+', '_')}.onnx"
-            path.write_bytes(brick.to_onnx().SerializeToString())
+        write_bricks(bs.bricks.values(), out, no_weights=no_weights)
     except OSError as e:
         raise InvalidArgumentError(f"--out {out}: cannot write bricks ({e.strerror}); "
                                    f"choose a writable folder.") from e

@@ -4,18 +4,21 @@ Composition (sequential sum, critical path), Benanza-style lower bounds, rooflin
 of bricks never measured, and estimates with uncertainty, coverage and a per-brick breakdown.
 """
 
-from dlbricks.estimator._api import Validation, estimate, open_store, validate
+from dlbricks.estimator._api import Validation, estimate, open_store, plan, validate
 from dlbricks.estimator._calibrate import Calibration, calibrate_peaks
 from dlbricks.estimator._compose import combined_halfwidth, critical_path, sequential
 from dlbricks.estimator._estimate import (
     ON_MISSING,
     BrickContribution,
     Estimate,
+    MissingBrick,
     Peaks,
+    Plan,
     estimate_decomposition,
+    plan_decomposition,
 )
 from dlbricks.estimator._evaluate import DEFAULT_SUITE, Evaluation, EvaluationRow, evaluate, measure_whole
-from dlbricks.estimator._predict import LatencyPredictor, OpModel
+from dlbricks.estimator._predict import LatencyPredictor, OpModel, Prediction
 from dlbricks.estimator._profile import InModelTimes, in_model_times
 
 __all__ = [
@@ -33,6 +36,11 @@ __all__ = [
     "in_model_times",
     "InModelTimes",
     "open_store",
+    # what a model lacks in a database
+    "plan",
+    "plan_decomposition",
+    "Plan",
+    "MissingBrick",
     # composition
     "estimate_decomposition",
     "Estimate",
@@ -41,6 +49,7 @@ __all__ = [
     "ON_MISSING",
     "LatencyPredictor",
     "OpModel",
+    "Prediction",
     "sequential",
     "critical_path",
     "combined_halfwidth",

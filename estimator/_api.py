@@ -10,13 +10,13 @@ from typing import Any
 from dlbricks import Brick, Decomposition, ModelGraph, decompose, load_model
 from dlbricks._errors import InvalidArgumentError
 from dlbricks.benchmarks_db import Store, populate
-from dlbricks.estimator._estimate import Estimate, Peaks, estimate_decomposition
+from dlbricks.estimator._estimate import Estimate, Peaks, Plan, estimate_decomposition, plan_decomposition
 from dlbricks.estimator._predict import LatencyPredictor
 from dlbricks.estimator._profile import InModelTimes, in_model_times
 from dlbricks.generators import Budget, Measurement, OrtConfig, collect_system_info, get_backend
 from dlbricks.generators._ort_kernels import ReorderCost
 
-__all__ = ["estimate", "validate", "Validation", "open_store"]
+__all__ = ["estimate", "validate", "plan", "Validation", "open_store"]
 
 def open_store(db: Store | str | os.PathLike[str]) -> Store:
     """The Store for ``db`` (a Store is returned as it is)."""
@@ -110,11 +110,11 @@ def _alternatives(store: Store, dec: Decomposition, system: Any, config: Any,
     return out
 
 
-def _predictor(store: Store, system: Any, config_id: str) -> LatencyPredictor:
+def _predictor(store: Store, system: Any, config_id: str, peaks: Peaks | None = None) -> LatencyPredictor:
     records = [r for r in store.measurements(system=system, config_id=config_id, status="ok")]
     latency = {r.key: r.median_s - (r.floor_s or 0.0) for r in records if r.median_s is not None}
     bricks = [store.brick(sig) for sig in latency]
-    return LatencyPredictor().fit(bricks, latency)
+    return LatencyPredictor().fit(bricks, latency, peaks=peaks)
 
 
 def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = None,
@@ -155,10 +155,11 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
         found = _lookup(store, dec, system, cfg.config_id)
         return {b.signature: found[b.signature] for b in bricks if b.signature in found}
 
-    missing = [s for s in dec.bricks if s not in measured]
-    predictor = _predictor(store, system, cfg.config_id) if missing and on_missing == "predict" else None
+    missing = [s for s in dec.bricks if s not in measured or not measured[s].ok]  # failed ones too
     if peaks is None:
         peaks = store_peaks(store, system, peaks_key(cfg))
+    predictor = (_predictor(store, system, cfg.config_id, peaks) if missing and on_missing == "predict"
+                 else None)
     if missing and on_missing == "measure":  # first: at fused:all their overheads are stored with them
         measured.update(measure([dec.bricks[s] for s in missing]))
     overhead, extra = _reorder_costs(dec, cfg, store, system, measured)
@@ -282,3 +283,19 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
         in_model = {o.index: sum(times.layers.get(n, 0.0) for n in o.nodes) for o in dec.occurrences}
         return Validation(est, whole, dec, in_model, times)
     return Validation(est, whole, dec, in_model)
+
+
+def plan(model: Any, db: Store | str | os.PathLike[str], *, system: Any = None, config: OrtConfig | None = None,
+         granularity: str = "layer", budget: Budget | None = None) -> Plan:
+    """What a model lacks in a database: :func:`plan_decomposition` for a model (a path, ModelProto,
+    ModelGraph, Decomposition or name), under the database's stored peaks (see :func:`estimate`)."""
+    store = open_store(db)
+    system = _system_key(system)
+    cfg = config or OrtConfig()
+    dec = _decomposition(model, store, granularity, cfg)
+    measured = _lookup(store, dec, system, cfg.config_id)
+    peaks = store_peaks(store, system, peaks_key(cfg))
+    lacking = any(s not in measured or not measured[s].ok for s in dec.bricks)
+    predictor = _predictor(store, system, cfg.config_id, peaks) if lacking else None
+    return plan_decomposition(dec, measured, config_id=cfg.config_id, predictor=predictor, budget=budget,
+                              peaks=peaks, views=view_bricks(dec, backend_name(cfg)))

@@ -5,22 +5,35 @@ bricks under one backend configuration, optionally the measurements of the same 
 configurations (for the lower bound) and the machine's peaks (for the roofline), it composes the
 sequential and parallel estimates, the Benanza-style lower bounds, the physical bound, an uncertainty
 interval, coverage and a per-brick breakdown.
+
+The interval combines what each brick's time rests on: a measured brick its CI (bricks independent,
+in quadrature), a predicted one its predictor's conformal interval (see
+:mod:`dlbricks.estimator._predict`); bricks predicted by the same model err together, so their
+intervals add up linearly before they join the rest in quadrature. An estimate whose predicted
+share is large, or that rests on bricks far from every measured one, carries a ``warning``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dlbricks import Brick, Decomposition
 from dlbricks._errors import InvalidArgumentError
-from dlbricks.estimator._compose import combined_halfwidth, critical_path, sequential
-from dlbricks.estimator._predict import LatencyPredictor
-from dlbricks.generators import Measurement
+from dlbricks.estimator._compose import critical_path, sequential
+from dlbricks.estimator._predict import LatencyPredictor, Prediction, roofline_work
+from dlbricks.generators import Budget, Measurement
 
-__all__ = ["Estimate", "BrickContribution", "Peaks", "estimate_decomposition", "ON_MISSING"]
+__all__ = ["Estimate", "BrickContribution", "Peaks", "estimate_decomposition", "ON_MISSING",
+           "WARN_PREDICTED_SHARE", "WARN_FAR_SHARE", "Plan", "MissingBrick", "plan_decomposition",
+           "measure_time_s"]
 
 ON_MISSING = ("error", "predict", "measure")
+#: An estimate with at least this share of its time predicted carries a warning.
+WARN_PREDICTED_SHARE = 0.3
+#: An estimate with at least this share of its time predicted far from the data carries a warning.
+WARN_FAR_SHARE = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +56,7 @@ class Peaks:
         return max(flops / self.flops_per_s, weight_bytes / self.bytes_per_s)
 
 
-def _roofline_work(brick: Brick) -> tuple[int, int]:
-    """What the roofline charges a brick: FLOPs off the zero padding, and its weights' bytes."""
-    return max((brick.flops or 0) - brick.padding_flops, 0), brick.constant_bytes
+_roofline_work = roofline_work
 
 
 #: Bricks whose fastest floor-corrected run is at least this long show the rate the machine reached.
@@ -66,6 +77,10 @@ class BrickContribution:
     halfwidth_s: float  # CI half-width of one occurrence
     lower_bound_s: float | None  # fastest measured configuration, one occurrence (floor-corrected)
     roofline_s: float | None
+    low_s: float | None = None  # interval of one occurrence (measured: its CI; predicted: conformal)
+    high_s: float | None = None
+    predictor: str | None = None  # the model that predicted it (op type, kernel class or "*")
+    far: bool = False  # predicted far from every measured brick of its model
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +104,13 @@ class Estimate:
     predicted_share: float  # share of the sequential estimate that is predicted
     predicted: tuple[str, ...]  # signatures of predicted bricks
     breakdown: tuple[BrickContribution, ...]
+    far_share: float = 0.0  # share of the sequential estimate predicted far from measured bricks
+    warning: str | None = None  # why the estimate should not be trusted as it is, if it should not
+
+    @property
+    def warn(self) -> bool:
+        """Whether a large share is predicted, or predicted far from the data (see ``warning``)."""
+        return self.warning is not None
 
     def to_dict(self) -> dict[str, object]:
         """JSON-safe form."""
@@ -124,6 +146,7 @@ def estimate_decomposition(
     brick_overhead_s: Mapping[str, float] | None = None,
     model_extra_s: float = 0.0,
     views: Collection[str] = (),
+    composition_error: float = 0.0,
 ) -> Estimate:
     """Compose a model's latency from its bricks.
 
@@ -138,7 +161,8 @@ def estimate_decomposition(
     on_missing : {"error", "predict", "measure"}
         What to do with bricks that have no ok measurement.
     predictor : LatencyPredictor, optional
-        A fitted predictor, for ``on_missing="predict"``.
+        A fitted predictor, for ``on_missing="predict"``; fitted again with ``peaks`` where it was
+        fitted without (see :meth:`LatencyPredictor.with_peaks`).
     measure : callable, optional
         Measures bricks now, for ``on_missing="measure"``.
     alternatives : mapping of signature to measurements, optional
@@ -155,6 +179,10 @@ def estimate_decomposition(
         Bricks that the runtime runs inside a model as views of their inputs (a backend's
         ``view_ops``): their measured time is a copy that the model does not make, so they count
         zero beyond the per-call floor.
+    composition_error : float
+        Relative error of a sum of measured bricks against the whole model, at the interval's level
+        (from validation runs of other models: how far brick sums landed from whole-model runs);
+        it joins the bricks' own intervals in quadrature.
     """
     if on_missing not in ON_MISSING:
         raise InvalidArgumentError(f"'on_missing' must be one of {ON_MISSING}. Got {on_missing!r} instead.")
@@ -173,66 +201,126 @@ def estimate_decomposition(
                for sig, m in found.items()}
     halfwidth = {sig: _halfwidth(m) for sig, m in found.items()}
     predicted: list[str] = []
+    predictions: dict[str, Prediction] = {}
     if missing:
         if on_missing == "error" or predictor is None:
             first = missing[0]
+            failed = sum(1 for b in missing if b.signature in measurements)
+            why = f" ({failed} of them failed to measure)" if failed else ""
+            todo = ("no predictor was given: pass a fitted LatencyPredictor" if on_missing == "predict"
+                    else "benchmark them with 'dlbricks bench' (--retry-failed for failed ones), or "
+                         "estimate with --on-missing predict or measure (on_missing=)")
             raise InvalidArgumentError(
-                f"{len(missing)} of {len(dec.bricks)} bricks of '{dec.model}' have no measurement "
-                f"for configuration {config_id[:12]} (first: {first.signature[:12]} {first.op_type}); "
-                f"benchmark them with 'dlbricks bench' or use on_missing='predict' or 'measure'.")
+                f"{len(missing)} of {len(dec.bricks)} bricks of '{dec.model}' have no usable measurement "
+                f"for configuration {config_id[:12]}{why} (first: {first.signature[:12]} {first.op_type}); "
+                f"{todo}.")
+        predictor = predictor.with_peaks(peaks)
         for brick in missing:
-            value = predictor.predict(brick)
-            if value is None:
+            found_prediction = predictor.prediction(brick)
+            if found_prediction is None:
                 raise InvalidArgumentError(
                     f"no measured brick to predict {brick.signature[:12]} ({brick.op_type}) from; "
                     f"benchmark some bricks first.")
-            latency[brick.signature] = value
-            model = predictor.model_for(brick)
-            halfwidth[brick.signature] = value * (model.cv_error if model and model.cv_error == model.cv_error
-                                                  else 0.5)
+            predictions[brick.signature] = found_prediction
+            latency[brick.signature] = found_prediction.seconds
             predicted.append(brick.signature)
     latency.update({sig: 0.0 for sig in views if sig in latency})
+    predictions = {sig: p for sig, p in predictions.items() if sig not in views}
     every = {sig: [m, *(alternatives or {}).get(sig, ())] for sig, m in found.items()}
     return _compose(dec, latency, halfwidth, floor_s + model_extra_s, config_id, predicted, every, peaks,
-                    overhead)
+                    overhead, predictions, composition_error)
 
 
 def _compose(dec: Decomposition, latency: Mapping[str, float], halfwidth: Mapping[str, float],
              floor_s: float, config_id: str, predicted: Sequence[str],
              alternatives: Mapping[str, Sequence[Measurement]], peaks: Peaks | None,
-             overhead: Mapping[str, float]) -> Estimate:
+             overhead: Mapping[str, float], predictions: Mapping[str, Prediction],
+             composition_error: float = 0.0) -> Estimate:
+    latency = dict(latency)
+    predicted_set = set(predicted)
+    roof = None
+    if peaks is not None:
+        peaks = _reached(peaks, dec, _lower_bounds(dec, alternatives, latency, floor_s, overhead)[2],
+                         predicted_set)
+        roof = {sig: peaks.roofline_s(b) for sig, b in dec.bricks.items()}
+    predictions = {sig: _above(p, roof[sig]) if roof else p for sig, p in predictions.items()}
+    latency.update({sig: p.seconds for sig, p in predictions.items()})
     node_latency = {o.index: latency[o.signature] + floor_s for o in dec.occurrences}
     seq = sequential(dec.dag, node_latency, floor_s)
     par = critical_path(dec.dag, node_latency, floor_s)
     counts = dec.counts()
-    hw = combined_halfwidth(counts, halfwidth)
+    down, up = _interval(counts, halfwidth, predictions)
+    systematic = composition_error * seq
+    down, up = math.hypot(down, systematic), math.hypot(up, systematic)
     lower = _lower_bounds(dec, alternatives, latency, floor_s, overhead)
-    if peaks is not None:
-        peaks = _reached(peaks, dec, lower[2], set(predicted))
-    roof = {sig: peaks.roofline_s(b) for sig, b in dec.bricks.items()} if peaks else None
     total_work = seq - floor_s
     breakdown = tuple(sorted((
-        BrickContribution(
-            signature=sig, op_type=b.op_type, count=counts[sig], latency_s=latency[sig],
-            total_s=counts[sig] * latency[sig],
-            share=counts[sig] * latency[sig] / total_work if total_work > 0 else 0.0,
-            source="predicted" if sig in predicted else "measured", halfwidth_s=halfwidth.get(sig, 0.0),
-            lower_bound_s=lower[2].get(sig),
-            roofline_s=roof[sig] if roof else None)
+        _contribution(sig, b, counts[sig], latency[sig], total_work, halfwidth.get(sig, 0.0),
+                      predictions.get(sig), sig in predicted_set, lower[2].get(sig), roof[sig] if roof else None)
         for sig, b in dec.bricks.items()), key=lambda c: -c.total_s))
-    predicted_set = set(predicted)
     measured_occ = sum(1 for o in dec.occurrences if o.signature not in predicted_set)
+    share = sum(c.total_s for c in breakdown if c.source == "predicted") / total_work if total_work > 0 else 0.0
+    far = sum(c.total_s for c in breakdown if c.far) / total_work if total_work > 0 else 0.0
     return Estimate(
         model=dec.model, granularity=dec.granularity, config_id=config_id, layers=dec.layers,
         unique_bricks=len(dec.bricks), sequential_s=seq, parallel_s=par,
-        ci_low_s=max(seq - hw, 0.0), ci_high_s=seq + hw,
+        ci_low_s=max(seq - down, 0.0), ci_high_s=seq + up,
         lower_bound_s=lower[0], lower_bound_parallel_s=lower[1],
         roofline_s=sum(counts[s] * r for s, r in roof.items()) if roof else None,
         floor_s=floor_s,
         coverage=measured_occ / len(dec.occurrences) if dec.occurrences else 1.0,
-        predicted_share=sum(c.total_s for c in breakdown if c.source == "predicted") / total_work
-        if total_work > 0 else 0.0,
-        predicted=tuple(predicted), breakdown=breakdown)
+        predicted_share=share, predicted=tuple(predicted), breakdown=breakdown, far_share=far,
+        warning=_warning(share, far, len(predicted)))
+
+
+def _above(prediction: Prediction, floor_s: float) -> Prediction:
+    """``prediction`` held at or above a roofline of ``floor_s``."""
+    if prediction.seconds >= floor_s and prediction.low_s >= floor_s:
+        return prediction
+    seconds = max(prediction.seconds, floor_s)
+    return replace(prediction, seconds=seconds, low_s=max(prediction.low_s, floor_s),
+                   high_s=max(prediction.high_s, seconds), floor_s=max(prediction.floor_s, floor_s))
+
+
+def _interval(counts: Mapping[str, int], halfwidth: Mapping[str, float],
+              predictions: Mapping[str, Prediction]) -> tuple[float, float]:
+    """Half-widths (below, above) of the model's interval: measured bricks' CIs in quadrature, and
+    per predicting model the sum of its bricks' intervals (their errors go together), in quadrature
+    with the rest."""
+    measured = sum((counts[sig] * halfwidth.get(sig, 0.0)) ** 2 for sig in counts if sig not in predictions)
+    down: dict[str, float] = {}
+    up: dict[str, float] = {}
+    for sig, p in predictions.items():
+        down[p.model] = down.get(p.model, 0.0) + counts[sig] * (p.seconds - p.low_s)
+        up[p.model] = up.get(p.model, 0.0) + counts[sig] * (p.high_s - p.seconds)
+    return (math.sqrt(measured + sum(v * v for v in down.values())),
+            math.sqrt(measured + sum(v * v for v in up.values())))
+
+
+def _contribution(sig: str, brick: Brick, count: int, latency: float, total_work: float, halfwidth: float,
+                  prediction: Prediction | None, predicted: bool, lower_bound: float | None,
+                  roofline: float | None) -> BrickContribution:
+    low, high = ((prediction.low_s, prediction.high_s) if prediction is not None
+                 else (max(latency - halfwidth, 0.0), latency + halfwidth))
+    return BrickContribution(
+        signature=sig, op_type=brick.op_type, count=count, latency_s=latency, total_s=count * latency,
+        share=count * latency / total_work if total_work > 0 else 0.0,
+        source="predicted" if predicted else "measured",
+        halfwidth_s=(high - low) / 2 if prediction is not None else halfwidth,
+        lower_bound_s=lower_bound, roofline_s=roofline, low_s=low, high_s=high,
+        predictor=prediction.model if prediction is not None else None,
+        far=prediction is not None and prediction.far)
+
+
+def _warning(share: float, far: float, bricks: int) -> str | None:
+    """Why an estimate with a large predicted share, or one far from the data, is to be read with
+    care; None when it is not."""
+    if share < WARN_PREDICTED_SHARE and far < WARN_FAR_SHARE:
+        return None
+    text = f"{100 * share:.0f}% of the estimate is predicted ({bricks} bricks never measured)"
+    if far >= WARN_FAR_SHARE:
+        text += f", {100 * far:.0f}% from bricks far from every measured brick"
+    return text + "; measure them (--on-missing measure) for a figure that rests on measurements."
 
 
 def _reached(peaks: Peaks, dec: Decomposition, fastest: Mapping[str, float], predicted: set[str]) -> Peaks:
@@ -267,3 +355,74 @@ def _lower_bounds(dec: Decomposition, alternatives: Mapping[str, Sequence[Measur
         fastest[sig] = min(value, latency[sig]) if value is not None else latency[sig]
     node = {o.index: fastest[o.signature] + floor_s for o in dec.occurrences}
     return sequential(dec.dag, node, floor_s), critical_path(dec.dag, node, floor_s), fastest
+
+
+# ------------------------------------------------------------------------------------------ planning
+#: Fixed cost of measuring one brick beyond its warm-up and samples: sessions, bindings, the worker.
+MEASURE_SETUP_S = 0.05
+
+
+def measure_time_s(seconds: float, budget: Budget) -> float:
+    """About how long measuring a brick of ``seconds`` per run takes under ``budget``: setup,
+    warm-up, and samples until ``min_runs`` and ``min_time``, at most ``max_time``."""
+    sampling = min(max(budget.min_time, budget.min_runs * seconds), max(budget.max_time, seconds))
+    return MEASURE_SETUP_S + budget.warmup_time + sampling
+
+
+@dataclass(frozen=True, slots=True)
+class MissingBrick:
+    """A brick of a model that the database lacks (times in seconds, one occurrence)."""
+
+    signature: str
+    op_type: str
+    count: int
+    predicted_s: float | None  # None where nothing could predict it
+    share: float  # of the model's estimate (0 where not predicted)
+    measure_s: float  # about how long measuring it takes
+    far: bool  # predicted far from every measured brick
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a model lacks in a database: its missing bricks, largest share first, their share of
+    the estimate and the time to measure them (``dlbricks plan``)."""
+
+    model: str
+    unique_bricks: int
+    missing: tuple[MissingBrick, ...]
+    predicted_share: float
+    measure_s: float
+    estimate: Estimate | None  # with the missing bricks predicted, where they could be
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-safe form."""
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+def plan_decomposition(dec: Decomposition, measurements: Mapping[str, Measurement], *, config_id: str,
+                       predictor: LatencyPredictor | None = None, budget: Budget | None = None,
+                       peaks: Peaks | None = None, views: Collection[str] = ()) -> Plan:
+    """The bricks of ``dec`` without an ok measurement, with their predicted share and the time to
+    measure them (under ``budget``, default ``Budget()``). Without a predictor, or with one that
+    cannot predict, times to measure count each brick at its floor."""
+    budget = budget or Budget()
+    found = {sig for sig, m in measurements.items() if sig in dec.bricks and m.ok and m.median_s}
+    missing = [sig for sig in dec.bricks if sig not in found]
+    est = None
+    if missing and predictor is not None and getattr(predictor, "models_", None):
+        est = estimate_decomposition(dec, measurements, config_id=config_id, on_missing="predict",
+                                     predictor=predictor, peaks=peaks, views=views)
+    parts = {c.signature: c for c in est.breakdown} if est else {}
+    floors = [m.floor_s for m in measurements.values() if m.floor_s]
+    floor = min(floors) if floors else 0.0
+    counts = dec.counts()
+    rows = tuple(sorted((
+        MissingBrick(sig, dec.bricks[sig].op_type, counts[sig],
+                     parts[sig].latency_s if sig in parts else None, parts[sig].share if sig in parts else 0.0,
+                     measure_time_s((parts[sig].latency_s if sig in parts else 0.0) + floor, budget),
+                     sig in parts and parts[sig].far)
+        for sig in missing), key=lambda r: (-r.share, r.signature)))
+    return Plan(dec.model, len(dec.bricks), rows, est.predicted_share if est else float(bool(missing)),
+                sum(r.measure_s for r in rows), est)

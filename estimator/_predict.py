@@ -1,16 +1,44 @@
-"""Predicting bricks that were never measured, from measured bricks of the same op type.
+"""Predicting bricks that were never measured, with intervals that say how far to trust them.
 
-Two stages per op type. First a roofline-like linear model: latency as a non-negative combination of
-a constant, FLOPs, bytes moved and output elements (:func:`scipy.optimize.nnls`), rows weighted by
-1/latency so that the fit minimises *relative* error. A linear model charges one throughput to every
-shape, but kernels are not equally efficient: a 1x1 convolution over 512 channels at 7x7 runs at a
-different rate than a 3x3 one over 64 channels at 56x56. So, second, the linear prediction is
-corrected by the measured/linear ratio of the brick's nearest measured neighbours, in a space of log
-sizes and kernel attributes (k nearest neighbours, :class:`scipy.spatial.cKDTree`, geometric mean
-weighted by inverse distance), the way nn-Meter predicts kernels from shape features. The linear
-model also counts the im2col matrix a convolution builds: memory traffic that FLOPs do not show.
-Op types with too few measured bricks fall back to the linear model fitted over all bricks. The
-cross-validated error (leave-one-out, median |relative error|) of each model is reported.
+Kernel classes
+    Bricks that run the same kind of kernel share a model: MatMul, Gemm and pointwise (1x1,
+    stride 1) convolutions all run a matrix product (``"gemm"``); other convolutions run im2col and
+    a product (``"conv"``); element-wise ops, data movement, pooling, normalizations and reductions
+    are bound by the bytes they move (``"memory"``); other ops (recurrent ones) form their own
+    class. Bricks of several nodes (fused bricks) form ``"<class>+fused"``. Each brick has up to
+    three candidate models: its op type's, its class's, and one fitted over every brick (``"*"``).
+
+Each model
+    A roofline-like linear model (a non-negative combination of a constant, FLOPs, bytes moved,
+    output elements and im2col elements, :func:`scipy.optimize.nnls`, rows weighted by 1/latency so
+    that it minimises *relative* error), corrected by the measured/linear ratio of the brick's
+    nearest measured neighbours in a space of log shapes (a GEMM by its rows, columns, depth, batch
+    and weight bytes; a convolution by the GEMM it runs and its kernel; other ops by their log
+    sizes), the way nn-Meter predicts kernels from shape features.
+
+Physics
+    A prediction never falls below the brick's roofline (FLOPs off the zero padding at the peak
+    FLOP rate, weight bytes at the peak bandwidth) where the machine's peaks are calibrated (raised
+    to the best rates the measured bricks reached). Nor does it rise above
+    :data:`CAP_SLACK` times the slowest rate that measured bricks of its class of at least a
+    quarter of its work ran at: the data says how slow a kernel gets, and no further.
+
+Uncertainty
+    Each model is cross-validated (leave-one-out up to :data:`LOO_MAX` bricks, else
+    :data:`FOLDS`-fold). Its scores are the absolute log errors divided by ``1 + d / d_ref``, with
+    ``d`` the standardized distance of the held-out brick to its nearest training brick and
+    ``d_ref`` the median of those distances; the conformal quantile ``q`` of the scores at 95% gives
+    a predicted brick the log interval ``+-q (1 + d / d_ref)`` (normalized split-conformal): wide
+    where the model erred on held-out bricks, and wider the farther the brick lies from what was
+    measured; beyond one ``d_ref`` each further unit adds :data:`EXTRAPOLATION`, for errors the
+    cross-validation never held a brick out far enough to see. The interval never reaches below
+    the roofline nor above the cap.
+
+Choice
+    Of a brick's op type model and kernel class model, those not far from the brick
+    (:data:`FAR_DISTANCE`), the one with the narrowest interval at its distance predicts it; where
+    both are far, the narrowest of them and the global model does: a Gemm far from the classifier
+    heads the Gemm model knows is predicted by the class of matrix products, MatMuls included.
 """
 
 from __future__ import annotations
@@ -18,18 +46,83 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import onnx
 from onnx import helper
 from scipy.optimize import nnls
 from scipy.spatial import cKDTree
 
-from dlbricks import Brick
+from dlbricks import Brick, TensorSpec
+from dlbricks._cost import DATA_MOVEMENT_OPS, ELEMENTWISE_OPS, gemm_dims
 
-__all__ = ["LatencyPredictor", "OpModel", "descriptor", "features"]
+__all__ = ["LatencyPredictor", "OpModel", "Prediction", "Rates", "CrossValidation", "descriptor", "features",
+           "kernel_class", "main_node", "roofline_work", "conformal_quantile"]
 
 MIN_BRICKS_PER_OP = 3
 NEIGHBOURS = 3
+#: Miscoverage of the predicted bricks' intervals (0.05: 95% intervals).
+ALPHA = 0.05
+#: Models of at most this many bricks are cross-validated leave-one-out, larger ones k-fold.
+LOO_MAX = 60
+FOLDS = 10
+#: Log half-width given where a model has too few bricks to cross-validate (a factor of 3).
+UNKNOWN_LOG_HALFWIDTH = math.log(3.0)
+#: Smallest log half-width a model gives: the timing noise of one brick.
+MIN_LOG_HALFWIDTH = 0.03
+#: A brick farther than this many ``d_ref`` from its nearest training brick is far from the data.
+FAR_DISTANCE = 3.0
+#: Log half-width added per ``d_ref`` beyond the first: past the distances the cross-validation held
+#: bricks out at, it has not seen how the model errs.
+EXTRAPOLATION = math.log(1.25)
+#: A prediction may exceed the slowest rate measured bricks of its class ran at by this factor.
+CAP_SLACK = 1.5
+#: Bricks whose floor-corrected time is at least this long show rates the machine reached.
+REACHED_MIN_S = 100e-6
+
+_COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN")
+_MEMORY_OPS = ELEMENTWISE_OPS | DATA_MOVEMENT_OPS | {
+    "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization",
+    "InstanceNormalization", "LayerNormalization", "GroupNormalization", "LRN", "Softmax",
+    "LogSoftmax", "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
+    "ReduceSumSquare", "ReduceL1", "ReduceLogSumExp", "ArgMax", "ArgMin", "CumSum", "Resize",
+    "Upsample"}
+
+
+# ------------------------------------------------------------------------------------------ features
+def _specs(brick: Brick) -> dict[str, TensorSpec]:
+    return ({s.name: s for s in brick.inputs} | {c.spec.name: c.spec for c in brick.constants}
+            | {s.name: s for s in brick.outputs})
+
+
+def main_node(brick: Brick) -> onnx.NodeProto:
+    """The node that does a brick's work: its first compute node (convolution, matrix product,
+    recurrent layer), else its first node."""
+    return next((n for n in brick.nodes if n.op_type in _COMPUTE_OPS), brick.nodes[0])
+
+
+def _gemm_dims(brick: Brick) -> tuple[int, int, int, int] | None:
+    node = main_node(brick)
+    specs = _specs(brick)
+    ins = [specs.get(name) for name in node.input]
+    outs = [specs.get(name) for name in node.output] if len(brick.nodes) > 1 else list(brick.outputs[:1])
+    return gemm_dims(node, ins, outs)
+
+
+def kernel_class(brick: Brick) -> str:
+    """The class of kernel a brick runs: ``"gemm"``, ``"conv"``, ``"memory"`` or its main op type,
+    with ``"+fused"`` for bricks of several nodes."""
+    op = main_node(brick).op_type
+    if _gemm_dims(brick) is not None:
+        name = "gemm"
+    elif op in ("Conv", "ConvTranspose"):
+        name = "conv"
+    elif op in _MEMORY_OPS:
+        name = "memory"
+    else:
+        name = op
+    return name + ("+fused" if len(brick.nodes) > 1 else "")
 
 
 def features(brick: Brick) -> np.ndarray:
@@ -39,6 +132,12 @@ def features(brick: Brick) -> np.ndarray:
     return np.array([1.0, flops, float(brick.bytes_moved), outputs, float(im2col_elements(brick))])
 
 
+def roofline_work(brick: Brick) -> tuple[int, int]:
+    """What a roofline charges a brick: FLOPs off its convolutions' zero padding, and its weights'
+    bytes (activations live in the cache inside a model; weights come from memory)."""
+    return max((brick.flops or 0) - brick.padding_flops, 0), brick.constant_bytes
+
+
 def im2col_elements(brick: Brick) -> int:
     """Elements of the im2col matrix a convolution brick builds (0 when it needs none).
 
@@ -46,7 +145,8 @@ def im2col_elements(brick: Brick) -> int:
     unfolded input of K x N = (input channels x kernel area) x output pixels; writing and reading it
     is memory traffic that FLOPs do not show and that dominates when there are few output channels
     to share it (a 3x3 convolution to 32 channels). A pointwise stride-1 convolution reads its input
-    as it is, and a depthwise one has a kernel of its own.
+    as it is, and a depthwise 3x3 one has a kernel of its own (MLAS's depthwise kernel is 3x3 only:
+    a depthwise 5x5 convolution unfolds its input like any other).
     """
     node = brick.nodes[0]
     if node.op_type != "Conv" or not brick.constants or not brick.outputs:
@@ -56,43 +156,50 @@ def im2col_elements(brick: Brick) -> int:
     group = int(attrs.get("group", 1))
     kernel = math.prod(weight[2:])
     strided = any(s != 1 for s in attrs.get("strides") or ()) or any(attrs.get("pads") or ())
-    if (kernel == 1 and not strided) or (group > 1 and weight[1] == 1):
+    if (kernel == 1 and not strided) or (group > 1 and weight[1] == 1 and tuple(weight[2:]) == (3, 3)):
         return 0
     return weight[1] * group * kernel * math.prod(brick.outputs[0].shape[2:])
 
 
-def descriptor(brick: Brick) -> np.ndarray:
-    """Where a brick sits among bricks of its op type: log sizes and kernel attributes.
+def _log(value: float) -> float:
+    return math.log(max(float(value), 1.0))
 
-    A convolution is described as the GEMM it runs: log M (output channels per group), log N
-    (output pixels), log K (input channels per group times kernel area), log kernel area, stride and
-    log group; the rate of a GEMM depends on its three sizes, not only on their product (a
-    convolution to 32 channels runs below the rate of one to 128 of the same FLOPs). Other ops:
-    log FLOPs, log input, output and weight bytes, the number of inputs, log input and output
-    channels (dimension 1) and log output size past dimension 1.
+
+def descriptor(brick: Brick, kind: str = "auto") -> np.ndarray:
+    """Where a brick sits among bricks of its kind: log sizes and kernel attributes.
+
+    ``kind`` ``"gemm"``: log rows, columns, depth, batch and weight bytes of the product it runs.
+    ``"conv"``: the GEMM a convolution runs, log M (output channels per group), N (output pixels),
+    K (input channels per group times kernel area), log kernel area, stride and log group; the rate
+    of a GEMM depends on its three sizes, not only on their product. ``"generic"``: log FLOPs,
+    input, output and weight bytes, the number of inputs, log input and output channels and log
+    output size past dimension 1. ``"auto"`` picks by :func:`kernel_class`.
     """
-    node = brick.nodes[0]
-    first_in = brick.inputs[0].shape if brick.inputs else ()
+    if kind == "auto":
+        kind = _kind(kernel_class(brick))
+    if kind == "gemm":
+        dims = _gemm_dims(brick) or (1, 1, 1, 1)
+        batch, rows, cols, depth = dims
+        return np.array([_log(rows), _log(cols), _log(depth), _log(batch), _log(brick.constant_bytes)])
+    node = main_node(brick)
+    specs = _specs(brick)
     first_out = brick.outputs[0].shape if brick.outputs else ()
-    if node.op_type == "Conv" and brick.constants and len(first_out) > 2:
+    weight = specs.get(node.input[1]) if len(node.input) > 1 else None
+    if kind == "conv":
+        if node.op_type not in ("Conv", "ConvTranspose") or weight is None or len(weight.shape) < 3:
+            return np.zeros(6)
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        weight = brick.constants[0].spec.shape
         group = int(attrs.get("group", 1))
-        kernel = float(np.prod(weight[2:]))
+        kernel = float(np.prod(weight.shape[2:]))
         return np.array([
-            np.log(weight[0] / group),
-            np.log(float(np.prod(first_out[2:]))),
-            np.log(weight[1] * kernel),
-            np.log(kernel),
-            float(max(attrs.get("strides") or (1,))),
-            np.log(group),
-        ])
-    weights = sum(c.spec.nbytes for c in brick.constants)
+            _log(weight.shape[0] / group), _log(float(np.prod(first_out[2:]))), _log(weight.shape[1] * kernel),
+            _log(kernel), float(max(attrs.get("strides") or (1,))), _log(group)])
+    first_in = brick.inputs[0].shape if brick.inputs else ()
     return np.array([
         np.log1p(float(brick.flops or 0)),
         np.log1p(float(sum(s.nbytes for s in brick.inputs))),
         np.log1p(float(sum(s.nbytes for s in brick.outputs))),
-        np.log1p(float(weights)),
+        np.log1p(float(brick.constant_bytes)),
         float(len(brick.inputs) + len(brick.constants)),
         np.log1p(float(first_in[1]) if len(first_in) > 1 else 0.0),
         np.log1p(float(first_out[1]) if len(first_out) > 1 else 0.0),
@@ -100,124 +207,321 @@ def descriptor(brick: Brick) -> np.ndarray:
     ])
 
 
-def _fit(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def _kind(key: str) -> str:
+    """The descriptor kind of a model's key (an op type, a kernel class or ``"*"``)."""
+    base = key.split("+")[0]
+    if base in ("gemm", "MatMul", "Gemm"):
+        return "gemm"
+    if base in ("conv", "Conv", "ConvTranspose"):
+        return "conv"
+    return "generic"
+
+
+# ------------------------------------------------------------------------------------------ records
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """Rates the machine reaches: FLOP/s, weight bytes/s (the roofline's) and bytes moved/s."""
+
+    flops_per_s: float
+    weight_bytes_per_s: float
+    bytes_per_s: float
+
+    def roofline_s(self, brick: Brick) -> float:
+        """max(FLOPs / FLOP rate, weight bytes / bandwidth): no run is faster."""
+        flops, weights = roofline_work(brick)
+        return max(flops / self.flops_per_s, weights / self.weight_bytes_per_s)
+
+    def work_s(self, brick: Brick) -> float:
+        """max(FLOPs / FLOP rate, bytes moved / bandwidth): the brick's work at the best rates."""
+        flops, _ = roofline_work(brick)
+        return max(flops / self.flops_per_s, brick.bytes_moved / self.bytes_per_s, 1e-12)
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """A predicted brick time (seconds) with its interval.
+
+    ``model`` is the key of the model that predicted it; ``distance`` its distance to the nearest
+    training brick of that model in units of the model's ``d_ref``; ``floor_s`` the roofline it was
+    held above; ``capped`` whether the cap of its class held it down.
+    """
+
+    seconds: float
+    low_s: float
+    high_s: float
+    model: str
+    distance: float
+    floor_s: float
+    capped: bool
+
+    @property
+    def far(self) -> bool:
+        """Whether the brick lies far from every brick the model was fitted on."""
+        return self.distance > FAR_DISTANCE
+
+
+@dataclass(frozen=True, slots=True)
+class _Space:
+    """Standardized descriptors of a model's training bricks, for neighbours and distances."""
+
+    tree: cKDTree
+    center: np.ndarray
+    scale: np.ndarray
+
+    @classmethod
+    def fit(cls, d: np.ndarray) -> _Space:
+        center, spread = d.mean(axis=0), d.std(axis=0)
+        scale = np.where(spread > 1e-9, spread, 1.0)
+        return cls(cKDTree((d - center) / scale), center, scale)
+
+    def query(self, d: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        distance, index = self.tree.query((d - self.center) / self.scale, k=k)
+        return np.atleast_1d(distance), np.atleast_1d(index)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Fitted:
+    """One model fitted on a set of bricks: linear coefficients, neighbour ratios, cap data."""
+
+    coef: np.ndarray
+    space: _Space
+    log_ratio: np.ndarray
+    k: int
+    work: np.ndarray  # training bricks' work at the best rates, sorted
+    slowest: np.ndarray  # per sorted training brick: the largest time/work among bricks of at least its work
+
+    def predict(self, x: np.ndarray, d: np.ndarray, work: float) -> tuple[float, float, float]:
+        """(seconds, distance to the nearest training brick, cap) of one brick."""
+        linear = max(float(x @ self.coef), 1e-12)
+        distance, index = self.space.query(d, max(self.k, 1))
+        if self.k > 0:
+            weights = 1.0 / (distance + 0.1)
+            linear *= float(np.exp(weights @ self.log_ratio[index] / weights.sum()))
+        cap = self.cap(work)
+        return min(linear, cap), float(distance.min()), cap
+
+    def cap(self, work: float) -> float:
+        """The most a brick of ``work`` may take: CAP_SLACK times the slowest time/work ratio of
+        training bricks of at least a quarter of its work (the three largest when none is)."""
+        start = int(np.searchsorted(self.work, work / 4))
+        start = min(start, max(len(self.work) - 3, 0))
+        return CAP_SLACK * work * float(self.slowest[start])
+
+
+def _fit_linear(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     scale = 1.0 / np.maximum(y, 1e-9)
     col = np.maximum(np.abs(x).max(axis=0), 1e-30)
     coef, _ = nnls((x / col) * scale[:, None], y * scale)
     return coef / col
 
 
-def _loo_error(x: np.ndarray, d: np.ndarray, y: np.ndarray, neighbours: int) -> float:
-    """Median |relative error| of leave-one-out predictions (linear model and neighbour correction)."""
-    if len(y) < 3:
-        return float("nan")
-    errors = []
-    for i in range(len(y)):
-        keep = np.arange(len(y)) != i
-        coef = _fit(x[keep], y[keep])
-        correction = _Neighbours.fit(d[keep], y[keep] / np.maximum(x[keep] @ coef, 1e-12), neighbours)
-        predicted = max(float(x[i] @ coef), 0.0) * (correction.ratio(d[i]) if correction else 1.0)
-        errors.append(abs(predicted - y[i]) / y[i])
-    return float(np.median(errors))
+def _fit(x: np.ndarray, d: np.ndarray, y: np.ndarray, work: np.ndarray, k: int) -> _Fitted:
+    coef = _fit_linear(x, y)
+    ratio = y / np.maximum(x @ coef, 1e-12)
+    order = np.argsort(work)
+    per_work = (y / work)[order]
+    slowest = np.maximum.accumulate(per_work[::-1])[::-1]
+    return _Fitted(coef, _Space.fit(d), np.log(np.maximum(ratio, 1e-12)), min(k, len(y)), work[order], slowest)
+
+
+def conformal_quantile(scores: Sequence[float] | np.ndarray, alpha: float = ALPHA) -> float:
+    """The split-conformal quantile: the ceil((n + 1)(1 - alpha))-th smallest score (inf when
+    there are too few scores for that level)."""
+    ordered = np.sort(np.asarray(scores, dtype=float))
+    rank = math.ceil((len(ordered) + 1) * (1 - alpha))
+    return float(ordered[rank - 1]) if 0 < rank <= len(ordered) else math.inf
 
 
 @dataclass(frozen=True, slots=True)
-class _Neighbours:
-    """Measured/linear ratios of measured bricks, looked up by nearest standardized descriptors."""
+class CrossValidation:
+    """Held-out log errors of a model and each held-out brick's distance to its training bricks."""
 
-    tree: cKDTree
-    center: np.ndarray
-    scale: np.ndarray
-    log_ratio: np.ndarray
-    k: int
+    log_errors: np.ndarray
+    distances: np.ndarray
 
-    @classmethod
-    def fit(cls, d: np.ndarray, ratio: np.ndarray, k: int) -> _Neighbours | None:
-        """The lookup, or None when there is nothing to look up (``k`` 0 or no bricks)."""
-        if k <= 0 or len(ratio) == 0:
-            return None
-        center, spread = d.mean(axis=0), d.std(axis=0)
-        scale = np.where(spread > 1e-9, spread, 1.0)
-        tree = cKDTree((d - center) / scale)
-        return cls(tree, center, scale, np.log(np.maximum(ratio, 1e-12)), min(k, len(ratio)))
+    @property
+    def d_ref(self) -> float:
+        """The typical distance of a held-out brick: what interval widths are scaled by."""
+        return max(float(np.median(self.distances)), 0.25) if len(self.distances) else 1.0
 
-    def ratio(self, descriptor: np.ndarray) -> float:
-        """Geometric mean of the ``k`` nearest ratios, weighted by inverse distance."""
-        distance, index = self.tree.query((descriptor - self.center) / self.scale, k=self.k)
-        distance, index = np.atleast_1d(distance), np.atleast_1d(index)
-        weights = 1.0 / (distance + 0.1)
-        return float(np.exp(weights @ self.log_ratio[index] / weights.sum()))
+    def quantile(self, alpha: float = ALPHA) -> float:
+        """Conformal quantile of the distance-normalized log errors."""
+        if len(self.log_errors) < 3:
+            return UNKNOWN_LOG_HALFWIDTH
+        scores = self.log_errors / (1 + self.distances / self.d_ref)
+        return max(min(conformal_quantile(scores, alpha), 2 * float(scores.max()) + 0.1), MIN_LOG_HALFWIDTH)
 
 
-@dataclass(frozen=True, slots=True)
+def _cross_validate(x: np.ndarray, d: np.ndarray, y: np.ndarray, work: np.ndarray, k: int) -> CrossValidation:
+    n = len(y)
+    if n < 3:
+        return CrossValidation(np.zeros(0), np.zeros(0))
+    folds = np.arange(n) % FOLDS if n > LOO_MAX else np.arange(n)
+    if n > LOO_MAX:
+        np.random.default_rng(0).shuffle(folds)
+    errors, distances = np.zeros(n), np.zeros(n)
+    for fold in np.unique(folds):
+        test = folds == fold
+        fitted = _fit(x[~test], d[~test], y[~test], work[~test], k)
+        for i in np.flatnonzero(test):
+            seconds, distances[i], _ = fitted.predict(x[i], d[i], work[i])
+            errors[i] = abs(math.log(seconds / y[i]))
+    return CrossValidation(errors, distances)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class OpModel:
-    """A fitted latency model for one op type (``"*"``: all op types, linear only)."""
+    """A fitted latency model for an op type, a kernel class or (``"*"``) every brick.
+
+    ``cv_error`` is the median |relative error| of its cross-validated predictions (NaN below 3
+    bricks); ``q`` the conformal log half-width at distance 0 and ``d_ref`` the distance unit.
+    """
 
     op_type: str
     coef: tuple[float, ...]
     n: int
-    cv_error: float  # median |relative error| of leave-one-out predictions (NaN below 3 bricks)
-    neighbours: _Neighbours | None = None
+    cv_error: float
+    q: float = UNKNOWN_LOG_HALFWIDTH
+    d_ref: float = 1.0
+    kind: str = "generic"
+    fitted: _Fitted | None = None
 
-    def predict(self, brick: Brick) -> float:
-        """Predicted latency of a brick in seconds."""
-        linear = max(float(features(brick) @ np.array(self.coef)), 0.0)
-        if self.neighbours is None:
-            return linear
-        return linear * self.neighbours.ratio(descriptor(brick))
+    def predict(self, brick: Brick, rates: Rates | None = None) -> float:
+        """Predicted latency of a brick in seconds (before the roofline floor)."""
+        return self._raw(brick, rates)[0]
+
+    def _raw(self, brick: Brick, rates: Rates | None) -> tuple[float, float, float]:
+        """(seconds, distance in units of ``d_ref``, cap) of one brick."""
+        if self.fitted is None:
+            return max(float(features(brick) @ np.array(self.coef)), 0.0), 0.0, math.inf
+        work = rates.work_s(brick) if rates else math.inf
+        seconds, distance, cap = self.fitted.predict(features(brick), descriptor(brick, self.kind), work)
+        return seconds, distance / self.d_ref, cap
+
+    def log_halfwidth(self, distance: float) -> float:
+        """The conformal log half-width at ``distance`` (in units of ``d_ref``), plus
+        :data:`EXTRAPOLATION` per unit beyond the first."""
+        return self.q * (1 + distance) + EXTRAPOLATION * max(distance - 1.0, 0.0)
 
 
 class LatencyPredictor:
-    """Latency models per op type, fitted on measured bricks.
+    """Latency models per op type, per kernel class and over all bricks, fitted on measured bricks.
 
     Parameters
     ----------
     min_bricks : int
-        Op types with fewer measured bricks use the model fitted over all bricks.
+        Op types and classes with fewer measured bricks get no model of their own.
     neighbours : int
         Nearest measured bricks whose measured/linear ratio corrects a prediction (0: linear only).
+    alpha : float
+        Miscoverage of the intervals (0.05: 95%).
     """
 
-    def __init__(self, *, min_bricks: int = MIN_BRICKS_PER_OP, neighbours: int = NEIGHBOURS) -> None:
+    def __init__(self, *, min_bricks: int = MIN_BRICKS_PER_OP, neighbours: int = NEIGHBOURS,
+                 alpha: float = ALPHA) -> None:
         self.min_bricks = min_bricks
         self.neighbours = neighbours
+        self.alpha = alpha
 
-    def fit_measurements(self, bricks: Iterable[Brick], measurements: Mapping[str, object]) -> LatencyPredictor:
+    def fit_measurements(self, bricks: Iterable[Brick], measurements: Mapping[str, Any], *,
+                         peaks: Any = None) -> LatencyPredictor:
         """Fit on ok measurements (``Measurement`` records), floor-corrected."""
-        latency = {sig: m.median_s - (m.floor_s or 0.0)  # type: ignore[attr-defined]
-                   for sig, m in measurements.items()
-                   if m.status == "ok" and m.median_s is not None}  # type: ignore[attr-defined]
-        return self.fit(bricks, latency)
+        latency = {sig: m.median_s - (m.floor_s or 0.0) for sig, m in measurements.items()
+                   if m.status == "ok" and m.median_s is not None}
+        return self.fit(bricks, latency, peaks=peaks)
 
-    def fit(self, bricks: Iterable[Brick], latency: Mapping[str, float]) -> LatencyPredictor:
-        """Fit on the bricks whose signature has a measured, floor-corrected ``latency`` (seconds)."""
-        by_op: dict[str, list[Brick]] = {}
+    def fit(self, bricks: Iterable[Brick], latency: Mapping[str, float], *, peaks: Any = None) -> LatencyPredictor:
+        """Fit on the bricks whose signature has a measured, floor-corrected ``latency`` (seconds).
+
+        ``peaks`` (``flops_per_s``, ``bytes_per_s``, as :class:`Peaks`), where calibrated, floor
+        every prediction at the roofline; the rates the measured bricks reached raise them. Without
+        them the reached rates only scale each brick's work (for the cap): a rate a set of bricks
+        reached is no peak, and a roofline at it no floor.
+        """
         measured = [b for b in bricks if b.signature in latency and latency[b.signature] > 0]
+        self.training_ = (tuple(measured), dict(latency))
+        self.rates_ = _reached_rates(measured, latency, peaks)
+        self.floor_rates_ = self.rates_ if peaks is not None else None
+        groups: dict[str, list[Brick]] = {}
         for brick in measured:
-            by_op.setdefault(brick.op_type, []).append(brick)
+            for key in dict.fromkeys((brick.op_type, kernel_class(brick))):
+                groups.setdefault(key, []).append(brick)
         self.models_: dict[str, OpModel] = {}
-        for op, group in by_op.items():
+        for key, group in groups.items():
             if len(group) >= self.min_bricks:
-                self.models_[op] = self._fit_group(op, group, latency, self.neighbours)
+                self.models_[key] = self._fit_group(key, group, latency, self.neighbours)
         if measured:
             self.models_["*"] = self._fit_group("*", measured, latency, 0)
         return self
 
-    @staticmethod
-    def _fit_group(op: str, group: Sequence[Brick], latency: Mapping[str, float], neighbours: int) -> OpModel:
+    def with_peaks(self, peaks: Any) -> LatencyPredictor:
+        """This predictor fitted again with the machine's calibrated ``peaks`` (itself when it was
+        fitted with peaks, or when ``peaks`` is None)."""
+        if peaks is None or getattr(self, "floor_rates_", None) is not None or not hasattr(self, "training_"):
+            return self
+        clone = LatencyPredictor(min_bricks=self.min_bricks, neighbours=self.neighbours, alpha=self.alpha)
+        return clone.fit(*self.training_, peaks=peaks)
+
+    def _fit_group(self, key: str, group: Sequence[Brick], latency: Mapping[str, float], k: int) -> OpModel:
+        kind = "generic" if key == "*" else _kind(key)
         x = np.stack([features(b) for b in group])
-        d = np.stack([descriptor(b) for b in group]) if neighbours else np.zeros((len(group), 1))
+        d = np.stack([descriptor(b, kind) for b in group])
         y = np.array([latency[b.signature] for b in group])
-        coef = _fit(x, y)
-        correction = _Neighbours.fit(d, y / np.maximum(x @ coef, 1e-12), neighbours)
-        return OpModel(op, tuple(float(c) for c in coef), len(group), _loo_error(x, d, y, neighbours), correction)
+        work = np.array([self.rates_.work_s(b) for b in group])
+        fitted = _fit(x, d, y, work, k)
+        cv = _cross_validate(x, d, y, work, k)
+        error = float(np.median(np.expm1(cv.log_errors))) if len(cv.log_errors) else float("nan")
+        return OpModel(key, tuple(float(c) for c in fitted.coef), len(group), error, cv.quantile(self.alpha),
+                       cv.d_ref, kind, fitted)
+
+    def candidates(self, brick: Brick) -> list[OpModel]:
+        """The models that may predict a brick: its op type's, its class's, the global one."""
+        models = getattr(self, "models_", {})
+        keys = (brick.op_type, kernel_class(brick), "*")
+        return [models[k] for k in dict.fromkeys(keys) if k in models]
+
+    def prediction(self, brick: Brick) -> Prediction | None:
+        """The brick's prediction, or None when nothing was fitted.
+
+        Of its op type's and its kernel class's models, those that hold the brick within
+        :data:`FAR_DISTANCE` of their training bricks, the one with the narrowest interval predicts
+        it; where neither does, the narrowest of them and the global model.
+        """
+        found = [self._bounded(model, brick) for model in self.candidates(brick)]
+        near = [pair for pair in found if pair[1].model != "*" and not pair[1].far]
+        return min(near or found, key=lambda pair: pair[0])[1] if found else None
+
+    def _bounded(self, model: OpModel, brick: Brick) -> tuple[float, Prediction]:
+        """``model``'s log half-width at ``brick`` and its prediction, held between the brick's
+        roofline and its class's cap."""
+        seconds, distance, cap = model._raw(brick, self.rates_)
+        width = model.log_halfwidth(distance)
+        floor = self.floor_rates_.roofline_s(brick) if self.floor_rates_ is not None else 0.0
+        capped = seconds >= cap
+        seconds = max(seconds, floor)
+        low = max(seconds * math.exp(-width), floor)
+        high = max(min(seconds * math.exp(width), cap), seconds)
+        return width, Prediction(seconds, low, high, model.op_type, distance, floor, capped)
 
     def model_for(self, brick: Brick) -> OpModel | None:
-        """The model used for a brick: its op type's, else the global one, else None."""
-        models = getattr(self, "models_", {})
-        return models.get(brick.op_type) or models.get("*")
+        """The model that predicts a brick (see :meth:`prediction`), or None."""
+        found = self.prediction(brick)
+        return None if found is None else self.models_[found.model]
 
     def predict(self, brick: Brick) -> float | None:
         """Predicted latency of a brick (seconds), or None when nothing was fitted."""
-        model = self.model_for(brick)
-        return None if model is None else model.predict(brick)
+        found = self.prediction(brick)
+        return None if found is None else found.seconds
+
+
+def _reached_rates(bricks: Sequence[Brick], latency: Mapping[str, float], peaks: Any) -> Rates:
+    """The best rates: the calibrated peaks where given, raised to what bricks of at least
+    :data:`REACHED_MIN_S` reached (all bricks when none is that long)."""
+    long = [b for b in bricks if latency[b.signature] >= REACHED_MIN_S] or list(bricks)
+    flops = max([roofline_work(b)[0] / latency[b.signature] for b in long] + [1.0])
+    weights = max([roofline_work(b)[1] / latency[b.signature] for b in long] + [1.0])
+    moved = max([b.bytes_moved / latency[b.signature] for b in long] + [1.0])
+    if peaks is not None:
+        flops, weights = max(flops, peaks.flops_per_s), max(weights, peaks.bytes_per_s)
+        moved = max(moved, peaks.bytes_per_s)
+    return Rates(flops, weights, moved)

@@ -12,7 +12,7 @@ import click
 
 from dlbricks._cliutil import format_table, handle_errors, iter_models, parse_input_shapes
 from dlbricks.benchmarks_db import Store
-from dlbricks.estimator._api import device_of, estimate, open_store, peaks_key, threads_of, validate
+from dlbricks.estimator._api import device_of, estimate, open_store, peaks_key, plan, threads_of, validate
 from dlbricks.estimator._calibrate import calibrate_peaks, merge_peaks
 from dlbricks.estimator._estimate import ON_MISSING, Estimate
 from dlbricks.estimator._evaluate import EVALUATE_BUDGET, GRANULARITIES, Evaluation, evaluate, suite_models
@@ -79,8 +79,11 @@ def _print_estimate(est: Estimate, top: int) -> None:
                + ("" if est.roofline_s is not None else " (run 'dlbricks calibrate' first)"))
     click.echo(f"  coverage {100 * est.coverage:.1f}% of occurrences measured; "
                f"{len(est.predicted)} bricks predicted ({100 * est.predicted_share:.1f}% of the time)")
+    if est.warning:
+        click.echo(f"  warning: {est.warning}")
     rows = [[c.signature[:12], c.op_type, str(c.count), f"{1e6 * c.latency_s:.1f}",
-             _ms(c.total_s), f"{100 * c.share:.1f}", c.source] for c in est.breakdown[:top]]
+             _ms(c.total_s), f"{100 * c.share:.1f}", c.source + (" (far)" if c.far else "")]
+            for c in est.breakdown[:top]]
     click.echo(format_table(["signature", "op", "count", "us each", "ms total", "share %", "source"], rows,
                             right={2, 3, 4, 5}))
 
@@ -123,8 +126,6 @@ def estimate_cmd(model: str, db: str, threads: int, opt_level: str, device: str,
     measure = on_missing == "measure"
     if measure:
         Store.preflight(db)
-    else:
-        Store.preflight(db, create=False)
     target = _model_arg(model, batch_size, input_shape)
     with Store.open(db, create=measure, readonly=not measure) as store:
         est = estimate(target, store, config=_framework_config(framework, threads, opt_level, device),
@@ -133,6 +134,35 @@ def estimate_cmd(model: str, db: str, threads: int, opt_level: str, device: str,
         click.echo(json.dumps(est.to_dict(), indent=2))
     else:
         _print_estimate(est, top)
+
+
+@click.command("plan")
+@click.argument("model")
+@_config_options
+@_shape_options
+@_granularity_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, help="Missing bricks to list.")
+@handle_errors
+def plan_cmd(model: str, db: str, threads: int, opt_level: str, device: str, batch_size: int | None,
+             input_shape: tuple[str, ...], granularity: str, as_json: bool, top: int) -> None:
+    """List MODEL's bricks that the database lacks: their predicted share and the time to measure them.
+
+    Reads the database only; 'dlbricks estimate MODEL --on-missing measure' then measures just those.
+    """
+    target = _model_arg(model, batch_size, input_shape)
+    with Store.open(db, create=False, readonly=True) as store:
+        result = plan(target, store, config=_config(threads, opt_level, device), granularity=granularity)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    click.echo(f"model {result.model}: {len(result.missing)} of {result.unique_bricks} unique bricks missing, "
+               f"{100 * result.predicted_share:.1f}% of the estimate predicted; measuring them takes about "
+               f"{result.measure_s:.0f} s ('dlbricks estimate {model} --on-missing measure')")
+    rows = [[m.signature[:12], m.op_type, str(m.count), "-" if m.predicted_s is None else f"{1e6 * m.predicted_s:.1f}",
+             f"{100 * m.share:.1f}", f"{m.measure_s:.2f}", "far" if m.far else ""] for m in result.missing[:top]]
+    click.echo(format_table(["signature", "op", "count", "us each (pred.)", "share %", "measure s", ""], rows,
+                            right={2, 3, 4, 5}))
 
 
 @click.command("validate")
@@ -288,4 +318,4 @@ def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, device: str,
             click.echo(f"wrote {path}")
 
 
-COMMANDS = (estimate_cmd, validate_cmd, calibrate_cmd, evaluate_cmd)
+COMMANDS = (estimate_cmd, plan_cmd, validate_cmd, calibrate_cmd, evaluate_cmd)
