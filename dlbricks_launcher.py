@@ -4,14 +4,29 @@ It lives outside the ``dlbricks`` package so that Ctrl-C while the package is st
 exits with code 130 and one line, like Ctrl-C at any later moment, instead of a traceback.
 """
 
+import signal
 import sys
 
 
 def main() -> None:
-    """Import and run ``dlbricks.cli.main``; exit 130 if interrupted while importing."""
+    """Import and run ``dlbricks.cli.main``; exit 130 if Ctrl-C interrupts the imports."""
+    seen: list[int] = []
+
+    def on_sigint(signum: int, frame: object) -> None:
+        seen.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         from dlbricks.cli import main as cli
-    except KeyboardInterrupt:
+    except BaseException:
+        if seen:  # KeyboardInterrupt, or the ImportError of an extension module it interrupted
+            sys.stderr.write("Interrupted.\n")
+            raise SystemExit(130) from None
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if seen:  # Ctrl-C swallowed by an import that caught it: stop all the same
         sys.stderr.write("Interrupted.\n")
-        raise SystemExit(130) from None
+        raise SystemExit(130)
     cli()

@@ -33,6 +33,9 @@ def _stream(out: Any) -> Iterator[IO[str]]:
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
     except OSError as e:
         raise InvalidArgumentError(f"Cannot write {out}: {e.strerror}; choose a writable path.") from e
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # the permissions a plain open() would give
     try:
         with open(fd, "w", newline="", encoding="utf-8") as f:
             yield f

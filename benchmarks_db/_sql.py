@@ -26,7 +26,7 @@ from dlbricks._errors import DatabaseError
 from dlbricks.benchmarks_db._migrations import APPLICATION_ID, DLBRICKS_TABLES, MIGRATIONS, SCHEMA_VERSION
 from dlbricks.benchmarks_db._records import STAT_FIELDS, RecordOutcome
 
-__all__ = ["connect", "write", "check_health", "damaged", "is_damage", "integrity_lines",
+__all__ = ["connect", "write", "check_health", "damaged", "is_damage", "is_full", "integrity_lines",
            "foreign_key_problems", "brick_blobs", "open_for_check", "preflight", "MERGE_RULES", "MEASUREMENT_TABLES"]
 
 T = TypeVar("T")
@@ -129,6 +129,12 @@ def is_damage(e: BaseException) -> bool:
                                   "database corruption", "disk image"))
 
 
+def is_full(e: BaseException) -> bool:
+    """Whether an sqlite3 error says a write could not reach the disk (full, or over a size limit)."""
+    return isinstance(e, sqlite3.OperationalError) and any(
+        sign in str(e) for sign in ("disk is full", "disk I/O error"))
+
+
 def damaged(path: str, detail: str) -> DatabaseError:
     """The one-line error of a damaged database: what is wrong and what to do."""
     detail = " ".join(detail.replace("*** in database main ***", "").split())
@@ -169,10 +175,11 @@ def _check_header(conn: sqlite3.Connection, path: str, readonly: bool) -> None:
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
     except sqlite3.DatabaseError as e:
         raise _not_sqlite(path, e) from e
-    foreign = app_id not in (0, APPLICATION_ID) or (app_id == 0 and bool(tables))
-    if foreign and not tables <= DLBRICKS_TABLES | {"_counts"}:
+    ours = tables <= DLBRICKS_TABLES | {"_counts"}
+    foreign = app_id not in (0, APPLICATION_ID) or (app_id == 0 and bool(tables) and (version == 0 or not ours))
+    if foreign:
         raise DatabaseError(f"{path} is a SQLite database of another application (tables: "
-                            f"{', '.join(sorted(tables)[:5])}); give a dlbricks database or a new "
+                            f"{', '.join(sorted(tables)[:5]) or 'none'}, application id {app_id}); give a dlbricks database or a new "
                             f"file.")
     if version > SCHEMA_VERSION:
         raise DatabaseError(f"{path} has schema version {version}, newer than version "

@@ -62,6 +62,10 @@ def _guard(method: Callable[Concatenate[Store, P], R]) -> Callable[Concatenate[S
         except sqlite3.Error as e:
             if _sql.is_damage(e):
                 raise _sql.damaged(self.path, f"{e}, in {method.__name__.lstrip('_')}") from e
+            if _sql.is_full(e):
+                raise DatabaseError(f"{self.path}: cannot write ({e}, in {method.__name__.lstrip('_')}): the "
+                                    f"disk may be full; free space and run the same command again (what "
+                                    f"was committed before is kept).") from e
             raise DatabaseError(f"{self.path}: {method.__name__.lstrip('_')} failed: {e}.") from e
 
     return wrapper

@@ -22,7 +22,7 @@ import click
 
 from dlbricks._cliutil import format_table, handle_errors, iter_models, model_options, parse_input_shapes
 from dlbricks._decompose import GRANULARITIES, decompose
-from dlbricks._errors import DatabaseError, InvalidArgumentError
+from dlbricks._errors import DatabaseError, DlbricksError, InvalidArgumentError
 from dlbricks.benchmarks_db._export import FORMATS, check_output
 from dlbricks.benchmarks_db._populate import DOMINANT_SHARE, BenchProgress, BenchReport, populate
 from dlbricks.benchmarks_db._records import ClaimStatus
@@ -282,6 +282,13 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
                                   retry_failed=retry_failed, keep_samples=keep_samples,
                                   progress=progress, should_stop=stop, moments=moments)
             except KeyboardInterrupt:
+                progress.finish()
+                click.echo(_resume_hint(db_path, progress.measured), err=True)
+                ctx.exit(EXIT_INTERRUPTED)
+            except DlbricksError:
+                if not stop.requested:
+                    raise
+                # Ctrl-C from a terminal reaches the worker too: its death is the interruption
                 progress.finish()
                 click.echo(_resume_hint(db_path, progress.measured), err=True)
                 ctx.exit(EXIT_INTERRUPTED)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -15,7 +18,7 @@ from dlbricks._errors import DlbricksError, InvalidArgumentError
 from dlbricks._graph import ModelGraph
 from dlbricks._onnx_frontend import load_model
 
-__all__ = ["DlbricksClickError", "DlbricksGroup", "EXIT_INTERRUPTED", "interrupted", "handle_errors", "parse_input_shapes", "iter_models", "model_options",
+__all__ = ["DlbricksClickError", "DlbricksGroup", "EXIT_INTERRUPTED", "interrupted", "sigint_watch", "handle_errors", "parse_input_shapes", "iter_models", "model_options",
            "format_table"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -42,7 +45,15 @@ class DlbricksGroup(click.Group):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            with sigint_watch() as seen:
+                try:
+                    code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+                except Exception:
+                    if seen:  # Ctrl-C inside an extension module's import surfaces as ImportError
+                        interrupted()
+                    raise
+                if seen:  # Ctrl-C that a library caught and went on from
+                    interrupted()
         except click.Abort as e:
             if isinstance(e.__cause__, KeyboardInterrupt) or isinstance(e.__context__, KeyboardInterrupt):
                 interrupted()
@@ -50,10 +61,34 @@ class DlbricksGroup(click.Group):
             sys.exit(1)
         except KeyboardInterrupt:
             interrupted()
+        except click.UsageError as e:  # one line: the error and where help is
+            where = f" (see '{e.ctx.command_path} --help')" if e.ctx is not None else ""
+            click.echo(f"Error: {e.format_message()}{where}", err=True)
+            sys.exit(e.exit_code)
         except click.ClickException as e:
             e.show()
             sys.exit(e.exit_code)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+@contextlib.contextmanager
+def sigint_watch() -> Iterator[list[int]]:
+    """Within the block, Ctrl-C raises KeyboardInterrupt as usual and is also recorded in the list
+    yielded (non-empty once pressed), so that an error it caused elsewhere can be told apart."""
+    seen: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield seen
+        return
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        seen.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def interrupted() -> NoReturn:
