@@ -12,10 +12,21 @@ second to the next). With ``moments > 1``, once a model's new bricks are measure
 at least :data:`DOMINANT_SHARE` of the model's measured time are measured again ``moments - 1``
 times, round robin, and the runs are pooled (median of their medians, like a whole model measured in
 several processes), the pooled measurement replacing the first.
+
+With ``target_ci`` (a relative 95% half-width wanted of each model's estimate), every new brick is
+first measured briefly (its pilot, :data:`~dlbricks.generators.PILOT_BUDGET`); then, model by model,
+the pilots' medians and noise give each brick's weight in the model, and
+:func:`~dlbricks.generators.allocate` says which bricks need more timed runs for the model's
+estimate to reach the target (a brick of 0.01% of its model keeps its pilot; a dominant one is
+measured again). With ``moments > 1``, a brick is also measured at as many moments as its share
+needs for the model's estimate to average the machine's drift (:func:`drift_moments`). The further
+runs are combined with the pilot (:func:`~dlbricks.generators.combine`), so the stored CI is what
+was done.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -71,7 +82,12 @@ class BenchReport:
     measured when claimed (by an earlier run or another process); ``held`` were left to another
     live process; ``duplicates`` counts recordings that met an existing row (0 unless leases
     expired while a brick was being measured); ``interrupted`` is true if ``should_stop`` ended it;
-    ``remeasured`` counts the further measurements of dominant bricks (``moments``).
+    ``remeasured`` counts the further measurements of dominant bricks (``moments``) and, with a
+    ``target_ci``, the further measurements that the allocation asked for. ``wall_s`` is the time
+    spent measuring bricks (request to reply, further measurements included), of which ``setup_s``
+    outside the harness (worker round trip, sessions, cold copies, the brick before it, buffers),
+    ``timed_s`` inside timed regions; ``worst_ci`` is the largest relative half-width that the
+    allocation reached for a model's estimate (None without ``target_ci``).
     """
 
     system: str
@@ -86,6 +102,11 @@ class BenchReport:
     interrupted: bool
     elapsed_s: float
     remeasured: int = 0
+    wall_s: float = 0.0
+    setup_s: float = 0.0
+    timed_s: float = 0.0
+    target_ci: float | None = None
+    worst_ci: float | None = None
 
 
 def lease_for(budget: Any) -> float:
@@ -119,7 +140,8 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
              retry_failed: bool = False, keep_samples: bool = False, lease_s: float | None = None,
              progress: Callable[[BenchProgress], object] | None = None,
              should_stop: Callable[[], bool] | None = None,
-             runner_factory: Callable[..., Any] | None = None, moments: int = 1) -> BenchReport:
+             runner_factory: Callable[..., Any] | None = None, moments: int = 1,
+             target_ci: float | None = None) -> BenchReport:
     """Measure every brick of ``decompositions`` not yet measured for this system, per configuration.
 
     Parameters
@@ -158,16 +180,23 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
         Measure each brick that holds at least :data:`DOMINANT_SHARE` of its model's time this many
         times in all, at different moments (after the model's other new bricks), and store them
         pooled (see the module docstring).
+    target_ci : float, optional
+        Relative 95% half-width wanted of each model's estimate: new bricks are measured with the
+        pilot budget, then each model's bricks get the further timed runs that the allocation asks
+        for (see the module docstring); ``budget`` then applies to whole models only.
 
     Returns
     -------
     BenchReport
     """
-    from dlbricks.generators import Budget, collect_system_info, get_backend, pool
+    from dlbricks.generators import PILOT_BUDGET, Budget, collect_system_info, get_backend, pool
     from dlbricks.generators._runner import resolve_config
 
     if isinstance(moments, bool) or not isinstance(moments, int) or moments < 1:
         raise InvalidArgumentError(f"'moments' must be an int >= 1. Got {moments!r} instead.")
+    if target_ci is not None and (isinstance(target_ci, bool) or not isinstance(target_ci, (int, float))
+                                  or not 0 < target_ci < 1):
+        raise InvalidArgumentError(f"'target_ci' must be a number in (0, 1). Got {target_ci!r} instead.")
     started = time.monotonic()
     budget = Budget() if budget is None else budget
     lease = lease_for(budget) if lease_s is None else lease_s
@@ -186,10 +215,12 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
         bricks.update({sig: dec.in_context(sig) for sig in dec.bricks if sig not in bricks})
         owner.update({sig: i for sig in dec.bricks if sig not in owner})
     tasks: list[_Task] = []
+    fresh: dict[str, set[str]] = {}  # config id -> bricks first measured in this run
     for cfg in cfgs:
         store.record_backend(cfg, backend_obj.name, version=backend_obj.describe(cfg).get("version"))
         todo = store.unmeasured(sys_key, cfg.config_id, list(bricks), retry_failed=retry_failed)
         tasks += [_Task("brick", s, bricks[s].op_type, bricks[s], cfg, owner[s]) for s in todo]
+        fresh[cfg.config_id] = set(todo)
         measured_models = {r.key for r in store.model_measurements(system=sys_key, config_id=cfg.config_id)
                            if r.ok or not retry_failed}
         tasks += [_Task("model", g.key, g.name, g, cfg) for g in whole_models if g.key not in measured_models]
@@ -205,6 +236,9 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
     _price_reorders(store, decs, cfgs, backend_obj, sys_key)
     runners: dict[str, Any] = {}
     counts = {"measured": 0, "failed": 0, "already": 0, "held": 0, "duplicates": 0, "remeasured": 0}
+    costs = _Costs()
+    brick_budget = PILOT_BUDGET if target_ci is not None else None
+    worst: list[float] = []
     interrupted = False
     spent = 0.0
     chunk: dict[str, tuple[_Task, Any]] = {}  # the current model's bricks measured in this run
@@ -217,7 +251,8 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
 
     def measure_dominant_again(done: int) -> bool:
         """Measure the dominant bricks of the finished chunk again; False if told to stop."""
-        if moments == 1 or not chunk:
+        if moments == 1 or not chunk or target_ci is not None:
+            chunk.clear()
             return True
         task = next(iter(chunk.values()))[0]
         cid = task.config.config_id
@@ -231,7 +266,7 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
                 if should_stop is not None and should_stop():
                     return False
                 t = chunk[sig][0]
-                m = runner_for(t.config).measure(t.item)
+                m = costs.measure(runner_for(t.config), t.item)
                 counts["remeasured"] += 1
                 if m.ok:
                     runs[sig].append(m)
@@ -268,13 +303,17 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
                 t0 = time.monotonic()
                 runner = runner_for(task.config)
                 try:
-                    m = runner.measure(task.item)
+                    if task.kind == "brick":
+                        m = costs.measure(runner, task.item, brick_budget)
+                    else:
+                        m = runner.measure(task.item)
                     overhead = brick_overhead(task.item, task.config, m) if task.kind == "brick" else None
                 except BaseException:
                     store.release(task.key, sys_key, cid)
                     raise
                 if task.kind == "brick":
-                    outcome = store.record(m, sys_key, budget=budget, release=store.owner, overhead_s=overhead)
+                    outcome = store.record(m, sys_key, budget=brick_budget or budget, release=store.owner,
+                                           overhead_s=overhead)
                 else:
                     outcome = store.record_model(m, sys_key, budget=budget, release=store.owner)
                 spent += time.monotonic() - t0
@@ -292,13 +331,177 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
                                        median, outcome, time.monotonic() - started, eta))
         if not interrupted:
             interrupted = not measure_dominant_again(len(tasks))
+        if not interrupted and target_ci is not None:
+            for cfg in cfgs:
+                for dec in decs:
+                    if should_stop is not None and should_stop():
+                        interrupted = True
+                        break
+                    ci, again = _allocate_model(
+                        store, dec, cfg, sys_key, float(target_ci), runner_for(cfg), costs, moments,
+                        fresh[cfg.config_id],
+                        record=lambda m, item, c=cfg: store.record(m, sys_key, budget=brick_budget, rule="replace",
+                                                                   overhead_s=brick_overhead(item, c, m)),
+                        progress=None if progress is None else lambda t, m, d=dec: progress(BenchProgress(
+                            len(tasks), len(tasks), "brick", t.key, f"{t.op_type} (+{d.model})", cfg.config_id,
+                            m.status, m.median_s, RecordOutcome.REPLACED, time.monotonic() - started, None)))
+                    counts["remeasured"] += again
+                    if ci is not None:
+                        worst.append(ci)
     finally:
         for runner in runners.values():
             runner.close()
         store.release_all()
     return BenchReport(sys_key, tuple(c.config_id for c in cfgs), len(bricks), len(tasks),
                        counts["measured"], counts["failed"], counts["already"], counts["held"],
-                       counts["duplicates"], interrupted, time.monotonic() - started, counts["remeasured"])
+                       counts["duplicates"], interrupted, time.monotonic() - started, counts["remeasured"],
+                       costs.wall_s, costs.setup_s, costs.timed_s, target_ci, max(worst) if worst else None)
+
+
+#: Least seconds of timed runs of a further measurement (drift moments).
+MIN_TOPUP_S = 0.01
+#: What a further measurement of a brick costs besides its timed runs (worker round trip, sessions,
+#: cold copies, the brick before it, warm-up and primes): the allocation weighs it against timed
+#: runs when it chooses how many bricks to measure again (a pilot of the main job: 16 ms for a
+#: Sigmoid, 112 ms on average for a convolution).
+TOPUP_COST_S = 0.02
+#: Moments over which a model's estimate should average the machine's drift, with ``moments > 1``
+#: and a ``target_ci`` (:func:`drift_moments`): a brick of 1/24 of its model or more is measured at
+#: two moments at least, so that a burst of load on the machine during one short run cannot decide
+#: a brick that matters.
+DRIFT_MOMENTS = 24
+#: Most seconds of timed runs the allocation gives one brick.
+MAX_BRICK_S = 0.5
+#: Relative half-width assumed for a brick whose measurement has no CI (too few samples).
+UNKNOWN_HALF_WIDTH = 0.1
+
+
+class _Costs:
+    """Wall, setup and timed seconds of the brick measurements of one :func:`populate` run."""
+
+    def __init__(self) -> None:
+        self.wall_s = self.setup_s = self.timed_s = 0.0
+
+    def measure(self, runner: Any, item: Any, budget: Any = None) -> Measurement:
+        """``runner``'s measurement of ``item`` (under ``budget`` when given), its costs added up."""
+        kwargs = {} if budget is None else {"budget": budget}
+        detailed = getattr(runner, "measure_detailed", None)
+        if detailed is None:
+            m = runner.measure(item, **kwargs)
+            timing = None
+        else:
+            m, timing = detailed(item, **kwargs)
+        self.wall_s += m.wall_time_s
+        if timing is not None:
+            self.setup_s += max(m.wall_time_s - timing.warmup_s - timing.sampling_s, 0.0)
+            self.timed_s += timing.timed_s
+        return m
+
+
+def brick_shares(dec: Decomposition, measured: Mapping[str, Measurement]) -> list[Any]:
+    """Each measured brick of ``dec`` as a :class:`~dlbricks.generators.BrickShare`: occurrences
+    times its median less the floor, the relative half-width of its median (from its samples'
+    spread, :func:`~dlbricks.generators.spread_half_width`, else its CI), and the timed seconds
+    behind it (samples times the longer of its median and a sample's least duration)."""
+    from dlbricks.generators import PILOT_BUDGET, BrickShare, relative_half_width, spread_half_width
+
+    counts = dec.counts()
+    shares = []
+    for sig in dec.bricks:
+        m = measured.get(sig)
+        if m is None or not m.ok or not m.median_s:
+            continue
+        width = spread_half_width(m)
+        width = relative_half_width(m) if width is None else width
+        shares.append(BrickShare(
+            sig, counts[sig] * max(m.median_s - (m.floor_s or 0.0), 0.0),
+            UNKNOWN_HALF_WIDTH if width is None else width,
+            max(m.n, 1) * max(m.median_s, PILOT_BUDGET.sample_time)))
+    return shares
+
+
+def drift_moments(shares: Sequence[Any], estimate: float, effective: int) -> dict[str, int]:
+    """Moments at which each brick should be measured so that the model's estimate averages the
+    machine's drift over about ``effective`` moments, as a whole model sampled that many times does.
+
+    A brick measured at ``k`` moments carries its share ``s`` of the drift's variance as ``s**2 / k``;
+    the fewest runs for ``sum(s**2 / k) <= 1 / effective`` are ``k`` proportional to ``s`` (Neyman's
+    rule again): ``k = ceil(s * sum(s) * effective)``, at least 1. A model of many small bricks
+    averages its drift by itself (every brick once); an LSTM language model's two LSTM bricks, each
+    a third of its time, get several moments each."""
+    if estimate <= 0:
+        return {s.key: 1 for s in shares}
+    fractions = {s.key: s.total_s / estimate for s in shares}
+    total = sum(fractions.values())
+    return {k: max(1, math.ceil(f * total * effective - 1e-9)) for k, f in fractions.items()}
+
+
+def _owed(shares: Sequence[Any], target_ci: float, estimate: float) -> dict[str, float]:
+    """Further seconds of timed runs per brick for ``target_ci``, counting each further measurement's
+    fixed cost (:data:`TOPUP_COST_S`): the bricks that carry most of the estimate's variance are
+    measured again, as many of them as makes the total cheapest (Neyman's allocation among them, the
+    others keeping what they have); where no choice reaches the target, all of them."""
+    from dlbricks.generators import allocate
+
+    order = sorted(shares, key=lambda s: -(s.total_s * s.half_width) ** 2)
+    best: tuple[float, dict[str, float]] | None = None
+    for count in range(len(order) + 1):
+        keep = {s.key for s in order[count:]}
+        alloc = allocate(shares, target_ci, estimate_s=estimate, max_s=MAX_BRICK_S, keep=keep)
+        if alloc.ci > target_ci * (1 + 1e-6) and count < len(order):
+            continue
+        owed = {s.key: alloc.extra_s(s) for s in shares if alloc.extra_s(s) > 0}
+        cost = sum(owed.values()) + TOPUP_COST_S * len(owed)
+        if best is None or cost < best[0]:
+            best = (cost, owed)
+        if alloc.ci <= target_ci * (1 + 1e-6) and not owed:
+            break
+    return {} if best is None else best[1]
+
+
+def _allocate_model(store: Store, dec: Decomposition, config: Any, system: str, target_ci: float, runner: Any,
+                    costs: _Costs, moments: int, fresh: set[str], *, record: Callable[[Any, Any], object],
+                    progress: Callable[[Any, Any], object] | None) -> tuple[float | None, int]:
+    """Measure again the bricks of ``dec`` that the allocation for ``target_ci`` owes time, each in
+    ``dec``'s context, combined with what is stored; with ``moments > 1``, bricks first measured in
+    this run (``fresh``) at the moments :func:`drift_moments` gives them (their further time split
+    between them, round robin). Returns
+    the relative half-width reached by the estimate and the number of further measurements."""
+    from dlbricks.generators import combine, model_ci, topup_budget
+
+    stored = {r.key: r for r in store.measurements(system=system, config_id=config.config_id,
+                                                   signatures=list(dec.bricks), status="ok")}
+    shares = brick_shares(dec, stored)
+    if not shares:
+        return None, 0
+    floor = next((m.floor_s for m in stored.values() if m.floor_s), 0.0) or 0.0
+    estimate = sum(s.total_s for s in shares) + floor
+    owed = _owed(shares, target_ci, estimate)
+    rounds = {k: 1 for k in owed}
+    if moments > 1:  # the machine drifts: a brick's runs at several moments, as many as its share asks
+        for key, k in drift_moments(shares, estimate, DRIFT_MOMENTS).items():
+            if key in fresh and k > 1:
+                rounds[key] = k - 1
+                owed[key] = max(owed.get(key, 0.0), MIN_TOPUP_S * (k - 1))
+    runs: dict[str, list[Any]] = {k: [store.measurement(k, system, config.config_id)] for k in owed}
+    done = 0
+    for r in range(max(rounds.values(), default=0)):
+        for key in sorted(owed, key=lambda k: -owed[k]):
+            if r >= rounds.get(key, 1):
+                continue
+            item = dec.in_context(key)
+            m = costs.measure(runner, item, topup_budget(owed[key] / rounds.get(key, 1)))
+            done += 1
+            if m.ok:
+                runs[key].append(m)
+            if progress is not None:
+                progress(item, m)
+    for key, measured in runs.items():
+        if len(measured) > 1:
+            combined = combine(measured)
+            stored[key] = combined
+            record(combined, dec.in_context(key))
+    return model_ci(brick_shares(dec, stored), estimate), done
 
 
 def _price_reorders(store: Store, decs: Sequence[Decomposition], configs: Sequence[Any], backend: Any,

@@ -206,7 +206,13 @@ def _summary(report: BenchReport, db_path: str) -> str:
     return (f"Measured {report.measured} item(s) ({report.failed} failed) on system {report.system} "
             f"for {len(report.configs)} configuration(s) in {report.elapsed_s:.1f} s; "
             f"{report.already} found already measured, {report.held} left to other processes"
-            + (f"; {report.remeasured} further measurement(s) of dominant bricks" if report.remeasured else "")
+            + (f"; {report.remeasured} further measurement(s) "
+               + ("(allocation and moments)" if report.target_ci else "of dominant bricks")
+               if report.remeasured else "")
+            + (f"; bricks {report.wall_s:.1f} s (setup {report.setup_s:.1f} s, timed {report.timed_s:.1f} s)"
+               if report.wall_s else "")
+            + (f"; estimates to +-{100 * report.target_ci:g}% (widest +-{100 * (report.worst_ci or 0):.2f}%)"
+               if report.target_ci else "")
             + f". Database: {db_path}")
 
 
@@ -232,6 +238,11 @@ def _summary(report: BenchReport, db_path: str) -> str:
 @click.option("--moments", type=click.IntRange(min=1, max=MAX_MOMENTS), default=1, show_default=True,
               help=f"Measure each brick that holds {DOMINANT_SHARE:.0%} or more of its model's time "
                    "this many times, at different moments, and store them pooled.")
+@click.option("--target-ci", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,
+              metavar="FRACTION",
+              help="Relative 95% half-width wanted of each model's estimate (e.g. 0.01): each new brick gets a "
+                   "short pilot, then the timed runs an allocation gives it by its weight in its models and "
+                   "its noise. Default: every brick under --budget.")
 @click.option("--whole-model", is_flag=True, help="Also time each whole model (for validation).")
 @click.option("--keep-samples", is_flag=True, help="Store the raw samples of each measurement.")
 @click.option("--system-id", envvar="DLBRICKS_SYSTEM_ID", default=None, metavar="ID",
@@ -244,7 +255,7 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
           input_shape: tuple[str, ...], db_path: str, granularity: str, backend: str,
           threads: int | None, opt_level: str | None, device: str | None, budget_name: str,
           min_time: float | None, max_time: float | None, timeout: float | None,
-          sweep: tuple[str, ...], retry_failed: bool, moments: int, whole_model: bool,
+          sweep: tuple[str, ...], retry_failed: bool, moments: int, target_ci: float | None, whole_model: bool,
           keep_samples: bool, system_id: str | None, dry_run: bool) -> None:
     """Benchmark the bricks of models and store the results in a database.
 
@@ -259,6 +270,8 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
                                    "it to record under this machine's fingerprint.")
     shapes = parse_input_shapes(input_shape)
     budget = _budget(budget_name, min_time, max_time, timeout)
+    if target_ci is not None:  # whole models (--whole-model) to the half-width asked of estimates
+        budget = dataclasses.replace(budget, rel_ci=min(budget.rel_ci, 2 * target_ci))
     fixed = {k: str(v) for k, v in (("intra_op_num_threads", threads), ("device", device),
                                     ("graph_optimization_level", opt_level)) if v is not None}
     configs = _configs(backend, fixed, sweep)
@@ -280,7 +293,7 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
                                   system_id=system_id, store_models=False,
                                   whole_models=graphs if whole_model else (),
                                   retry_failed=retry_failed, keep_samples=keep_samples,
-                                  progress=progress, should_stop=stop, moments=moments)
+                                  progress=progress, should_stop=stop, moments=moments, target_ci=target_ci)
             except KeyboardInterrupt:
                 progress.finish()
                 click.echo(_resume_hint(db_path, progress.measured), err=True)

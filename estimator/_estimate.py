@@ -211,7 +211,7 @@ def estimate_decomposition(
                     else "benchmark them with 'dlbricks bench' (--retry-failed for failed ones), or "
                          "estimate with --on-missing predict or measure (on_missing=)")
             raise InvalidArgumentError(
-                f"{len(missing)} of {len(dec.bricks)} bricks of '{dec.model}' have no usable measurement "
+                f"{len(missing)} of {len(dec.bricks)} bricks of '{dec.model}' have no measurement "
                 f"for configuration {config_id[:12]}{why} (first: {first.signature[:12]} {first.op_type}); "
                 f"{todo}.")
         predictor = predictor.with_peaks(peaks)

@@ -22,11 +22,12 @@ from dlbricks.benchmarks_db._populate import dominant_bricks
 from dlbricks.estimator._api import backend_name, estimate, open_store, peaks_key, threads_of
 from dlbricks.estimator._calibrate import calibrate_peaks, calibrated_backends, merge_peaks
 from dlbricks.generators import (
-    Budget, Measurement, OrtConfig, Runner, SystemInfo, benchmark, collect_system_info, get_backend, pool,
+    PILOT_BUDGET, Budget, Measurement, OrtConfig, Runner, SystemInfo, benchmark, collect_system_info, get_backend,
+    pool,
 )
 
 __all__ = ["DEFAULT_SUITE", "GRANULARITIES", "EvaluationRow", "Evaluation", "evaluate", "measure_whole", "pool", "suite_models",
-           "EVALUATE_BUDGET", "EVALUATE_MOMENTS", "WHOLE_WORKERS"]
+           "EVALUATE_BUDGET", "EVALUATE_MOMENTS", "WHOLE_WORKERS", "DEFAULT_TARGET_CI"]
 
 #: The default suite: models of every task, small enough to finish in minutes on 2 cores.
 DEFAULT_SUITE = ("resnet18_v1", "resnet50_v1", "mobilenet_v2_1.0", "squeezenet1_1", "inception_v3",
@@ -38,8 +39,12 @@ GRANULARITIES = ("layer", "fused", "both")
 #: Moments at which a brick holding 5% or more of its model's time is measured (pooled): the whole
 #: model is sampled over the time its bricks take, so its dominant bricks are too.
 EVALUATE_MOMENTS = 3
-#: Budget of the main job: a stopping rule that converges for bricks and whole models alike.
-EVALUATE_BUDGET = Budget(warmup_time=0.02, min_time=0.1, min_runs=10, max_time=1.0, rel_ci=0.02)
+#: Relative 95% half-width to ask of each model's estimate in the main job (``target_ci``, which is
+#: opt-in); whole models are measured to the same half-width of their median (:data:`EVALUATE_BUDGET`).
+DEFAULT_TARGET_CI = 0.01
+#: Budget of the main job: whole models (and, without ``target_ci``, bricks) are timed until the
+#: 95% CI of their median is within +-:data:`DEFAULT_TARGET_CI`.
+EVALUATE_BUDGET = Budget(warmup_time=0.02, min_time=0.1, min_runs=10, max_time=1.0, rel_ci=2 * DEFAULT_TARGET_CI)
 #: Worker processes each whole model is measured in.
 WHOLE_WORKERS = 3
 PAIR_INTERVAL_S = 2.0
@@ -122,11 +127,24 @@ class Evaluation:
     elapsed_s: float
     granularity: str = "layer"
     layer_unique_bricks: int | None = None  # granularity "both": the layer bricks measured beside
+    # Of the bricks' measuring time, outside the harness (round trip, sessions, copies, the brick before)
+    # and inside timed regions; without a target_ci, populate's measurements only (both configurations).
+    brick_setup_s: float = 0.0
+    brick_timed_s: float = 0.0
+    target_ci: float | None = None  # relative 95% half-width asked of each model's estimate
+    worst_ci: float | None = None  # the largest that the bricks' allocation reached for a model
 
     @property
     def layer_rows(self) -> tuple[EvaluationRow, ...]:
         """The rows with a layer-brick estimate (granularity "both")."""
         return tuple(r for r in self.rows if r.layer_error is not None)
+
+    @property
+    def within_target(self) -> int:
+        """Models whose estimate's relative CI half-width is within ``target_ci`` (all without one)."""
+        if self.target_ci is None:
+            return len(self.rows)
+        return sum((r.ci_high_s - r.ci_low_s) / 2 <= self.target_ci * r.estimated_s * (1 + 1e-9) for r in self.rows)
 
     @property
     def speedup(self) -> float:
@@ -162,7 +180,8 @@ def measure_whole(graph: ModelGraph, config: Any, budget: Budget, workers: int =
 
 def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, config: Any = None,
              budget: Budget | None = None, lower_bound_sweep: bool = True,
-             granularity: str = "layer", say: Callable[[str], object] = lambda s: None) -> Evaluation:
+             granularity: str = "layer", say: Callable[[str], object] = lambda s: None,
+             target_ci: float | None = None) -> Evaluation:
     """Run the main job over zoo models (names) and return the table.
 
     Bricks are measured once each in the estimate's configuration, and (``lower_bound_sweep``) once
@@ -175,13 +194,24 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     (their wall time counts in the bricks' benchmarking time). A model whose turn ends before its whole
     model has :data:`MIN_WHOLE_SAMPLES` samples goes on: its dominant bricks once more each, then a
     whole sample, round after round (pooled likewise). Peaks are calibrated once per system.
+
+    With ``target_ci`` (a fraction, e.g. :data:`DEFAULT_TARGET_CI`; None, the default, for the rule
+    above, every brick under ``budget``), the bricks
+    are measured for a relative 95% half-width of each model's estimate instead of one stopping rule
+    each: every new brick briefly (its pilot), then the further runs that the allocation of the
+    target asks for, in the model's turn and context (see :func:`~dlbricks.benchmarks_db.populate`),
+    and the whole models until their median's CI is within the same half-width (``budget`` with
+    ``rel_ci = 2 * target_ci``). The lower-bound sweep measures each brick with the pilot budget.
     """
     from dlbricks.model_zoo import build
 
     start = time.perf_counter()
     store = open_store(db)
     system = collect_system_info()
+    target_ci = _target(target_ci)
     budget = budget or EVALUATE_BUDGET
+    if target_ci is not None:
+        budget = replace(budget, rel_ci=2 * target_ci)
     config = config or OrtConfig()
     bricks_cfg = whole_cfg = config
     backend = backend_name(config)
@@ -227,7 +257,8 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     configs = [bricks_cfg] + ([replace(config, cache="warm")] if lower_bound_sweep else [])
     whole_time = 0.0
     workers = _KeptRunners()
-    turns = [_Turns(brickset, configs)] + ([_Turns(layer_set, [bricks_cfg])] if granularity == "both" else [])
+    turns = [_Turns(brickset, configs, target_ci)] + (
+        [_Turns(layer_set, [bricks_cfg], target_ci)] if granularity == "both" else [])
     try:
         for name in models:
             dec = brickset.models[name]
@@ -237,7 +268,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
                     turn.measure(name, store, workers, backend, budget, system, whole, say)
                 if whole is not None:
                     _top_up(store, dec, workers(backend, bricks_cfg, budget, False), system, bricks_cfg, budget,
-                            whole, say)
+                            whole, say, turns[0])
                     measured = whole.result()
                     whole_time += measured.wall_time_s
                     store.record_model(measured, system, budget=budget)
@@ -273,7 +304,19 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
                       model_latency_s=sum(r.measured_s for r in rows), unique_brick_latency_s=unique_latency,
                       system=system, config=config,
                       elapsed_s=time.perf_counter() - start, granularity=label,
-                      layer_unique_bricks=layer_set.summary().unique_bricks if granularity == "both" else None)
+                      layer_unique_bricks=layer_set.summary().unique_bricks if granularity == "both" else None,
+                      brick_setup_s=turns[0].setup_s, brick_timed_s=turns[0].timed_s, target_ci=target_ci,
+                      worst_ci=max(turns[0].cis) if turns[0].cis else None)
+
+
+def _target(target_ci: float | None) -> float | None:
+    """``target_ci`` checked: a fraction in (0, 1), or None."""
+    if target_ci is None:
+        return None
+    if isinstance(target_ci, (bool, str)) or not isinstance(target_ci, (int, float)) or not 0 < target_ci < 1:
+        raise InvalidArgumentError(
+            f"'target_ci' must be a number in (0, 1) or None. Got {target_ci!r} instead.")
+    return float(target_ci)
 
 
 class _Turns:
@@ -281,19 +324,38 @@ class _Turns:
     (``populate``, dominant ones at several moments), then its bricks that an earlier model of the
     run measured, once more in its context (pooled)."""
 
-    def __init__(self, brickset: BrickSet, configs: Sequence[Any]) -> None:
+    def __init__(self, brickset: BrickSet, configs: Sequence[Any], target_ci: float | None = None) -> None:
         self.brickset = brickset
         self.configs = list(configs)
+        self.target_ci = target_ci
         self.earlier: set[str] = set()  # bricks measured in this run, in an earlier model's turn
+        self.setup_s = 0.0  # estimate configuration: seconds outside the harness
+        self.timed_s = 0.0  # estimate configuration: seconds inside timed regions
+        self.cis: list[float] = []  # the relative CI half-width of each model's estimate
 
     def measure(self, name: str, store: Store, workers: _KeptRunners, backend: str, budget: Budget,
                 system: Any, whole: _PairedWhole | None, say: Callable[[str], object]) -> None:
         dec = self.brickset.models[name]
         cfg = self.configs[0]
         new = set(store.unmeasured(system, cfg.config_id, list(dec.bricks)))
-        populate(store, [dec], self.configs, backend=backend, budget=budget, system=system, store_models=False,
-                 runner_factory=workers, moments=EVALUATE_MOMENTS,
-                 progress=lambda p: (say(_progress_line(p)), whole and whole.tick()))
+        tick = lambda p: (say(_progress_line(p)), whole and whole.tick())  # noqa: E731
+        if self.target_ci is not None:
+            report = populate(store, [dec], self.configs[:1], backend=backend, budget=budget, system=system,
+                              store_models=False, runner_factory=workers, moments=EVALUATE_MOMENTS,
+                              progress=tick, target_ci=self.target_ci)
+            self.setup_s += report.setup_s
+            self.timed_s += report.timed_s
+            if report.worst_ci is not None:
+                self.cis.append(report.worst_ci)
+            if self.configs[1:]:
+                populate(store, [dec], self.configs[1:], backend=backend, budget=PILOT_BUDGET, system=system,
+                         store_models=False, runner_factory=workers, progress=tick)
+            self.earlier |= new
+            return
+        report = populate(store, [dec], self.configs, backend=backend, budget=budget, system=system,
+                          store_models=False, runner_factory=workers, moments=EVALUATE_MOMENTS, progress=tick)
+        self.setup_s += report.setup_s  # both configurations here; re-measurements below not counted
+        self.timed_s += report.timed_s
         shared = [sig for sig in dec.bricks if sig in self.earlier]
         if whole is not None and shared:
             say(f"{name}: {len(shared)} {dec.granularity} bricks of earlier models again")
@@ -315,11 +377,18 @@ def _measure_again(store: Store, dec: Decomposition, signatures: Sequence[str], 
 
 
 def _top_up(store: Store, dec: Decomposition, runner: Any, system: Any, config: Any, budget: Budget,
-            whole: _PairedWhole, say: Callable[[str], object]) -> None:
+            whole: _PairedWhole, say: Callable[[str], object], turns: _Turns | None = None) -> None:
     """Until ``whole`` has :data:`MIN_WHOLE_SAMPLES` samples: measure ``dec``'s dominant bricks once
     more each (in its context), then sample the whole model; store each dominant brick pooled with
-    its stored measurement and its runs here (median of their medians, see :func:`pool`)."""
+    its stored measurement and its runs here (median of their medians, see :func:`pool`). With a
+    ``target_ci`` (``turns``) the bricks already had their moments (``populate``'s allocation): only
+    the whole model is sampled."""
     if whole.samples >= MIN_WHOLE_SAMPLES:
+        return
+    if turns is not None and turns.target_ci is not None:
+        say(f"{dec.model}: the whole model again until it has {MIN_WHOLE_SAMPLES} samples")
+        while whole.samples < MIN_WHOLE_SAMPLES and whole.sample():
+            pass
         return
     medians = {r.key: r.median_s or 0.0 for r in store.measurements(
         system=system, config_id=config.config_id, signatures=list(dec.bricks), status="ok")}
@@ -370,8 +439,11 @@ class _Kept:
 
     runner: Runner
 
-    def measure(self, item: Any) -> Measurement:
-        return self.runner.measure(item)
+    def measure(self, item: Any, *, budget: Budget | None = None) -> Measurement:
+        return self.runner.measure(item, budget=budget)
+
+    def measure_detailed(self, item: Any, *, budget: Budget | None = None) -> tuple[Measurement, Any]:
+        return self.runner.measure_detailed(item, budget=budget)
 
     def close(self) -> None:
         pass

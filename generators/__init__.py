@@ -8,12 +8,14 @@ configuration's floor and, from :func:`collect_system_info`, the machine it ran 
 """
 
 from dlbricks.generators._api import ProgressCallback, benchmark, calibrate_floor, measure
-from dlbricks.generators._budget import Budget
+from dlbricks.generators._budget import PILOT_BUDGET, Allocation, BrickShare, Budget, allocate, model_ci, topup_budget
 from dlbricks.generators._floor import measure_floor
 from dlbricks.generators._harness import Clock, Timing, time_calls
 from dlbricks.generators._inputs import VALUE_RANGES_KEY, random_inputs, value_ranges
 from dlbricks.generators._items import floor_model
-from dlbricks.generators._measurement import Measurement, OpaqueConfig, pool
+from dlbricks.generators._measurement import (
+    Measurement, OpaqueConfig, combine, pool, relative_half_width, spread_half_width,
+)
 from dlbricks.generators._ort import OrtBackend, OrtConfig, OrtPrepared
 from dlbricks.generators._protocols import Backend, BackendConfig, Benchmarkable, Prepared
 from dlbricks.generators._registry import (
@@ -36,11 +38,21 @@ __all__ = [
     "measure_floor",
     "floor_model",
     "Budget",
+    "PILOT_BUDGET",
     "ProgressCallback",
+    # allocating a model-level precision target
+    "Allocation",
+    "BrickShare",
+    "allocate",
+    "model_ci",
+    "topup_budget",
     # records
     "Measurement",
     "OpaqueConfig",
     "pool",
+    "combine",
+    "relative_half_width",
+    "spread_half_width",
     "SystemInfo",
     "collect_system_info",
     # backends

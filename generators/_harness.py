@@ -51,6 +51,11 @@ class Timing:
         Seconds inside timed regions (the sum of all samples).
     sampling_s : float
         Wall seconds of the sampling phase (timed regions plus bookkeeping).
+    prepare_s : float
+        Seconds spent preparing the runnable before the harness started (sessions, session copies,
+        the brick before it, bound buffers); 0 when it was prepared elsewhere.
+    copies : int
+        Copies of the runnable run round-robin (cold-cache emulation), 1 for a plain run.
     """
 
     samples_s: tuple[float, ...]
@@ -60,6 +65,13 @@ class Timing:
     warmup_s: float
     timed_s: float
     sampling_s: float
+    prepare_s: float = 0.0
+    copies: int = 1
+
+    @property
+    def harness_s(self) -> float:
+        """Seconds inside the harness: warm-up and sampling."""
+        return self.warmup_s + self.sampling_s
 
 
 def time_calls(
@@ -85,8 +97,9 @@ def time_calls(
     """
     call: Callable[[], object] = run.run if hasattr(run, "run") else run
     prime: Callable[[], object] | None = getattr(run, "prime", None)
+    copies = int(getattr(run, "copies", 1) or 1)
     warm_start = clock()
-    warmup_calls, per_call_ns = warm_up(call, budget, clock, prime)
+    warmup_calls, per_call_ns = warm_up(call, budget, clock, prime, min_calls=copies)
     warm_end = clock()
     inner = choose_inner(per_call_ns, budget)
     relocate = getattr(run, "relocate", None)
@@ -107,13 +120,16 @@ def time_calls(
         warmup_s=(warm_end - warm_start) / 1e9,
         timed_s=sum(samples_ns) / 1e9,
         sampling_s=(sample_end - warm_end) / 1e9,
+        copies=copies,
     )
 
 
 def warm_up(run: Callable[[], object], budget: Budget, clock: Clock,
-            prime: Callable[[], object] | None = None) -> tuple[int, int]:
+            prime: Callable[[], object] | None = None, min_calls: int = 1) -> tuple[int, int]:
     """Call ``run`` until ``budget.warmup_time`` has passed (at least once), each call after an
-    untimed ``prime()`` when given.
+    untimed ``prime()`` when given; then, without primes, until it has been called ``min_calls``
+    times: a runnable of several session copies run round-robin has each copy's first run (lazy
+    initialization) behind it before the first timed sample, however short the warm-up.
 
     Returns
     -------
@@ -134,7 +150,10 @@ def warm_up(run: Callable[[], object], budget: Budget, clock: Clock,
         calls += 1
         fastest = min(fastest, t1 - t0)
         if t1 >= deadline:
-            return calls, int(fastest)
+            break
+    for _ in range(min_calls - calls):
+        run()
+    return max(calls, min_calls), int(fastest)
 
 
 def choose_inner(per_call_ns: int, budget: Budget) -> int:
@@ -263,11 +282,13 @@ def measure_model(
     """
     start = clock()
     prepared = backend.prepare(model, config)
+    prepared_at = clock()
     try:
         timing = time_calls(prepared, budget, clock)
     finally:
         prepared.close()
     wall = (clock() - start) / 1e9
+    timing = replace(timing, prepare_s=(prepared_at - start) / 1e9)
     measurement = timing_to_measurement(
         timing, key, backend.name, config, wall, floor_s=floor_s, keep_samples=keep_samples
     )

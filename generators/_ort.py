@@ -61,8 +61,13 @@ IDLE_SPIN_S = 0.06
 #: another way are another configuration, never mixed in one estimate. 1: each cold copy with its own
 #: arena, at most 16 copies at level "all"; 2: the copies share one arena, one cap at every level;
 #: 3: the copies span the data a run of the brick's model touches (``cold_span``); 4: the floor is
-#: extrapolated to a call with no node (:mod:`dlbricks.generators._floor`).
-MEASUREMENT_METHOD = 4
+#: extrapolated to a call with no node (:mod:`dlbricks.generators._floor`); 5: a brick with less than
+#: :data:`MIN_COLD_WEIGHT_BYTES` of weights runs as one session in ``cache="cold-weights"``.
+MEASUREMENT_METHOD = 5
+#: Weights below which a brick in ``cache="cold-weights"`` runs as one session: its copies share
+#: their input, output and scratch, so with (almost) no weights they have no data of their own to
+#: keep cold, and each copy costs a session to create (a Relu brick of MobileNet-v2 ran as 84).
+MIN_COLD_WEIGHT_BYTES = 4096
 #: Ops whose onnxruntime CPU kernels are registered with ``Alias(0, 0)``: inside a model their output
 #: is their input's buffer with another shape (exploratory: a Relu, Reshape, Relu chain on 4 MB ran in
 #: 212 us, the same with a Flatten, an Unsqueeze or an Identity added, 340 us with an Add of zero),
@@ -484,7 +489,8 @@ class OrtBackend:
         self.check(config)
         ort = _ort()
         model, before = split_previous(model)
-        session = _make_session(ort, model, config)
+        data = model.SerializeToString()  # once for every copy
+        session = _make_session(ort, model, config, data=data)
         names = [i.name for i in session.get_inputs()]
         inputs = random_inputs(model, names)
         try:
@@ -498,8 +504,8 @@ class OrtBackend:
         if copies > 1:
             shared = config.device == "cpu" and config.enable_cpu_mem_arena
             if shared:
-                sessions = [_make_session(ort, model, config, shared_arena=True)]
-            sessions += [_make_session(ort, model, config, shared_arena=shared) for _ in range(copies - 1)]
+                sessions = [_make_session(ort, model, config, shared_arena=True, data=data)]
+            sessions += [_make_session(ort, model, config, shared_arena=shared, data=data) for _ in range(copies - 1)]
         previous = None
         if config.cache in ("cold", "cold-weights") and config.previous_layer and _is_brick(model):
             previous = prepare_previous(self.prepare, before, config)
@@ -507,16 +513,17 @@ class OrtBackend:
 
 
 def _make_session(ort: ModuleType, model: onnx.ModelProto, config: OrtConfig,
-                  shared_arena: bool = False) -> Any:
-    """An InferenceSession for ``model`` with the options and providers of ``config``; with
-    ``shared_arena`` its CPU allocations come from this process's one shared arena
-    (:func:`_register_shared_arena`)."""
+                  shared_arena: bool = False, data: bytes | None = None) -> Any:
+    """An InferenceSession for ``model`` (serialized as ``data`` when given) with the options and
+    providers of ``config``; with ``shared_arena`` its CPU allocations come from this process's one
+    shared arena (:func:`_register_shared_arena`)."""
     options = _session_options(ort, config)
     if shared_arena:
         _register_shared_arena(ort)
         options.add_session_config_entry(USE_ENV_ALLOCATORS, "1")
     try:
-        session = ort.InferenceSession(model.SerializeToString(), options, providers=_providers(config))
+        data = model.SerializeToString() if data is None else data
+        session = ort.InferenceSession(data, options, providers=_providers(config))
     except Exception as e:
         raise UnrunnableBrickError(
             f"onnxruntime cannot load model {model.graph.name!r}: {one_line(e)}"
@@ -620,11 +627,14 @@ def _is_brick(model: onnx.ModelProto) -> bool:
 
 def session_copies(model: onnx.ModelProto, outputs: list[Any], config: OrtConfig) -> int:
     """Sessions of ``model`` that ``prepare`` runs round-robin: :func:`cold_copies` for a brick in a
-    cold state on the CPU, :data:`CUDA_COPIES` on CUDA, else 1."""
+    cold state on the CPU (1 for a brick with less than :data:`MIN_COLD_WEIGHT_BYTES` of weights in
+    ``"cold-weights"``), :data:`CUDA_COPIES` on CUDA, else 1."""
     if config.cache not in ("cold", "cold-weights") or not _is_brick(model):
         return 1
     if config.device != "cpu":
         return CUDA_COPIES
+    if config.cache == "cold-weights" and weight_bytes(model) < MIN_COLD_WEIGHT_BYTES:
+        return 1
     return cold_copies(model, outputs, span_bytes=cold_span_bytes(model, config.cold_span))
 
 
@@ -640,13 +650,17 @@ def cold_copies(model: onnx.ModelProto, outputs: list[Any], llc_bytes: int | Non
     last-level cache and ``span_bytes`` (default: the cache), at most ``max_copies`` copies."""
     llc = llc_bytes if llc_bytes is not None else last_level_cache_bytes()
     span = 2 * (llc if span_bytes is None else min(llc, span_bytes))
-    weights = sum(
+    footprint = max(weight_bytes(model) + sum(np.asarray(o).nbytes for o in outputs), 1)
+    return int(min(max_copies, max(1, math.ceil(span / footprint))))
+
+
+def weight_bytes(model: onnx.ModelProto) -> int:
+    """Bytes of ``model``'s initializers (its weights), strings left out."""
+    return sum(
         math.prod(t.dims) * np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
         for t in model.graph.initializer
         if t.data_type != onnx.TensorProto.STRING
     )
-    footprint = max(weights + sum(np.asarray(o).nbytes for o in outputs), 1)
-    return int(min(max_copies, max(1, math.ceil(span / footprint))))
 
 
 def last_level_cache_bytes() -> int:

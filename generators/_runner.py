@@ -56,6 +56,7 @@ class _Worker:
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             env=env,
+            process_group=0,  # Ctrl-C at a terminal reaches the driver only; it decides when we stop
         )
         init = {"sys_path": list(sys.path), "registry": portable_registry()}
         try:
@@ -172,17 +173,19 @@ class Runner:
         Calibrate the floor before the first item and again every :data:`FLOOR_REFRESH_S` seconds,
         keeping the lowest, and record it in every measurement.
 
-    Runners of one process take turns: after a reply from one runner's worker, another runner waits
-    until that worker's idle threads stop spinning (its backend's optional ``idle_spin_s``, e.g. 60 ms
-    for multi-threaded onnxruntime) before it sends anything, so that a paired design (a model held in
-    one worker, its bricks in another) times neither on the cores the other's threads still hold.
-
     Raises
     ------
     InvalidArgumentError
         If the backend, configuration or budget is not valid.
     BackendUnavailableError
         If the configuration cannot run on this machine (CUDA without the CUDA provider).
+
+    Notes
+    -----
+    Runners of one process take turns: after a reply from one runner's worker, another runner waits
+    until that worker's idle threads stop spinning (its backend's optional ``idle_spin_s``, e.g. 60 ms
+    for multi-threaded onnxruntime) before it sends anything, so that a paired design (a model held in
+    one worker, its bricks in another) times neither on the cores the other's threads still hold.
 
     Examples
     --------
@@ -260,9 +263,10 @@ class Runner:
                 )
         return self._floor
 
-    def measure(self, item: Any) -> Measurement:
-        """Measure one item (model, bytes or Benchmarkable) in the worker."""
-        return self.measure_detailed(item)[0]
+    def measure(self, item: Any, *, budget: Budget | None = None) -> Measurement:
+        """Measure one item (model, bytes or Benchmarkable) in the worker, under ``budget`` (default
+        the runner's)."""
+        return self.measure_detailed(item, budget=budget)[0]
 
     def hold(self, item: Any) -> Measurement:
         """Measure one item and keep it prepared in the worker, to time it :meth:`again` later.
@@ -289,8 +293,11 @@ class Runner:
         except (WorkerTimeoutError, WorkerDiedError):
             self._replace_worker()
 
-    def measure_detailed(self, item: Any, *, hold: bool = False) -> tuple[Measurement, Timing | None]:
-        """Measure one item; also return the harness :class:`Timing` (None if it failed)."""
+    def measure_detailed(self, item: Any, *, hold: bool = False,
+                         budget: Budget | None = None) -> tuple[Measurement, Timing | None]:
+        """Measure one item under ``budget`` (default the runner's); also return the harness
+        :class:`Timing` (None if it failed), whose ``prepare_s``, ``warmup_s`` and ``sampling_s``
+        against the measurement's ``wall_time_s`` tell setup from timed runs."""
         resolved = item if isinstance(item, Item) else resolve_item(item)
         floor_s = self._floor_s()
         self._ensure_worker()
@@ -304,7 +311,7 @@ class Runner:
             "model": model,
             "backend": self.backend_name,
             "config": self.config,
-            "budget": self.budget,
+            "budget": budget or self.budget,
             "keep_samples": self.keep_samples,
             "floor_s": floor_s,
             "hold": hold,

@@ -29,6 +29,7 @@ from dlbricks.generators import (
     unregister_backend,
 )
 from dlbricks.generators._floor import CHAIN_NODES, zero_node_floor
+from dlbricks.generators._harness import measure_model
 from tests.gen_fake_backends import FakeBackend, FakeClock, FakeConfig
 
 US = 1_000
@@ -104,6 +105,22 @@ def test_min_time_respected_for_fast_items() -> None:
     timing = time_calls(backend.prepare(floor_model(), FakeConfig()).run, budget, clock)
     assert timing.converged
     assert timing.timed_s >= 0.2 and len(timing.samples_s) >= 200
+
+
+def test_timing_tells_preparation_from_the_harness() -> None:
+    clock, backend = _fake(lambda: 1 * MS)
+    prepare = backend.prepare
+
+    def slow_prepare(model, config):
+        clock.advance(30 * MS)  # sessions, copies, buffers
+        return prepare(model, config)
+
+    backend.prepare = slow_prepare
+    budget = _budget(min_time=0.01, min_runs=5, max_time=1.0)
+    m, timing = measure_model(floor_model(), "k", backend, FakeConfig(), budget, clock=clock)
+    assert timing.prepare_s == pytest.approx(0.03) and timing.copies == 1
+    assert m.wall_time_s == pytest.approx(timing.prepare_s + timing.harness_s)
+    assert timing.timed_s <= timing.sampling_s
 
 
 def test_max_time_wins_over_min_runs() -> None:
@@ -328,7 +345,8 @@ def test_public_api_is_pinned() -> None:
             "BackendFactory", "register_backend", "unregister_backend", "get_backend",
             "available_backends", "OrtBackend", "OrtConfig", "OrtPrepared", "VALUE_RANGES_KEY",
             "value_ranges", "random_inputs", "time_calls", "Timing", "Clock", "Summary", "summarize",
-            "median_ci",
+            "median_ci", "PILOT_BUDGET", "Allocation", "BrickShare", "allocate", "model_ci", "topup_budget",
+            "combine", "relative_half_width", "spread_half_width",
         ]
     )  # fmt: skip
     assert all(hasattr(generators, name) for name in generators.__all__)

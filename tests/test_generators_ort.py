@@ -35,12 +35,14 @@ from dlbricks.generators import (
 )
 from dlbricks.generators._ort import (
     MAX_COLD_COPIES,
+    MIN_COLD_WEIGHT_BYTES,
     THREAD_POOLS_ENV,
     USE_ENV_ALLOCATORS,
     cold_copies,
     installed_onnxruntimes,
     no_cuda_message,
     session_copies,
+    weight_bytes,
 )
 
 HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
@@ -321,6 +323,24 @@ def test_a_brick_runs_as_one_session_on_cuda() -> None:
     assert session_copies(brick, out, OrtConfig(device="cuda", cache="cold")) == 1
     assert session_copies(brick, out, OrtConfig(cache="warm")) == 1
     assert session_copies(conv_model(), out, OrtConfig()) == 1  # a whole model
+
+
+def test_a_brick_without_weights_runs_as_one_session_with_cold_weights() -> None:
+    """Cold copies keep a brick's weights cold; copies of a brick without weights share input,
+    output and scratch in ``"cold-weights"``, so it runs as one session (outputs per copy in
+    ``"cold"`` still need the copies)."""
+    w = numpy_helper.from_array(np.zeros((16, 8, 3, 3), np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])]
+    model = _model(nodes, [_f32("x", [1, 8, 14, 14])], [_f32("y", [1, 16, 14, 14])], [w])
+    dec = dlbricks.decompose(dlbricks.load_model(model))
+    by_op = {dec.bricks[o.signature].op_type: o.signature for o in dec.occurrences}
+    relu = dec.in_context(by_op["Relu"]).brick.to_onnx()
+    conv = dec.in_context(by_op["Conv"]).brick.to_onnx()
+    out = [np.zeros((1, 16, 14, 14), np.float32)]
+    assert weight_bytes(relu) < MIN_COLD_WEIGHT_BYTES <= weight_bytes(conv)
+    assert session_copies(relu, out, OrtConfig()) == 1
+    assert session_copies(relu, out, OrtConfig(cache="cold")) == cold_copies(relu, out) > 1
+    assert session_copies(conv, out, OrtConfig()) == cold_copies(conv, out) > 1
 
 
 def test_cold_copies_span_what_a_run_of_the_brick_model_touches() -> None:

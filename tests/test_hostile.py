@@ -27,7 +27,7 @@ from dlbricks.benchmarks_db import Store
 from dlbricks.cli import main
 from dlbricks.generators import collect_system_info
 from tests._models import resnet_like, transformer_layer
-from tests.test_db_support import config, env, measurement
+from tests.test_db_support import ROOT, config, env, measurement
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="signals, rlimits and file modes")
 
@@ -423,3 +423,14 @@ def test_ctrl_c_at_start_up_exits_130_without_a_traceback(work: Path, delay: flo
         assert _integrity(db) == "ok"
         per_brick = sqlite3.connect(db).execute("SELECT COUNT(*) FROM measurements GROUP BY signature").fetchall()
         assert all(n == 1 for (n,) in per_brick)
+
+
+@pytest.mark.slow
+def test_kill_9_at_twenty_random_moments_loses_and_duplicates_nothing() -> None:
+    """benchmarks/kill9_soak.py: 20 kills -9 mid-run, each followed by the file's checks, then a run
+    that finishes the job."""
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kill9_soak.py"), "--kills", "20"],
+                            capture_output=True, text=True, env=env(), timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "20 kills mid-run" in result.stdout and ": 0 with rows lost" in result.stdout, result.stdout
+    assert "the last run finished the job" in result.stdout, result.stdout
