@@ -38,6 +38,11 @@ def _query(db: Path, sql: str) -> list[tuple[object, ...]]:
         conn.close()
 
 
+def _scalar(db: Path, sql: str, default: object) -> object:
+    rows = _query(db, sql)
+    return rows[0][0] if rows else default
+
+
 def _bench(db: Path, model: str) -> list[str]:
     return [sys.executable, "-m", "dlbricks.benchmarks_db", "bench", model, "--db", str(db), "--budget", "quick"]
 
@@ -64,17 +69,17 @@ def soak(kills: int, model: str, seed: int, folder: Path) -> int:
         i += 1
         after = set(_query(db, ROWS))
         lost = len(before - after)
-        duplicated = _query(db, DUPLICATES)[0][0] if db.exists() else 0
-        integrity = _query(db, "PRAGMA integrity_check")[0][0] if db.exists() else "ok"
+        duplicated = _scalar(db, DUPLICATES, 0)
+        integrity = _scalar(db, "PRAGMA integrity_check", "ok")
         ok = lost == 0 and duplicated == 0 and integrity == "ok"
         bad += not ok
         print(f"kill {i:2d} at {delay:4.2f} s into run on database {fills}: {len(after)} rows "
               f"(+{len(after - before)}), lost {lost}, duplicated {duplicated}, integrity {integrity}"
               + ("" if ok else "  <-- FAILED"), flush=True)
     final = subprocess.run(_bench(db, model), capture_output=True, text=True)
-    bricks = _query(db, "SELECT COUNT(*) FROM bricks")[0][0]
+    bricks = _scalar(db, "SELECT COUNT(*) FROM bricks", 0)
     rows = _query(db, ROWS)
-    complete = final.returncode == 0 and len(rows) == bricks and _query(db, DUPLICATES)[0][0] == 0
+    complete = final.returncode == 0 and len(rows) == bricks and _scalar(db, DUPLICATES, 0) == 0
     print(f"{kills} kills mid-run over {fills} database(s): {bad} with rows lost, duplicated or damaged; the last run "
           f"{'finished' if complete else 'did NOT finish'} the job ({len(rows)} measurements of {bricks} bricks)")
     return bad + (not complete)
