@@ -354,3 +354,31 @@ def test_a_short_turn_goes_on_with_its_dominant_bricks_until_the_whole_has_enoug
         whole.samples = _evaluate.MIN_WHOLE_SAMPLES  # enough already: nothing measured
         _evaluate._top_up(store, dec, Runner(), system, config(), _evaluate.EVALUATE_BUDGET, whole, lines.append)
         assert runs_of == {dominant: rounds} and len(lines) == 1
+
+
+def test_plan_lists_what_the_database_lacks(filled: tuple[Path, Path], tmp_path: Path) -> None:
+    """plan reads the database only: the measured model lacks nothing; another lists its missing bricks."""
+    model, db = filled
+    before = db.stat().st_mtime_ns
+    done = CliRunner().invoke(main, ["plan", str(model), "--db", str(db)])
+    assert done.exit_code == 0 and "0 of" in done.output, done.output
+    other = tmp_path / "other.onnx"
+    onnx.save(_models.resnet_like(blocks=2, channels=24, batch=1), other)
+    result = CliRunner().invoke(main, ["plan", str(other), "--db", str(db), "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert plan["missing"] and all(m["measure_s"] > 0 for m in plan["missing"])
+    assert db.stat().st_mtime_ns == before
+
+
+def test_decompose_no_weights_writes_bricks_without_the_models_names(tmp_path: Path) -> None:
+    model = tmp_path / "m.onnx"
+    onnx.save(_models.resnet_like(blocks=1, channels=8, batch=1), model)
+    out = tmp_path / "bricks"
+    result = CliRunner().invoke(main, ["decompose", str(model), "--out", str(out), "--no-weights", "--no-check"])
+    assert result.exit_code == 0, result.output
+    names = {n.name for p in out.iterdir() for n in onnx.load(p).graph.node}
+    source = {n.name for n in onnx.load(model).graph.node if n.name}
+    assert list(out.iterdir()) and not names & source
+    refused = CliRunner().invoke(main, ["decompose", str(model), "--no-weights"])
+    assert refused.exit_code == 2 and "--out" in refused.output
