@@ -179,7 +179,8 @@ def _check_header(conn: sqlite3.Connection, path: str, readonly: bool) -> None:
     foreign = app_id not in (0, APPLICATION_ID) or (app_id == 0 and bool(tables) and (version == 0 or not ours))
     if foreign:
         raise DatabaseError(f"{path} is a SQLite database of another application (tables: "
-                            f"{', '.join(sorted(tables)[:5]) or 'none'}, application id {app_id}); give a dlbricks database or a new "
+                            f"{', '.join(sorted(tables)[:5]) or 'none'}, application id {app_id}); give a dlbricks "
+                            f"database or a new "
                             f"file.")
     if version > SCHEMA_VERSION:
         raise DatabaseError(f"{path} has schema version {version}, newer than version "

@@ -20,7 +20,9 @@ from typing import Any
 
 import click
 
-from dlbricks._cliutil import format_table, handle_errors, iter_models, model_options, parse_input_shapes
+from dlbricks._cliutil import (
+    EXIT_INTERRUPTED, format_table, handle_errors, iter_models, model_options, parse_input_shapes,
+)
 from dlbricks._decompose import GRANULARITIES, decompose
 from dlbricks._errors import DatabaseError, DlbricksError, InvalidArgumentError
 from dlbricks.benchmarks_db._export import FORMATS, check_output
@@ -31,8 +33,6 @@ from dlbricks.benchmarks_db._store import DEFAULT_PATH, Store
 
 __all__ = ["bench", "db", "cli", "EXIT_INTERRUPTED"]
 
-#: Exit code of a ``bench`` stopped by Ctrl-C (128 + SIGINT, as shells report it).
-EXIT_INTERRUPTED = 130
 #: ``--sweep``/option names of configuration fields (any field name works too).
 CONFIG_ALIASES = {"threads": "intra_op_num_threads", "inter-threads": "inter_op_num_threads",
                   "opt-level": "graph_optimization_level", "device": "device",

@@ -18,8 +18,8 @@ from dlbricks._errors import DlbricksError, InvalidArgumentError
 from dlbricks._graph import ModelGraph
 from dlbricks._onnx_frontend import load_model
 
-__all__ = ["DlbricksClickError", "DlbricksGroup", "EXIT_INTERRUPTED", "interrupted", "sigint_watch", "handle_errors", "parse_input_shapes", "iter_models", "model_options",
-           "format_table"]
+__all__ = ["DlbricksClickError", "DlbricksGroup", "EXIT_INTERRUPTED", "interrupted", "sigint_watch",
+           "handle_errors", "parse_input_shapes", "iter_models", "model_options", "format_table"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
