@@ -21,6 +21,7 @@ from typing import Any
 
 from dlbricks._errors import BackendError, InvalidArgumentError
 from dlbricks.generators._budget import Budget
+from dlbricks.generators._cache import DEFAULT_CACHE_BYTES
 from dlbricks.generators._harness import Timing
 from dlbricks.generators._ipc import WorkerDiedError, WorkerTimeoutError, read_message, write_message
 from dlbricks.generators._items import FLOOR_KEY, Item, resolve_item
@@ -48,7 +49,7 @@ def resolve_config(backend: Backend, config: Any) -> BackendConfig:
 class _Worker:
     """One worker subprocess and its pipes; its stderr goes to a temporary file."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], keep_bytes: int = 0) -> None:
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the worker
         self.proc = subprocess.Popen(
             [sys.executable, "-m", WORKER_MODULE],
@@ -58,7 +59,7 @@ class _Worker:
             env=env,
             process_group=0,  # Ctrl-C at a terminal reaches the driver only; it decides when we stop
         )
-        init = {"sys_path": list(sys.path), "registry": portable_registry()}
+        init = {"sys_path": list(sys.path), "registry": portable_registry(), "cache_bytes": keep_bytes}
         try:
             status, reply = self.request(("init", init), STARTUP_TIMEOUT_S)
         except (WorkerDiedError, WorkerTimeoutError) as e:
@@ -172,6 +173,10 @@ class Runner:
     floor : bool, default True
         Calibrate the floor before the first item and again every :data:`FLOOR_REFRESH_S` seconds,
         keeping the lowest, and record it in every measurement.
+    keep_bytes : int, default 2 GiB
+        Bytes of prepared items the worker keeps between measurements (0: none): an item measured
+        again is timed without being prepared again, and a brick borrows the kept brick before it
+        as its untimed prime (see :mod:`dlbricks.generators._cache`).
 
     Raises
     ------
@@ -203,6 +208,7 @@ class Runner:
         *,
         keep_samples: bool = False,
         floor: bool = True,
+        keep_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
         if not isinstance(backend, str):
             raise InvalidArgumentError(
@@ -217,7 +223,10 @@ class Runner:
         self.backend.check(self.config)
         self.budget = Budget() if budget is None else budget
         self.keep_samples = keep_samples
+        if isinstance(keep_bytes, bool) or not isinstance(keep_bytes, int) or keep_bytes < 0:
+            raise InvalidArgumentError(f"'keep_bytes' must be an int >= 0. Got {keep_bytes!r} instead.")
         self._calibrate = floor
+        self._keep_bytes = keep_bytes
         self._floor: Measurement | None = None
         self._floor_at = 0.0
         self._worker: _Worker | None = None
@@ -329,7 +338,7 @@ class Runner:
         if self._worker is None:
             env = dict(os.environ)
             env.update(self.backend.worker_env(self.config))
-            self._worker = _Worker(env)
+            self._worker = _Worker(env, self._keep_bytes)
         return self._worker
 
     def _request(

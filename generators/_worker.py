@@ -21,11 +21,14 @@ FLOOR_REPEATS = 3
 
 
 class _State:
-    """The worker's caches: backends by name, held items by key."""
+    """The worker's caches: backends by name, held items by key, items kept prepared for reuse."""
 
     def __init__(self) -> None:
+        from dlbricks.generators._cache import PreparedCache
+
         self.backends: dict[str, Any] = {}
         self.held: dict[str, tuple[Any, Any, Any]] = {}  # key -> (prepared, backend, config)
+        self.kept = PreparedCache(0)
 
 
 def main() -> int:
@@ -55,6 +58,7 @@ def _answer(state: _State, request: tuple[str, Any]) -> tuple[str, Any]:
     kind, payload = request
     try:
         if kind == "init":
+            state.kept.max_bytes = int(payload.get("cache_bytes", 0))
             return "ok", _init(payload)
         if kind == "measure":
             return "ok", _measure(state, payload)
@@ -93,30 +97,47 @@ def _backend(state: _State, name: str) -> Any:
 
 
 def _measure(state: _State, payload: dict[str, Any]) -> Any:
-    """Prepare and time one model; returns ``(Measurement, Timing)``."""
+    """Prepare and time one model, or time it again if it is kept prepared (the same bytes under
+    the same configuration); returns ``(Measurement, Timing)``. Unless held, the prepared model is
+    then kept for reuse (:class:`~dlbricks.generators._cache.PreparedCache`) or closed."""
+    import dataclasses
+    import time
+
     import onnx
 
-    from dlbricks.generators._harness import measure_model
+    from dlbricks.generators._cache import digest, lending
+    from dlbricks.generators._harness import measure_prepared
 
-    model = onnx.load_from_string(payload["model"])
     backend = _backend(state, payload["backend"])
-    if payload.get("hold"):
-        from dlbricks.generators._harness import measure_prepared
-
+    config = payload["config"]
+    hold = payload.get("hold")
+    key = digest(payload["model"], config.config_id)
+    prepared = None if hold else state.kept.take(key)
+    kept = prepared is not None
+    prepare_s = 0.0
+    if prepared is None:
+        model = onnx.load_from_string(payload["model"])
+        start = time.perf_counter()
+        with lending(state.kept):
+            prepared = backend.prepare(model, config)
+        prepare_s = time.perf_counter() - start
+    if hold:
         _release(state, payload)
-        prepared = backend.prepare(model, payload["config"])
-        state.held[payload["key"]] = (prepared, backend, payload["config"])
-        return measure_prepared(prepared, payload["key"], backend.name, payload["config"], payload["budget"],
-                                floor_s=payload.get("floor_s"), keep_samples=payload.get("keep_samples", False))
-    return measure_model(
-        model,
-        payload["key"],
-        backend,
-        payload["config"],
-        payload["budget"],
-        floor_s=payload.get("floor_s"),
-        keep_samples=payload.get("keep_samples", False),
-    )
+        state.held[payload["key"]] = (prepared, backend, config)
+    try:
+        measurement, timing = measure_prepared(prepared, payload["key"], backend.name, config, payload["budget"],
+                                               floor_s=payload.get("floor_s"),
+                                               keep_samples=payload.get("keep_samples", False))
+    except BaseException:
+        if kept:
+            state.kept.drop(key)
+        elif not hold:
+            prepared.close()
+        raise
+    if not hold:
+        state.kept.keep(key, prepared, signature=payload["key"], config_id=config.config_id,
+                        value_s=measurement.median_s or 0.0)
+    return measurement, dataclasses.replace(timing, prepare_s=prepare_s)
 
 
 def _again(state: _State, payload: dict[str, Any]) -> Any:

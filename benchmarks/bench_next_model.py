@@ -1,0 +1,75 @@
+"""The next model is cheap: what measuring a model's new bricks costs, with the other models' bricks
+already in the database, against measuring the model whole to the same precision.
+
+Reads a database that ``dlbricks evaluate --target-ci T --db DB`` filled (default suite, 1 thread,
+optimizations off, layer bricks). For each model of the suite, its *new* bricks are those that no
+other model of the suite uses: what a database holding the others' bricks would still have to
+measure. Their cost is the wall time stored with their measurements (pilot, further runs and moments
+summed: :func:`dlbricks.generators.combine` adds up wall times). The model whole is then measured
+here, in a fresh worker, under the main job's budget for whole models at the same target
+(``rel_ci = 2 T``), and its wall time (session, warm-up, sampling) is the baseline. The script
+prints, per model, the new bricks, both times and their ratio, then the median ratio over the suite
+(DLBricks reports 4.4x).
+
+Usage: ``python benchmarks/bench_next_model.py --db DB [--target-ci 0.01]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from dataclasses import replace
+
+from dlbricks import decompose, load_model
+from dlbricks.benchmarks_db import Store
+from dlbricks.estimator._evaluate import DEFAULT_SUITE, EVALUATE_BUDGET
+from dlbricks.generators import OrtConfig, Runner
+from dlbricks.model_zoo import build
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", required=True, help="a database filled by dlbricks evaluate --target-ci")
+    parser.add_argument("--target-ci", type=float, default=0.01)
+    args = parser.parse_args()
+    config = OrtConfig()
+    store = Store.open(args.db, create=False, readonly=True)
+    system = _system(store)
+    models = {name: load_model(build(name), name=name) for name in DEFAULT_SUITE}
+    decs = {name: decompose(g, "layer") for name, g in models.items()}
+    users: dict[str, set[str]] = {}
+    for name, dec in decs.items():
+        for sig in dec.bricks:
+            users.setdefault(sig, set()).add(name)
+    budget = replace(EVALUATE_BUDGET, rel_ci=2 * args.target_ci)
+    print(f"{'model':<20} {'new bricks':>10} {'bricks s':>9} {'whole s':>8} {'ratio':>7}")
+    ratios = []
+    with Runner(config=config, budget=budget) as runner:
+        for name, dec in decs.items():
+            new = [sig for sig in dec.bricks if users[sig] == {name}]
+            rows = store.measurements(system=system, config_id=config.config_id, signatures=new)
+            if len(rows) < len(new):
+                print(f"{args.db}: {len(new) - len(rows)} new brick(s) of {name} are not measured; "
+                      "fill it with dlbricks evaluate --target-ci first", file=sys.stderr)
+                return 2
+            bricks_s = sum(r.wall_time_s for r in rows)
+            whole = runner.measure(models[name])
+            ratio = whole.wall_time_s / bricks_s if bricks_s else float("inf")
+            ratios.append(ratio)
+            print(f"{name:<20} {len(new):>10} {bricks_s:>9.2f} {whole.wall_time_s:>8.2f} {ratio:>6.2f}x")
+    print(f"median over {len(ratios)} models: {statistics.median(ratios):.2f}x "
+          f"(whole model to +-{100 * args.target_ci:g}% / its new bricks)")
+    return 0
+
+
+def _system(store: Store) -> str:
+    """The database's one system (the machine that filled it)."""
+    systems = store.systems()
+    if len(systems) != 1:
+        raise SystemExit(f"expected one system in the database, found {len(systems)}")
+    return systems[0].fingerprint
+
+
+if __name__ == "__main__":
+    sys.exit(main())
