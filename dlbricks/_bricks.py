@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -56,6 +57,8 @@ SIGNATURE_KEY = "dlbricks.signature"
 PREVIOUS_KEY = "dlbricks.previous"
 #: Metadata key of the bytes one run of the brick's model touches (:attr:`BrickInContext.reuse_bytes`).
 REUSE_KEY = "dlbricks.reuse_bytes"
+#: Metadata key of a brick's model whose synthetic weights are left to :func:`materialize`.
+DEFERRED_KEY = "dlbricks.deferred_weights"
 WEIGHT_MODES = ("synthetic", "real")
 
 
@@ -195,13 +198,17 @@ class Brick:
         return replace(self, constants=constants, nodes=_anonymous_nodes(self), weights="synthetic")
 
     # --------------------------------------------------------------------------- materialize
-    def to_onnx(self, weights: str | None = None) -> onnx.ModelProto:
+    def to_onnx(self, weights: str | None = None, *, deferred: bool = False) -> onnx.ModelProto:
         """The brick as a standalone ONNX model.
 
         Parameters
         ----------
         weights : {"synthetic", "real"}, optional
             ``"real"`` needs a brick decomposed with ``weights="real"``. Default: :attr:`weights`.
+        deferred : bool, default False
+            Leave synthetic weights empty (their shapes, kinds and seeds under
+            :data:`DEFERRED_KEY`): :func:`materialize` draws the same values where the model runs,
+            so that megabytes of random numbers do not travel to a worker.
         """
         weights = weights or self.weights
         if weights not in WEIGHT_MODES:
@@ -211,8 +218,19 @@ class Brick:
             raise InvalidArgumentError(
                 f"brick {self.signature[:12]} ({self.op_type}) was decomposed with synthetic weights; "
                 f"decompose the model with weights='real' to materialize its real weights.")
-        initializers = [self._constant_tensor(i, c, weights) for i, c in enumerate(self.constants)]
-        return self._model(initializers)
+        later: dict[str, list[Any]] = {}
+        initializers = []
+        for i, c in enumerate(self.constants):
+            if deferred and not (c.value is not None and (c.exact or weights == "real")):
+                later[c.spec.name] = [c.synthetic, _seed(self.signature, i)]
+                initializers.append(onnx.TensorProto(name=c.spec.name, data_type=c.spec.onnx_dtype,
+                                                     dims=list(c.spec.shape)))
+            else:
+                initializers.append(self._constant_tensor(i, c, weights))
+        model = self._model(initializers)
+        if later:
+            model.metadata_props.add(key=DEFERRED_KEY, value=json.dumps(later))
+        return model
 
     def _constant_tensor(self, index: int, const: ConstantSpec, weights: str) -> onnx.TensorProto:
         if const.value is not None and (const.exact or weights == "real"):
@@ -445,9 +463,9 @@ class BrickInContext:
         return self.brick.op_type
 
     def to_onnx(self) -> onnx.ModelProto:
-        model = self.brick.to_onnx()
+        model = self.brick.to_onnx(deferred=True)
         if self.previous is not None:
-            data = self.previous.to_onnx().SerializeToString()
+            data = self.previous.to_onnx(deferred=True).SerializeToString()
             model.metadata_props.add(key=PREVIOUS_KEY, value=base64.b64encode(data).decode("ascii"))
         if self.reuse_bytes is not None:
             model.metadata_props.add(key=REUSE_KEY, value=str(int(self.reuse_bytes)))
@@ -467,10 +485,32 @@ def split_previous(model: onnx.ModelProto) -> tuple[onnx.ModelProto, onnx.ModelP
     a brick would otherwise hold the bytes of its previous brick too."""
     value = next((p.value for p in model.metadata_props if p.key == PREVIOUS_KEY), None)
     if value is None:
-        return model, None
+        return materialize(model), None
     own = onnx.ModelProto()
     own.CopyFrom(model)
     kept = [p for p in own.metadata_props if p.key != PREVIOUS_KEY]
     del own.metadata_props[:]
     own.metadata_props.extend(kept)
-    return own, onnx.load_from_string(base64.b64decode(value))
+    return materialize(own), materialize(onnx.load_from_string(base64.b64decode(value)))
+
+
+def materialize(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with the synthetic weights that ``Brick.to_onnx(deferred=True)`` left empty drawn
+    (the same values as without ``deferred``); ``model`` itself if it defers none."""
+    value = next((p.value for p in model.metadata_props if p.key == DEFERRED_KEY), None)
+    if value is None:
+        return model
+    from dlbricks._types import onnx_dtype_to_name
+
+    later = json.loads(value)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    kept = [p for p in out.metadata_props if p.key != DEFERRED_KEY]
+    del out.metadata_props[:]
+    out.metadata_props.extend(kept)
+    for tensor in out.graph.initializer:
+        if tensor.name in later:
+            kind, seed = later[tensor.name]
+            spec = TensorSpec(tensor.name, tuple(int(d) for d in tensor.dims), onnx_dtype_to_name(tensor.data_type))
+            tensor.CopyFrom(onnx.numpy_helper.from_array(synthetic_array(spec, kind, seed), tensor.name))
+    return out
