@@ -4,8 +4,8 @@ One SQLite file (WAL mode, readable with the ``sqlite-utils`` CLI and Datasette)
 systems, backend configurations, bricks (with their compact ONNX), models with their brick
 occurrences and DAGs, and the measurements of bricks and whole models. :class:`Store` reads and
 writes it; :func:`populate` fills it, one brick at a time, resumably and safely from several
-processes at once (claims with leases); :meth:`Store.merge_from` merges files from several
-machines.
+processes at once (claims with leases), here or, with a :class:`RayExecutor`, on the nodes of a
+Ray cluster; :meth:`Store.merge_from` merges files from several machines.
 
 Examples
 --------
@@ -15,9 +15,19 @@ Examples
 True
 """
 
-from dlbricks.benchmarks_db._migrations import SCHEMA_VERSION
-from dlbricks.benchmarks_db._populate import BenchProgress, BenchReport, lease_for, populate
-from dlbricks.benchmarks_db._records import (
+from ._migrations import SCHEMA_VERSION
+from ._populate import (
+    DOMINANT_SHARE,
+    BenchJob,
+    BenchProgress,
+    BenchReport,
+    Executor,
+    dominant_bricks,
+    lease_for,
+    populate,
+)
+from ._ray import NodeReport, NodeRun, RayExecutor
+from ._records import (
     BackendRecord,
     BrickRecord,
     Claim,
@@ -32,8 +42,8 @@ from dlbricks.benchmarks_db._records import (
     RecordOutcome,
     SystemRecord,
 )
-from dlbricks.benchmarks_db._sql import MERGE_RULES
-from dlbricks.benchmarks_db._store import DEFAULT_LEASE_S, DEFAULT_PATH, Store
+from ._sql import MERGE_RULES
+from ._store import DEFAULT_LEASE_S, DEFAULT_PATH, Store
 
 __all__ = [
     # the store
@@ -47,6 +57,14 @@ __all__ = [
     "DEFAULT_LEASE_S",
     "BenchProgress",
     "BenchReport",
+    "dominant_bricks",
+    "DOMINANT_SHARE",
+    # filling it from a cluster
+    "Executor",
+    "BenchJob",
+    "RayExecutor",
+    "NodeReport",
+    "NodeRun",
     # records
     "SystemRecord",
     "BackendRecord",

@@ -22,6 +22,11 @@ measured again). With ``moments > 1``, a brick is also measured at as many momen
 needs for the model's estimate to average the machine's drift (:func:`drift_moments`). The further
 runs are combined with the pilot (:func:`~dlbricks.generators.combine`), so the stored CI is what
 was done.
+
+With an ``executor`` (:class:`~dlbricks.benchmarks_db.RayExecutor`), the bricks are measured
+elsewhere: :func:`populate` prepares a :class:`BenchJob` (configurations, unique bricks, claims and
+recording), and the executor measures its tasks on its nodes while this process, the only writer,
+claims and records each of them as above.
 """
 
 from __future__ import annotations
@@ -30,17 +35,19 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dlbricks._decompose import Decomposition
 from dlbricks._errors import InvalidArgumentError
-from dlbricks.benchmarks_db._records import ClaimStatus, RecordOutcome
-from dlbricks.benchmarks_db._store import Store
+
+from ._records import ClaimStatus, RecordOutcome
+from ._store import Store
 
 if TYPE_CHECKING:
     from dlbricks.generators import Measurement
 
-__all__ = ["BenchProgress", "BenchReport", "populate", "lease_for", "dominant_bricks", "DOMINANT_SHARE"]
+__all__ = ["BenchProgress", "BenchReport", "BenchJob", "Executor", "populate", "lease_for", "dominant_bricks",
+           "DOMINANT_SHARE"]
 
 #: Seconds a claim outlives the longest a measurement may take (worker start, floor, timeout).
 LEASE_MARGIN_S = 180.0
@@ -53,7 +60,8 @@ class BenchProgress:
     """Where a :func:`populate` run stands after one item.
 
     ``done`` counts the items handled so far (measured, found measured, or held by another
-    process) out of ``total``; ``eta_s`` extrapolates the mean time per measured item.
+    process) out of ``total``; ``eta_s`` extrapolates the mean time per measured item. ``node``
+    names the node that measured it when an executor ran it elsewhere (None here).
     """
 
     done: int
@@ -67,6 +75,7 @@ class BenchProgress:
     outcome: RecordOutcome | ClaimStatus
     elapsed_s: float
     eta_s: float | None
+    node: str | None = None
 
     @property
     def left(self) -> int:
@@ -87,7 +96,10 @@ class BenchReport:
     spent measuring bricks (request to reply, further measurements included), of which ``setup_s``
     outside the harness (worker round trip, sessions, cold copies, the brick before it, buffers),
     ``timed_s`` inside timed regions; ``worst_ci`` is the largest relative half-width that the
-    allocation reached for a model's estimate (None without ``target_ci``).
+    allocation reached for a model's estimate (None without ``target_ci``). With an executor,
+    ``systems`` lists the systems its nodes recorded under, ``nodes`` the nodes that measured,
+    ``retried`` the items that a lost worker or node gave back to be measured again, and ``lost``
+    the items given up after too many such losses (left unmeasured: a re-run measures them).
     """
 
     system: str
@@ -107,6 +119,10 @@ class BenchReport:
     timed_s: float = 0.0
     target_ci: float | None = None
     worst_ci: float | None = None
+    systems: tuple[str, ...] = ()
+    nodes: int = 0
+    retried: int = 0
+    lost: int = 0
 
 
 def lease_for(budget: Any) -> float:
@@ -134,6 +150,103 @@ class _Task:
     owner: int = -1  # index of the decomposition whose bricks' chunk it belongs to (-1: a model)
 
 
+@dataclass(frozen=True, slots=True)
+class BenchJob:
+    """What :func:`populate` hands an :class:`Executor`: the configurations and unique bricks to
+    measure, and the claims and recording that keep one database consistent.
+
+    ``bricks`` maps each unique brick's signature to what is measured (the brick in the context of
+    its first occurrence), in order of first use. The executor measures on its nodes; only this
+    process writes to ``store``.
+    """
+
+    store: Store
+    backend: str
+    configs: tuple[Any, ...]
+    budget: Any
+    lease_s: float
+    keep_samples: bool
+    retry_failed: bool
+    bricks: Mapping[str, Any]
+    owner: Mapping[str, int]
+    whole_models: tuple[Any, ...]
+    reorders: bool
+    progress: Callable[[BenchProgress], object] | None
+    should_stop: Callable[[], bool] | None
+    started: float
+
+    def tasks(self, systems: Sequence[str], config: Any) -> list[_Task]:
+        """The bricks, then the whole models, measured under ``config`` on none of ``systems``."""
+        return _tasks_for(self.store, systems, config, self.bricks, self.owner, self.whole_models,
+                          self.retry_failed)
+
+    def claim(self, task: _Task, system: str) -> ClaimStatus:
+        """Claim ``task`` for ``system`` (a lease of ``lease_s``), as a local run does."""
+        return self.store.claim(task.key, system, task.config.config_id, lease_s=self.lease_s, kind=task.kind,
+                                retry_failed=self.retry_failed)
+
+    def release(self, task: _Task, system: str) -> None:
+        """Drop the claim on ``task`` for ``system`` without recording anything."""
+        self.store.release(task.key, system, task.config.config_id)
+
+    def record(self, task: _Task, m: Measurement, system: str, overhead_s: float | None) -> RecordOutcome:
+        """Store the measurement of ``task`` under ``system`` and drop its claim, in one transaction."""
+        return _record_task(self.store, task, m, system, self.budget, overhead_s)
+
+    def stopping(self) -> bool:
+        """Whether ``should_stop`` asks the run to stop."""
+        return self.should_stop is not None and bool(self.should_stop())
+
+
+class Executor(Protocol):
+    """Where :func:`populate` measures when not in this process (e.g. :class:`RayExecutor`)."""
+
+    def run(self, job: BenchJob) -> BenchReport:
+        """Measure ``job``'s tasks, claiming and recording each through ``job``; report what was done."""
+        ...
+
+
+def _unique_bricks(decs: Sequence[Decomposition]) -> tuple[dict[str, Any], dict[str, int]]:
+    """Each unique brick of ``decs`` in the context of its first occurrence (BrickInContext), and the
+    index of the decomposition it first occurs in."""
+    bricks: dict[str, Any] = {}
+    owner: dict[str, int] = {}
+    for i, dec in enumerate(decs):
+        bricks.update({sig: dec.in_context(sig) for sig in dec.bricks if sig not in bricks})
+        owner.update({sig: i for sig in dec.bricks if sig not in owner})
+    return bricks, owner
+
+
+def _tasks_for(store: Store, systems: Sequence[str], cfg: Any, bricks: Mapping[str, Any], owner: Mapping[str, int],
+               whole_models: Sequence[Any], retry_failed: bool) -> list[_Task]:
+    """The bricks, then the whole models, without a measurement under ``cfg`` for any of ``systems``
+    (with ``retry_failed``, a failed measurement counts as none)."""
+    measured: set[str] = set(bricks)
+    for sys_key in systems:
+        measured -= set(store.unmeasured(sys_key, cfg.config_id, list(bricks), retry_failed=retry_failed))
+    tasks = [_Task("brick", s, bricks[s].op_type, bricks[s], cfg, owner[s]) for s in bricks if s not in measured]
+    models = {r.key for sys_key in systems
+              for r in store.model_measurements(system=sys_key, config_id=cfg.config_id) if r.ok or not retry_failed}
+    return tasks + [_Task("model", g.key, g.name, g, cfg) for g in whole_models if g.key not in models]
+
+
+def _record_task(store: Store, task: _Task, m: Measurement, system: str, budget: Any,
+                 overhead_s: float | None) -> RecordOutcome:
+    """Store a brick's or a whole model's measurement and drop this store's claim on it."""
+    if task.kind == "brick":
+        return store.record(m, system, budget=budget, release=store.owner, overhead_s=overhead_s)
+    return store.record_model(m, system, budget=budget, release=store.owner)
+
+
+def brick_overhead(backend: Any, item: Any, config: Any, m: Measurement) -> float | None:
+    """What ``backend`` says a brick's own run does beyond its model (its optional
+    ``brick_overhead_s``), at the speed it was timed; None for failed measurements."""
+    overhead = getattr(backend, "brick_overhead_s", None)
+    if overhead is None or not m.ok or m.median_s is None:
+        return None
+    return overhead(item, config, m.median_s - (m.floor_s or 0.0))
+
+
 def populate(store: Store, decompositions: Iterable[Decomposition], configs: Sequence[Any] | None = None,
              *, backend: str = "onnxruntime", budget: Any = None, system: Any = None,
              system_id: str | None = None, store_models: bool = True, whole_models: Sequence[Any] = (),
@@ -141,7 +254,7 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
              progress: Callable[[BenchProgress], object] | None = None,
              should_stop: Callable[[], bool] | None = None,
              runner_factory: Callable[..., Any] | None = None, moments: int = 1,
-             target_ci: float | None = None) -> BenchReport:
+             target_ci: float | None = None, executor: Executor | None = None) -> BenchReport:
     """Measure every brick of ``decompositions`` not yet measured for this system, per configuration.
 
     Parameters
@@ -184,13 +297,17 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
         Relative 95% half-width wanted of each model's estimate: new bricks are measured with the
         pilot budget, then each model's bricks get the further timed runs that the allocation asks
         for (see the module docstring); ``budget`` then applies to whole models only.
+    executor : Executor, optional
+        Measure elsewhere, e.g. ``RayExecutor()`` on the nodes of a Ray cluster, each node under its
+        own system; this process still claims and records every item. Default: here, one item at a
+        time. ``system``, ``system_id``, ``runner_factory``, ``moments > 1`` and ``target_ci`` are
+        for local runs only.
 
     Returns
     -------
     BenchReport
     """
-    from dlbricks.generators import PILOT_BUDGET, Budget, collect_system_info, get_backend, pool
-    from dlbricks.generators._runner import resolve_config
+    from dlbricks.generators import PILOT_BUDGET, Budget, collect_system_info, get_backend, pool, resolve_config
 
     if isinstance(moments, bool) or not isinstance(moments, int) or moments < 1:
         raise InvalidArgumentError(f"'moments' must be an int >= 1. Got {moments!r} instead.")
@@ -203,35 +320,32 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
     decs = list(decompositions)
     backend_obj = get_backend(backend)
     cfgs = [resolve_config(backend_obj, c) for c in (configs or [None])]
+    if executor is not None:
+        _check_executor_args(system, system_id, runner_factory, moments, target_ci)
     for cfg in cfgs:
         backend_obj.check(cfg)
-    sys_key = store.record_system(system or collect_system_info(), fingerprint=system_id).fingerprint
+    if executor is None:
+        sys_key = store.record_system(system or collect_system_info(), fingerprint=system_id).fingerprint
     if store_models:
         for dec in decs:
             store.add_decomposition(dec)
-    bricks = {}
-    owner: dict[str, int] = {}
-    for i, dec in enumerate(decs):  # each brick with the brick before its first occurrence (BrickInContext)
-        bricks.update({sig: dec.in_context(sig) for sig in dec.bricks if sig not in bricks})
-        owner.update({sig: i for sig in dec.bricks if sig not in owner})
+    bricks, owner = _unique_bricks(decs)  # each brick with the brick before its first occurrence
+    for cfg in cfgs:
+        store.record_backend(cfg, backend_obj.name, version=backend_obj.describe(cfg).get("version"))
+    if executor is not None:
+        return executor.run(BenchJob(store, backend, tuple(cfgs), budget, lease, keep_samples, retry_failed, bricks,
+                                     owner, tuple(whole_models), any(dec.reorder_bytes for dec in decs), progress,
+                                     should_stop, started))
     tasks: list[_Task] = []
     fresh: dict[str, set[str]] = {}  # config id -> bricks first measured in this run
     for cfg in cfgs:
-        store.record_backend(cfg, backend_obj.name, version=backend_obj.describe(cfg).get("version"))
-        todo = store.unmeasured(sys_key, cfg.config_id, list(bricks), retry_failed=retry_failed)
-        tasks += [_Task("brick", s, bricks[s].op_type, bricks[s], cfg, owner[s]) for s in todo]
-        fresh[cfg.config_id] = set(todo)
-        measured_models = {r.key for r in store.model_measurements(system=sys_key, config_id=cfg.config_id)
-                           if r.ok or not retry_failed}
-        tasks += [_Task("model", g.key, g.name, g, cfg) for g in whole_models if g.key not in measured_models]
+        cfg_tasks = _tasks_for(store, [sys_key], cfg, bricks, owner, whole_models, retry_failed)
+        tasks += cfg_tasks
+        fresh[cfg.config_id] = {t.key for t in cfg_tasks if t.kind == "brick"}
     factory = runner_factory or _default_runner
-    backend_overhead = getattr(backend_obj, "brick_overhead_s", None)
 
-    def brick_overhead(item: Any, config: Any, m: Measurement) -> float | None:
-        """What the backend says the brick's own run does beyond its model, at the speed it was timed."""
-        if backend_overhead is None or not m.ok or m.median_s is None:
-            return None
-        return backend_overhead(item, config, m.median_s - (m.floor_s or 0.0))
+    def overhead_of(item: Any, config: Any, m: Measurement) -> float | None:
+        return brick_overhead(backend_obj, item, config, m)
 
     _price_reorders(store, decs, cfgs, backend_obj, sys_key)
     runners: dict[str, Any] = {}
@@ -278,7 +392,7 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
             if len(runs[sig]) > 1:
                 pooled = pool(runs[sig])
                 store.record(pooled, sys_key, budget=budget, rule="replace",
-                             overhead_s=brick_overhead(chunk[sig][0].item, chunk[sig][0].config, pooled))
+                             overhead_s=overhead_of(chunk[sig][0].item, chunk[sig][0].config, pooled))
         chunk.clear()
         return True
 
@@ -307,15 +421,12 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
                         m = costs.measure(runner, task.item, brick_budget)
                     else:
                         m = runner.measure(task.item)
-                    overhead = brick_overhead(task.item, task.config, m) if task.kind == "brick" else None
+                    overhead = overhead_of(task.item, task.config, m) if task.kind == "brick" else None
                 except BaseException:
                     store.release(task.key, sys_key, cid)
                     raise
-                if task.kind == "brick":
-                    outcome = store.record(m, sys_key, budget=brick_budget or budget, release=store.owner,
-                                           overhead_s=overhead)
-                else:
-                    outcome = store.record_model(m, sys_key, budget=budget, release=store.owner)
+                outcome = _record_task(store, task, m, sys_key,
+                                       (brick_budget or budget) if task.kind == "brick" else budget, overhead)
                 spent += time.monotonic() - t0
                 counts["measured"] += 1
                 counts["failed"] += not m.ok
@@ -341,7 +452,7 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
                         store, dec, cfg, sys_key, float(target_ci), runner_for(cfg), costs, moments,
                         fresh[cfg.config_id],
                         record=lambda m, item, c=cfg: store.record(m, sys_key, budget=brick_budget, rule="replace",
-                                                                   overhead_s=brick_overhead(item, c, m)),
+                                                                   overhead_s=overhead_of(item, c, m)),
                         progress=None if progress is None else lambda t, m, d=dec: progress(BenchProgress(
                             len(tasks), len(tasks), "brick", t.key, f"{t.op_type} (+{d.model})", cfg.config_id,
                             m.status, m.median_s, RecordOutcome.REPLACED, time.monotonic() - started, None)))
@@ -391,11 +502,15 @@ class _Costs:
             timing = None
         else:
             m, timing = detailed(item, **kwargs)
+        self.add(m, timing)
+        return m
+
+    def add(self, m: Measurement, timing: Any) -> None:
+        """Add the costs of a measurement taken elsewhere (``timing`` None when it failed)."""
         self.wall_s += m.wall_time_s
         if timing is not None:
             self.setup_s += max(m.wall_time_s - timing.warmup_s - timing.sampling_s, 0.0)
             self.timed_s += timing.timed_s
-        return m
 
 
 def brick_shares(dec: Decomposition, measured: Mapping[str, Measurement]) -> list[Any]:
@@ -516,6 +631,20 @@ def _price_reorders(store: Store, decs: Sequence[Decomposition], configs: Sequen
             price = calibrate(cfg)
             if price is not None:
                 store.record_reorder_price(system, cfg.config_id, *price)
+
+
+def _check_executor_args(system: Any, system_id: str | None, runner_factory: Any, moments: int,
+                         target_ci: float | None) -> None:
+    """Refuse the arguments of :func:`populate` that only a local run has."""
+    if system is not None or system_id is not None:
+        raise InvalidArgumentError(
+            "With an executor each node records under its own system: leave out 'system' and 'system_id' "
+            "(--system-id); to label a node, set DLBRICKS_SYSTEM_ID in its environment before 'ray start'.")
+    if runner_factory is not None:
+        raise InvalidArgumentError("'runner_factory' is for local runs; an executor runs the default Runner.")
+    if moments != 1 or target_ci is not None:
+        raise InvalidArgumentError("'moments' > 1 and 'target_ci' (--moments, --target-ci) are for local runs; "
+                                   "leave them out with an executor.")
 
 
 def _default_runner(backend: str, config: Any, budget: Any, keep_samples: bool) -> Any:

@@ -21,15 +21,21 @@ from typing import Any
 import click
 
 from dlbricks._cliutil import (
-    EXIT_INTERRUPTED, format_table, handle_errors, iter_models, model_options, parse_input_shapes,
+    EXIT_INTERRUPTED,
+    format_table,
+    handle_errors,
+    iter_models,
+    model_options,
+    parse_input_shapes,
 )
 from dlbricks._decompose import GRANULARITIES, decompose
 from dlbricks._errors import DatabaseError, DlbricksError, InvalidArgumentError
-from dlbricks.benchmarks_db._export import FORMATS, check_output
-from dlbricks.benchmarks_db._populate import DOMINANT_SHARE, BenchProgress, BenchReport, populate
-from dlbricks.benchmarks_db._records import ClaimStatus
-from dlbricks.benchmarks_db._sql import EXPORT_QUERIES
-from dlbricks.benchmarks_db._store import DEFAULT_PATH, Store
+
+from ._export import FORMATS, check_output
+from ._populate import DOMINANT_SHARE, BenchProgress, BenchReport, populate
+from ._records import ClaimStatus
+from ._sql import EXPORT_QUERIES
+from ._store import DEFAULT_PATH, Store
 
 __all__ = ["bench", "db", "cli", "EXIT_INTERRUPTED"]
 
@@ -38,6 +44,8 @@ CONFIG_ALIASES = {"threads": "intra_op_num_threads", "inter-threads": "inter_op_
                   "opt-level": "graph_optimization_level", "device": "device",
                   "mode": "execution_mode", "spinning": "allow_spinning"}
 BUDGET_NAMES = ("quick", "default", "thorough")
+#: Where ``bench`` measures: in this process's worker, or on a Ray cluster's nodes.
+EXECUTORS = ("local", "ray")
 #: Configuration fields that count CPU threads (onnxruntime's, MXNet's).
 THREAD_FIELDS = ("intra_op_num_threads", "omp_threads")
 #: The most moments ``--moments`` takes: each is a full measurement of every dominant brick.
@@ -150,9 +158,10 @@ class _Progress:
         elif p.outcome is ClaimStatus.HELD:
             result = "busy elsewhere"
         else:
-            self.measured += 1
+            self.measured += p.status != "lost"
             result = _fmt_time(p.median_s) if p.status == "ok" else p.status
-        line = (f"[{p.done}/{p.total}] {p.kind} {p.key[:12]} {p.label[:24]:<24} {result:>18} | "
+        where = f" @ {p.node}" if p.node else ""
+        line = (f"[{p.done}/{p.total}] {p.kind} {p.key[:12]} {p.label[:24]:<24} {result:>18}{where} | "
                 f"{p.done} done, {p.left} left, ETA {_fmt_eta(p.eta_s)}")
         if self.tty:
             self.stream.write("\r\x1b[K" + line)
@@ -203,7 +212,9 @@ def _summary(report: BenchReport, db_path: str) -> str:
     if report.todo == 0:
         return (f"Nothing to measure: the {report.bricks} bricks are measured for system "
                 f"{report.system} and the {len(report.configs)} configuration(s). Database: {db_path}")
-    return (f"Measured {report.measured} item(s) ({report.failed} failed) on system {report.system} "
+    where = (f"on {report.nodes} Ray node(s), system(s) {report.system}," if report.systems
+             else f"on system {report.system}")
+    return (f"Measured {report.measured} item(s) ({report.failed} failed) {where} "
             f"for {len(report.configs)} configuration(s) in {report.elapsed_s:.1f} s; "
             f"{report.already} found already measured, {report.held} left to other processes"
             + (f"; {report.remeasured} further measurement(s) "
@@ -213,6 +224,8 @@ def _summary(report: BenchReport, db_path: str) -> str:
                if report.wall_s else "")
             + (f"; estimates to +-{100 * report.target_ci:g}% (widest +-{100 * (report.worst_ci or 0):.2f}%)"
                if report.target_ci else "")
+            + (f"; {report.retried} measured again after a lost node" if report.retried else "")
+            + (f"; {report.lost} left unmeasured (lost too often: run again)" if report.lost else "")
             + f". Database: {db_path}")
 
 
@@ -249,6 +262,14 @@ def _summary(report: BenchReport, db_path: str) -> str:
               help="Record under this id instead of the machine's fingerprint (for tests, or to "
                    "label a machine); env DLBRICKS_SYSTEM_ID.")
 @click.option("--dry-run", is_flag=True, help="Store models and bricks; print what is left to measure.")
+@click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
+              help="Where bricks are measured: here, or on every node of a Ray cluster (needs the "
+                   "'distributed' extra), each node under its own system, this process writing the database.")
+@click.option("--address", default=None, metavar="ADDR",
+              help="With --executor ray: the cluster (as ray.init takes it, e.g. auto or host:6379); "
+                   "default: RAY_ADDRESS or a cluster started on this machine.")
+@click.option("--each-node", is_flag=True,
+              help="With --executor ray: measure every brick on every distinct kind of node.")
 @click.pass_context
 @handle_errors
 def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_size: int | None,
@@ -256,7 +277,8 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
           threads: int | None, opt_level: str | None, device: str | None, budget_name: str,
           min_time: float | None, max_time: float | None, timeout: float | None,
           sweep: tuple[str, ...], retry_failed: bool, moments: int, target_ci: float | None, whole_model: bool,
-          keep_samples: bool, system_id: str | None, dry_run: bool) -> None:
+          keep_samples: bool, system_id: str | None, dry_run: bool, executor: str, address: str | None,
+          each_node: bool) -> None:
     """Benchmark the bricks of models and store the results in a database.
 
     MODEL is an ONNX file or a zoo model name. Bricks already measured for this system and
@@ -268,6 +290,8 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
     if system_id is not None and not system_id.strip():
         raise InvalidArgumentError("--system-id (or DLBRICKS_SYSTEM_ID) is blank; give a label, or unset "
                                    "it to record under this machine's fingerprint.")
+    if executor != "ray" and (address is not None or each_node):
+        raise InvalidArgumentError("--address and --each-node are options of --executor ray.")
     shapes = parse_input_shapes(input_shape)
     budget = _budget(budget_name, min_time, max_time, timeout)
     if target_ci is not None:  # whole models (--whole-model) to the half-width asked of estimates
@@ -287,13 +311,15 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
             _print_plan(store, decompositions, configs, backend, system_id)
             return
         stop, progress = _StopFlag(), _Progress()
+        runner = _ray_executor(address, each_node, progress) if executor == "ray" else None
         with stop.installed():
             try:
                 report = populate(store, decompositions, configs, backend=backend, budget=budget,
                                   system_id=system_id, store_models=False,
                                   whole_models=graphs if whole_model else (),
                                   retry_failed=retry_failed, keep_samples=keep_samples,
-                                  progress=progress, should_stop=stop, moments=moments, target_ci=target_ci)
+                                  progress=progress, should_stop=stop, moments=moments, target_ci=target_ci,
+                                  executor=runner)
             except KeyboardInterrupt:
                 progress.finish()
                 click.echo(_resume_hint(db_path, progress.measured), err=True)
@@ -317,11 +343,23 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
             ctx.exit(EXIT_INTERRUPTED)
 
 
+def _ray_executor(address: str | None, each_node: bool, progress: _Progress) -> Any:
+    """A :class:`RayExecutor` whose node events are lines on stderr between progress lines."""
+    from ._ray import RayExecutor
+
+    def log(line: str) -> None:
+        progress.finish()
+        click.echo(line, err=True)
+
+    return RayExecutor(address=address, each_node=each_node, log=log)
+
+
 def _failed_count(store: Store, report: BenchReport, decompositions: Sequence[Any]) -> int:
     """How many of the bricks' measurements under the report's configurations failed or timed out."""
     signatures = list(dict.fromkeys(s for d in decompositions for s in d.bricks))
-    return sum(len(store.unmeasured(report.system, c, signatures, retry_failed=True))
-               - len(store.unmeasured(report.system, c, signatures)) for c in report.configs)
+    return sum(len(store.unmeasured(system, c, signatures, retry_failed=True))
+               - len(store.unmeasured(system, c, signatures))
+               for system in (report.systems or (report.system,)) for c in report.configs)
 
 
 def _print_plan(store: Store, decompositions: Sequence[Any], configs: Sequence[dict[str, Any]],

@@ -43,7 +43,8 @@ def test_public_api_is_pinned() -> None:
         "Store", "DEFAULT_PATH", "SCHEMA_VERSION", "MERGE_RULES", "populate", "lease_for",
         "DEFAULT_LEASE_S", "BenchProgress", "BenchReport", "SystemRecord", "BackendRecord",
         "BrickRecord", "ModelRecord", "MeasurementRecord", "Claim", "ClaimStatus", "RecordOutcome",
-        "OpSummary", "Coverage", "DbStats", "MergeReport", "PeaksRecord"])
+        "OpSummary", "Coverage", "DbStats", "MergeReport", "PeaksRecord", "dominant_bricks", "DOMINANT_SHARE",
+        "Executor", "BenchJob", "RayExecutor", "NodeReport", "NodeRun"])
 
 
 # ----------------------------------------------------------------------------------- schema
