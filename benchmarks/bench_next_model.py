@@ -3,8 +3,9 @@ already in the database, against measuring the model whole to the same precision
 
 Reads a database that ``dlbricks evaluate --target-ci T --db DB`` filled (default suite, 1 thread,
 optimizations off, layer bricks). For each model of the suite, its *new* bricks are those that no
-other model of the suite uses: what a database holding the others' bricks would still have to
-measure. Their cost is the wall time stored with their measurements (pilot, further runs and moments
+other model uses: what a database holding the others' bricks would still have to measure. The others
+are every other zoo model (``--others full``, the default: the zoo is decomposed, not measured) or
+the other models of the default suite (``--others default``). Their cost is the wall time stored with their measurements (pilot, further runs and moments
 summed: :func:`dlbricks.generators.combine` adds up wall times). The model whole is then measured
 here, in a fresh worker, under the main job's budget for whole models at the same target
 (``rel_ci = 2 T``), and its wall time (session, warm-up, sampling) is the baseline. The script
@@ -25,13 +26,15 @@ from dlbricks import decompose, load_model
 from dlbricks.benchmarks_db import Store
 from dlbricks.estimator._evaluate import DEFAULT_SUITE, EVALUATE_BUDGET
 from dlbricks.generators import OrtConfig, Runner
-from dlbricks.model_zoo import build
+from dlbricks.model_zoo import build, list_models
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", required=True, help="a database filled by dlbricks evaluate --target-ci")
     parser.add_argument("--target-ci", type=float, default=0.01)
+    parser.add_argument("--others", choices=("full", "default"), default="full",
+                        help="whose bricks the database already holds: every other zoo model, or the suite's")
     args = parser.parse_args()
     config = OrtConfig()
     store = Store.open(args.db, create=False, readonly=True)
@@ -39,7 +42,9 @@ def main() -> int:
     models = {name: load_model(build(name), name=name) for name in DEFAULT_SUITE}
     decs = {name: decompose(g, "layer") for name, g in models.items()}
     users: dict[str, set[str]] = {}
-    for name, dec in decs.items():
+    others = [m.name for m in list_models()] if args.others == "full" else list(DEFAULT_SUITE)
+    for name in others:
+        dec = decs[name] if name in decs else decompose(load_model(build(name), name=name), "layer")
         for sig in dec.bricks:
             users.setdefault(sig, set()).add(name)
     budget = replace(EVALUATE_BUDGET, rel_ci=2 * args.target_ci)
@@ -58,7 +63,7 @@ def main() -> int:
             ratio = whole.wall_time_s / bricks_s if bricks_s else float("inf")
             ratios.append(ratio)
             print(f"{name:<20} {len(new):>10} {bricks_s:>9.2f} {whole.wall_time_s:>8.2f} {ratio:>6.2f}x")
-    print(f"median over {len(ratios)} models: {statistics.median(ratios):.2f}x "
+    print(f"median over {len(ratios)} models, others: {args.others}: {statistics.median(ratios):.2f}x "
           f"(whole model to +-{100 * args.target_ci:g}% / its new bricks)")
     return 0
 

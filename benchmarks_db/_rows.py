@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +15,8 @@ from dlbricks._bricks import Brick
 from dlbricks._decompose import Decomposition
 from dlbricks._errors import InvalidArgumentError
 from dlbricks._graph import ModelSource
-from dlbricks.benchmarks_db._records import STAT_FIELDS
+
+from ._records import STAT_FIELDS
 
 if TYPE_CHECKING:
     from dlbricks.generators import Measurement

@@ -23,8 +23,9 @@ from urllib.parse import quote
 import sqlite_utils
 
 from dlbricks._errors import DatabaseError
-from dlbricks.benchmarks_db._migrations import APPLICATION_ID, DLBRICKS_TABLES, MIGRATIONS, SCHEMA_VERSION
-from dlbricks.benchmarks_db._records import STAT_FIELDS, RecordOutcome
+
+from ._migrations import APPLICATION_ID, DLBRICKS_TABLES, MIGRATIONS, SCHEMA_VERSION
+from ._records import STAT_FIELDS, RecordOutcome
 
 __all__ = ["connect", "write", "check_health", "damaged", "is_damage", "is_full", "integrity_lines",
            "foreign_key_problems", "brick_blobs", "open_for_check", "preflight", "MERGE_RULES", "MEASUREMENT_TABLES"]

@@ -20,16 +20,30 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import networkx as nx
 import sqlite_utils
+from dlbricks.benchmarks_db import _export, _rows, _sql
 
 from dlbricks._bricks import Brick
-from dlbricks._decompose import BrickSet, Decomposition, Occurrence
+from dlbricks._decompose import Decomposition, Occurrence
 from dlbricks._errors import DatabaseError, InvalidArgumentError
 from dlbricks._graph import ModelSource
-from dlbricks.benchmarks_db import _export, _rows, _sql
-from dlbricks.benchmarks_db._migrations import DLBRICKS_TABLES
-from dlbricks.benchmarks_db._records import (
-    STAT_FIELDS, BackendRecord, CheckReport, BrickRecord, Claim, ClaimStatus, Coverage, DbStats, MeasurementRecord,
-    MergeReport, ModelRecord, OpSummary, PeaksRecord, RecordOutcome, SystemRecord,
+
+from ._migrations import DLBRICKS_TABLES
+from ._records import (
+    STAT_FIELDS,
+    BackendRecord,
+    BrickRecord,
+    CheckReport,
+    Claim,
+    ClaimStatus,
+    Coverage,
+    DbStats,
+    MeasurementRecord,
+    MergeReport,
+    ModelRecord,
+    OpSummary,
+    PeaksRecord,
+    RecordOutcome,
+    SystemRecord,
 )
 
 if TYPE_CHECKING:
@@ -172,10 +186,6 @@ class Store:
 
         _sql.write(self._db, tx)
         return len(bricks)
-
-    def add_brickset(self, brickset: BrickSet) -> int:
-        """Store every model of a :class:`~dlbricks.BrickSet`; returns the number of new bricks."""
-        return sum(self.add_decomposition(dec) for dec in brickset.models.values())
 
     # ------------------------------------------------------------------------------ systems, backends
     @_guard

@@ -278,13 +278,6 @@ class Brick:
             return text[:300] or type(e).__name__
         return None
 
-    def require_runnable(self) -> None:
-        """Raise :class:`UnrunnableBrickError` if onnxruntime cannot run the brick."""
-        reason = self.check_runnable()
-        if reason is not None:
-            raise UnrunnableBrickError(
-                f"brick {self.signature[:12]} ({self.op_type}) cannot run in onnxruntime: {reason}")
-
     # --------------------------------------------------------------------------- storage
     def to_bytes(self) -> bytes:
         """Compact serialized form (ONNX with exact constants only); see :meth:`from_bytes`."""

@@ -10,7 +10,12 @@ import numpy as np
 import onnx
 
 from dlbricks._bricks import (
-    EXACT_MAX_ELEMENTS, POSITIVE_INPUTS, SEMANTIC_INPUTS, WEIGHT_MODES, Brick, BrickInContext,
+    EXACT_MAX_ELEMENTS,
+    POSITIVE_INPUTS,
+    SEMANTIC_INPUTS,
+    WEIGHT_MODES,
+    Brick,
+    BrickInContext,
     ConstantSpec,
 )
 from dlbricks._canonical import canonical_nodes, signature_of, value_digest

@@ -36,8 +36,8 @@ from onnx import numpy_helper
 from dlbricks._bricks import synthetic_array
 from dlbricks._errors import InvalidArgumentError, ModelLoadError, ShapeInferenceError
 from dlbricks._graph import LayerNode, ModelGraph, ModelSource
-from dlbricks._onnx_frontend import _check_batch_size, _check_input_shapes
 from dlbricks._inputs import random_inputs
+from dlbricks._onnx_frontend import _check_batch_size, _check_input_shapes
 from dlbricks._types import TensorSpec, ValueStatistics
 
 __all__ = ["MXNET_DOMAIN", "MXNET_OPSET", "LAYOUTS_ATTR", "load_mxnet", "is_mxnet_model", "import_mxnet"]

@@ -14,8 +14,8 @@ from typing import Any
 
 import click
 
-from dlbricks._cliutil import DlbricksGroup, format_table, handle_errors, iter_models, model_options, parse_input_shapes
 from dlbricks._bricks import write_bricks
+from dlbricks._cliutil import DlbricksGroup, format_table, handle_errors, iter_models, model_options, parse_input_shapes
 from dlbricks._decompose import GRANULARITIES, BrickSet, decompose
 from dlbricks._errors import InvalidArgumentError
 

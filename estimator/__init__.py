@@ -4,10 +4,10 @@ Composition (sequential sum, critical path), Benanza-style lower bounds, rooflin
 of bricks never measured, and estimates with uncertainty, coverage and a per-brick breakdown.
 """
 
-from dlbricks.estimator._api import Validation, estimate, open_store, plan, validate
-from dlbricks.estimator._calibrate import Calibration, calibrate_peaks
-from dlbricks.estimator._compose import combined_halfwidth, critical_path, sequential
-from dlbricks.estimator._estimate import (
+from ._api import Validation, estimate, open_store, plan, validate
+from ._calibrate import Calibration, calibrate_peaks
+from ._compose import combined_halfwidth, critical_path, sequential
+from ._estimate import (
     ON_MISSING,
     BrickContribution,
     Estimate,
@@ -17,9 +17,9 @@ from dlbricks.estimator._estimate import (
     estimate_decomposition,
     plan_decomposition,
 )
-from dlbricks.estimator._evaluate import DEFAULT_SUITE, Evaluation, EvaluationRow, evaluate, measure_whole
-from dlbricks.estimator._predict import LatencyPredictor, OpModel, Prediction
-from dlbricks.estimator._profile import InModelTimes, in_model_times
+from ._evaluate import DEFAULT_SUITE, Evaluation, EvaluationRow, evaluate, measure_whole
+from ._predict import LatencyPredictor, OpModel, Prediction
+from ._profile import InModelTimes, in_model_times
 
 __all__ = [
     # estimating from a database

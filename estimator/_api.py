@@ -7,14 +7,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dlbricks.benchmarks_db import Store, populate
+from dlbricks.generators import Budget, Measurement, OrtConfig, ReorderCost, collect_system_info, get_backend
+
 from dlbricks import Brick, Decomposition, ModelGraph, decompose, load_model
 from dlbricks._errors import InvalidArgumentError
-from dlbricks.benchmarks_db import Store, populate
-from dlbricks.estimator._estimate import Estimate, Peaks, Plan, estimate_decomposition, plan_decomposition
-from dlbricks.estimator._predict import LatencyPredictor
-from dlbricks.estimator._profile import InModelTimes, in_model_times
-from dlbricks.generators import Budget, Measurement, OrtConfig, collect_system_info, get_backend
-from dlbricks.generators._ort_kernels import ReorderCost
+
+from ._estimate import Estimate, Peaks, Plan, estimate_decomposition, plan_decomposition
+from ._predict import LatencyPredictor
+from ._profile import InModelTimes, in_model_times
 
 __all__ = ["estimate", "validate", "plan", "Validation", "open_store"]
 
@@ -263,7 +264,7 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
             graph = load_model(model)
     dec = _decompose(graph, granularity, config or OrtConfig())
     store.add_decomposition(dec, graph.source)
-    from dlbricks.estimator._evaluate import EVALUATE_BUDGET, measure_whole
+    from ._evaluate import EVALUATE_BUDGET, measure_whole
 
     budget = budget or EVALUATE_BUDGET
     whole = measure_whole(graph, config or OrtConfig(), budget, backend=backend_name(config or OrtConfig()))
@@ -275,7 +276,7 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     in_model = None
     if per_brick:
         if backend_name(config) == "mxnet":
-            from dlbricks.estimator._mxnet_profile import mxnet_in_model_times
+            from ._mxnet_profile import mxnet_in_model_times
 
             times = mxnet_in_model_times(graph, config)
         else:

@@ -16,12 +16,13 @@ from typing import Any
 
 import numpy as np
 import onnx
+from dlbricks.generators import Budget, Measurement, OrtConfig, benchmark
 from onnx import TensorProto, helper, numpy_helper
 
 from dlbricks._errors import BackendError
-from dlbricks.estimator._api import device_of
-from dlbricks.estimator._estimate import Peaks
-from dlbricks.generators import Budget, Measurement, OrtConfig, benchmark
+
+from ._api import device_of
+from ._estimate import Peaks
 
 __all__ = ["calibrate_peaks", "Calibration", "CONV_SHAPES", "GEMM_SIZES", "GEMM_SIZES_CUDA", "GEMV_SIZES",
            "GEMV_SIZES_CUDA", "NCHWC_DEPTH", "STREAM_ELEMENTS", "STREAM_ELEMENTS_CUDA", "calibrated_backends",

@@ -19,11 +19,13 @@ import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from dlbricks.generators import Budget, Measurement
+
 from dlbricks import Brick, Decomposition
 from dlbricks._errors import InvalidArgumentError
-from dlbricks.estimator._compose import critical_path, sequential
-from dlbricks.estimator._predict import LatencyPredictor, Prediction, roofline_work
-from dlbricks.generators import Budget, Measurement
+
+from ._compose import critical_path, sequential
+from ._predict import LatencyPredictor, Prediction, roofline_work
 
 __all__ = ["Estimate", "BrickContribution", "Peaks", "estimate_decomposition", "ON_MISSING",
            "WARN_PREDICTED_SHARE", "WARN_FAR_SHARE", "Plan", "MissingBrick", "plan_decomposition",

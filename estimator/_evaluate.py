@@ -13,18 +13,27 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 from dataclasses import dataclass, replace
+from typing import Any
 
-from dlbricks import BrickSet, Decomposition, InvalidArgumentError, ModelGraph, decompose, load_model
-from dlbricks.benchmarks_db import Store, populate
-from dlbricks.benchmarks_db._populate import dominant_bricks
-from dlbricks.estimator._api import backend_name, estimate, open_store, peaks_key, threads_of
-from dlbricks.estimator._calibrate import calibrate_peaks, calibrated_backends, merge_peaks
+from dlbricks.benchmarks_db import Store, dominant_bricks, populate
 from dlbricks.generators import (
-    PILOT_BUDGET, Budget, Measurement, OrtConfig, Runner, SystemInfo, benchmark, collect_system_info, get_backend,
+    PILOT_BUDGET,
+    Budget,
+    Measurement,
+    OrtConfig,
+    Runner,
+    SystemInfo,
+    benchmark,
+    collect_system_info,
+    get_backend,
     pool,
 )
+
+from dlbricks import BrickSet, Decomposition, InvalidArgumentError, ModelGraph, decompose, load_model
+
+from ._api import backend_name, estimate, open_store, peaks_key, threads_of
+from ._calibrate import calibrate_peaks, calibrated_backends, merge_peaks
 
 __all__ = ["DEFAULT_SUITE", "GRANULARITIES", "EvaluationRow", "Evaluation", "evaluate", "measure_whole", "pool", "suite_models",
            "EVALUATE_BUDGET", "EVALUATE_MOMENTS", "WHOLE_WORKERS", "DEFAULT_TARGET_CI"]

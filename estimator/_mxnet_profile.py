@@ -26,7 +26,8 @@ import numpy as np
 
 from dlbricks import ModelGraph
 from dlbricks._errors import BackendError
-from dlbricks.estimator._profile import InModelTimes
+
+from ._profile import InModelTimes
 
 __all__ = ["mxnet_in_model_times", "match_events"]
 
@@ -73,8 +74,7 @@ def match_events(events: list[tuple[str, float]], layers: list[tuple[str, str]])
 def _profile(folder: Path, runs: int, warmup: int) -> list[tuple[str, float]]:
     """In the subprocess: the median duration of each operator event of one run, in order."""
     import onnx
-
-    from dlbricks.generators._mxnet import MxnetBackend, MxnetConfig
+    from dlbricks.generators import MxnetBackend, MxnetConfig
 
     mx = __import__("mxnet")
     model = onnx.load_model(str(folder / "model.onnx"))
@@ -118,7 +118,7 @@ def _per_position(events: list[dict], runs: int) -> list[tuple[str, float]]:
 
 
 def main(argv: list[str]) -> int:
-    from dlbricks.generators._util import pin_to_core
+    from dlbricks.generators import pin_to_core
 
     pin_to_core()  # as the workers that measure the bricks and the whole model
     folder, runs, warmup = Path(argv[0]), int(argv[1]), int(argv[2])

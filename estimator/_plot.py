@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from dlbricks._errors import InvalidArgumentError
-from dlbricks.estimator._evaluate import Evaluation
+
+from ._evaluate import Evaluation
 
 __all__ = ["plot_evaluation"]
 
@@ -44,7 +45,7 @@ def plot_evaluation(ev: Evaluation, out_dir: str | Path,
     ax.plot([0, top], [0, 0.95 * top], "g:", linewidth=0.8)
     ax.set_xlabel("measured latency (ms)")
     ax.set_ylabel("estimated latency (ms)")
-    from dlbricks.estimator._api import threads_of
+    from ._api import threads_of
 
     ax.set_title(f"{ev.system.cpu_model}, {threads_of(ev.config)} thread(s), {ev.granularity}", fontsize=9)
     ax.legend()

@@ -9,14 +9,22 @@ from pathlib import Path
 from typing import Any
 
 import click
+from dlbricks.benchmarks_db import Store
+from dlbricks.generators import Budget, OrtConfig
 
 from dlbricks._cliutil import format_table, handle_errors, iter_models, parse_input_shapes
-from dlbricks.benchmarks_db import Store
-from dlbricks.estimator._api import device_of, estimate, open_store, peaks_key, plan, threads_of, validate
-from dlbricks.estimator._calibrate import calibrate_peaks, merge_peaks
-from dlbricks.estimator._estimate import ON_MISSING, Estimate
-from dlbricks.estimator._evaluate import EVALUATE_BUDGET, GRANULARITIES, Evaluation, evaluate, suite_models
-from dlbricks.generators import Budget, OrtConfig
+
+from ._api import device_of, estimate, open_store, peaks_key, plan, threads_of, validate
+from ._calibrate import calibrate_peaks, merge_peaks
+from ._estimate import ON_MISSING, Estimate
+from ._evaluate import (
+    DEFAULT_TARGET_CI,
+    EVALUATE_BUDGET,
+    GRANULARITIES,
+    Evaluation,
+    evaluate,
+    suite_models,
+)
 
 __all__ = ["COMMANDS"]
 
@@ -41,10 +49,11 @@ _granularity_option = click.option(
 _BUDGETS = {"quick": Budget.quick, "default": lambda: EVALUATE_BUDGET,
             "thorough": lambda: Budget(warmup_time=0.2, min_time=1.0, min_runs=20, max_time=10.0, rel_ci=0.01)}
 _target_ci_option = click.option(
-    "--target-ci", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None, metavar="FRACTION",
-    help="Relative 95% half-width wanted of each model's estimate (e.g. 0.01): bricks get a short pilot, then "
-         "the timed runs an allocation gives them by weight and noise; whole models are measured to the same "
-         "half-width. Default: every brick under --budget.")
+    "--target-ci", type=click.FloatRange(0, 1, max_open=True), default=DEFAULT_TARGET_CI, show_default=True,
+    metavar="FRACTION",
+    help="Relative 95% half-width wanted of each model's estimate: bricks get a short pilot, then the timed "
+         "runs an allocation gives them by weight and noise; whole models are measured to the same "
+         "half-width. 0: every brick under --budget instead.")
 _budget_option = click.option("--budget", "budget_name", type=click.Choice(tuple(_BUDGETS)), default="default",
                               show_default=True, help="Stopping rule for bricks and whole models.")
 
@@ -57,7 +66,7 @@ def _framework_config(framework: str, threads: int, opt_level: str, device: str 
     """The configuration of ``framework``: onnxruntime's (``opt_level``) or MXNet's (``device`` cuda:
     its gpu context)."""
     if framework == "mxnet":
-        from dlbricks.generators._mxnet import MxnetConfig
+        from dlbricks.generators import MxnetConfig
 
         return MxnetConfig(omp_threads=threads, context="gpu" if device == "cuda" else "cpu")
     return _config(threads, opt_level, device)
@@ -320,10 +329,10 @@ def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, device: str,
     Store.preflight(db)
     with open_store(db) as store:
         ev = evaluate(models, store, config=config, budget=_BUDGETS[budget_name](),
-                      granularity=granularity, say=say, target_ci=target_ci)
+                      granularity=granularity, say=say, target_ci=target_ci or None)
     _print_evaluation(ev)
     if plot_dir is not None:
-        from dlbricks.estimator._plot import plot_evaluation
+        from ._plot import plot_evaluation
 
         for path in plot_evaluation(ev, plot_dir, dict(ev.op_times)):
             click.echo(f"wrote {path}")

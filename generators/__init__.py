@@ -7,33 +7,43 @@ replaced when a brick crashes or hangs; every measurement carries its backend co
 configuration's floor and, from :func:`collect_system_info`, the machine it ran on.
 """
 
-from dlbricks.generators._api import ProgressCallback, benchmark, calibrate_floor, measure
-from dlbricks.generators._budget import PILOT_BUDGET, Allocation, BrickShare, Budget, allocate, model_ci, topup_budget
-from dlbricks.generators._floor import measure_floor
-from dlbricks.generators._harness import Clock, Timing, time_calls
-from dlbricks.generators._inputs import VALUE_RANGES_KEY, random_inputs, value_ranges
-from dlbricks.generators._items import floor_model
-from dlbricks.generators._measurement import (
-    Measurement, OpaqueConfig, combine, pool, relative_half_width, spread_half_width,
+from ._api import ProgressCallback, benchmark, calibrate_floor, measure
+from ._budget import PILOT_BUDGET, Allocation, BrickShare, Budget, allocate, model_ci, topup_budget
+from ._floor import measure_floor
+from ._harness import Clock, Timing, time_calls
+from ._inputs import VALUE_RANGES_KEY, random_inputs, value_ranges
+from ._items import floor_model
+from ._measurement import (
+    Measurement,
+    OpaqueConfig,
+    combine,
+    pool,
+    relative_half_width,
+    spread_half_width,
 )
-from dlbricks.generators._ort import OrtBackend, OrtConfig, OrtPrepared
-from dlbricks.generators._protocols import Backend, BackendConfig, Benchmarkable, Prepared
-from dlbricks.generators._registry import (
+from ._mxnet import MxnetBackend, MxnetConfig
+from ._ort import OrtBackend, OrtConfig, OrtPrepared
+from ._ort_kernels import ReorderCost, kernel_medians
+from ._protocols import Backend, BackendConfig, Benchmarkable, Prepared
+from ._registry import (
     BackendFactory,
     available_backends,
     get_backend,
     register_backend,
     unregister_backend,
 )
-from dlbricks.generators._runner import Runner
-from dlbricks.generators._stats import Summary, median_ci, summarize
-from dlbricks.generators._system import SystemInfo, collect_system_info
+from ._runner import Runner, resolve_config
+from ._stats import Summary, median_ci, summarize
+from ._system import SystemInfo, collect_system_info
+from ._util import pin_to_core
 
 __all__ = [
     # measuring
     "benchmark",
     "measure",
     "Runner",
+    "resolve_config",
+    "pin_to_core",
     "calibrate_floor",
     "measure_floor",
     "floor_model",
@@ -69,6 +79,11 @@ __all__ = [
     "OrtBackend",
     "OrtConfig",
     "OrtPrepared",
+    "kernel_medians",
+    "ReorderCost",
+    # MXNet (mxnet itself is imported only when a model runs)
+    "MxnetBackend",
+    "MxnetConfig",
     "VALUE_RANGES_KEY",
     "value_ranges",
     "random_inputs",

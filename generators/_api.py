@@ -9,13 +9,14 @@ from typing import Any
 import onnx
 
 from dlbricks._errors import InvalidArgumentError
-from dlbricks.generators._budget import Budget
-from dlbricks.generators._harness import Clock, measure_model
-from dlbricks.generators._items import Item, resolve_item
-from dlbricks.generators._measurement import Measurement
-from dlbricks.generators._protocols import Backend, BackendConfig
-from dlbricks.generators._registry import get_backend
-from dlbricks.generators._runner import Runner, resolve_config
+
+from ._budget import Budget
+from ._harness import Clock, measure_model
+from ._items import Item, resolve_item
+from ._measurement import Measurement
+from ._protocols import Backend, BackendConfig
+from ._registry import get_backend
+from ._runner import Runner, resolve_config
 
 __all__ = ["ProgressCallback", "benchmark", "calibrate_floor", "measure"]
 

@@ -17,12 +17,12 @@ import dataclasses
 import time
 from typing import Any
 
-from dlbricks.generators._budget import Budget
-from dlbricks.generators._harness import Clock, Timing, measure_model
-from dlbricks.generators._items import FLOOR_KEY, floor_model
-from dlbricks.generators._measurement import Measurement
-from dlbricks.generators._protocols import Backend, BackendConfig
-from dlbricks.generators._registry import get_backend
+from ._budget import Budget
+from ._harness import Clock, Timing, measure_model
+from ._items import FLOOR_KEY, floor_model
+from ._measurement import Measurement
+from ._protocols import Backend, BackendConfig
+from ._registry import get_backend
 
 __all__ = ["measure_floor", "zero_node_floor", "CHAIN_NODES"]
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import onnx
 
-from dlbricks.generators._budget import Budget
-from dlbricks.generators._measurement import Measurement
-from dlbricks.generators._protocols import Backend, BackendConfig, Prepared
-from dlbricks.generators._stats import relative_ci_width, summarize
+from ._budget import Budget
+from ._measurement import Measurement
+from ._protocols import Backend, BackendConfig, Prepared
+from ._stats import relative_ci_width, summarize
 
 __all__ = ["Clock", "Timing", "measure_model", "measure_prepared", "time_calls"]
 

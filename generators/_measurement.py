@@ -11,8 +11,9 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from dlbricks._errors import DlbricksError, InvalidArgumentError
-from dlbricks.generators._protocols import BackendConfig
-from dlbricks.generators._registry import get_backend
+
+from ._protocols import BackendConfig
+from ._registry import get_backend
 
 __all__ = ["STATUSES", "Measurement", "OpaqueConfig", "combine", "pool", "relative_half_width", "spread_half_width"]
 

@@ -30,9 +30,10 @@ import onnx
 from dlbricks._bricks import SIGNATURE_KEY, split_previous
 from dlbricks._errors import BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
 from dlbricks._inputs import ar1_noise
-from dlbricks.generators._inputs import random_inputs, statistics_array, value_statistics
-from dlbricks.generators._ort import COLD_SPANS, cold_copies, cold_span_bytes
-from dlbricks.generators._util import CPU_ENV, closed, last_core, one_line, prepare_previous, round_robin
+
+from ._inputs import random_inputs, statistics_array, value_statistics
+from ._ort import COLD_SPANS, cold_copies, cold_span_bytes
+from ._util import CPU_ENV, closed, last_core, one_line, prepare_previous, round_robin
 
 __all__ = ["MxnetBackend", "MxnetConfig", "MxnetPrepared", "activation_like", "installed_mxnet_version"]
 

@@ -22,8 +22,9 @@ from onnx import helper
 
 from dlbricks._bricks import SIGNATURE_KEY, reuse_bytes, split_previous
 from dlbricks._errors import BackendError, BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
-from dlbricks.generators._inputs import random_inputs
-from dlbricks.generators._util import closed, one_line, prepare_previous, round_robin
+
+from ._inputs import random_inputs
+from ._util import closed, one_line, prepare_previous, round_robin
 
 __all__ = ["OrtBackend", "OrtConfig", "OrtPrepared"]
 
@@ -472,7 +473,7 @@ class OrtBackend:
         if (config.graph_optimization_level != "all" or config.device != "cpu"
                 or not getattr(brick, "granularity", "layer").startswith("fused")):
             return None
-        from dlbricks.generators._ort_kernels import brick_session_kernels
+        from ._ort_kernels import brick_session_kernels
 
         previous = getattr(item, "previous", None) if config.previous_layer else None
         kernels = brick_session_kernels(brick, "all", config.intra_op_num_threads, previous)
@@ -483,7 +484,7 @@ class OrtBackend:
         (sizes in bytes, seconds per byte); None elsewhere. See :func:`calibrate_reorder`."""
         if config.graph_optimization_level != "all" or config.device != "cpu":
             return None
-        from dlbricks.generators._ort_kernels import calibrate_reorder
+        from ._ort_kernels import calibrate_reorder
 
         cost = calibrate_reorder(config)
         return cost.sizes, cost.seconds_per_byte
@@ -677,7 +678,7 @@ def weight_bytes(model: onnx.ModelProto) -> int:
 
 def last_level_cache_bytes() -> int:
     """Size of the largest cache of this machine (32 MiB when the OS does not tell)."""
-    from dlbricks.generators._system import _cache_sizes
+    from ._system import _cache_sizes
 
     sizes = [size for _, size in _cache_sizes()]
     return max(sizes) if sizes else 32 << 20

@@ -43,10 +43,11 @@ from dlbricks import Brick, random_inputs
 from dlbricks._bricks import SIGNATURE_KEY
 from dlbricks._fusion import NCHWC_DOMAIN, REORDER_OPS
 from dlbricks._ortutil import session_options
-from dlbricks.generators._api import benchmark
-from dlbricks.generators._budget import Budget
-from dlbricks.generators._items import floor_model
-from dlbricks.generators._ort import OrtConfig
+
+from ._api import benchmark
+from ._budget import Budget
+from ._items import floor_model
+from ._ort import OrtConfig
 
 __all__ = ["brick_session_kernels", "calibrate_reorder", "kernel_medians", "ReorderCost", "SessionKernels",
            "REORDER_SHAPES"]

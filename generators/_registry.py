@@ -16,7 +16,8 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from dlbricks._errors import BackendError, InvalidArgumentError
-from dlbricks.generators._protocols import Backend
+
+from ._protocols import Backend
 
 __all__ = [
     "BackendFactory",

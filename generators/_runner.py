@@ -20,15 +20,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from dlbricks._errors import BackendError, InvalidArgumentError
-from dlbricks.generators._budget import Budget
-from dlbricks.generators._cache import DEFAULT_CACHE_BYTES
-from dlbricks.generators._harness import Timing
-from dlbricks.generators._ipc import WorkerDiedError, WorkerTimeoutError, read_message, write_message
-from dlbricks.generators._items import FLOOR_KEY, Item, resolve_item
-from dlbricks.generators._measurement import Measurement, failed_measurement
-from dlbricks.generators._protocols import Backend, BackendConfig
-from dlbricks.generators._registry import get_backend, portable_registry
-from dlbricks.generators._util import one_line
+
+from ._budget import Budget
+from ._cache import DEFAULT_CACHE_BYTES
+from ._harness import Timing
+from ._ipc import WorkerDiedError, WorkerTimeoutError, read_message, write_message
+from ._items import FLOOR_KEY, Item, resolve_item
+from ._measurement import Measurement, failed_measurement
+from ._protocols import Backend, BackendConfig
+from ._registry import get_backend, portable_registry
+from ._util import one_line
 
 __all__ = ["Runner", "resolve_config"]
 

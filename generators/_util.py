@@ -10,7 +10,8 @@ from typing import Any
 
 from dlbricks._bricks import SIGNATURE_KEY
 from dlbricks._errors import BackendError, UnrunnableBrickError
-from dlbricks.generators._cache import borrow_previous
+
+from ._cache import borrow_previous
 
 __all__ = ["CPU_ENV", "closed", "last_core", "one_line", "pin_to_core", "prepare_previous", "round_robin"]
 

@@ -24,7 +24,7 @@ class _State:
     """The worker's caches: backends by name, held items by key, items kept prepared for reuse."""
 
     def __init__(self) -> None:
-        from dlbricks.generators._cache import PreparedCache
+        from ._cache import PreparedCache
 
         self.backends: dict[str, Any] = {}
         self.held: dict[str, tuple[Any, Any, Any]] = {}  # key -> (prepared, backend, config)
@@ -34,13 +34,13 @@ class _State:
 def main() -> int:
     """Serve requests until end of input or an ``exit`` request."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
-    from dlbricks.generators._util import pin_to_core
+    from ._util import pin_to_core
 
     pin_to_core()  # before a runtime starts its threads
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    from dlbricks.generators._ipc import read_message_blocking, write_message
+    from ._ipc import read_message_blocking, write_message
 
     stdin: BinaryIO = sys.stdin.buffer
     state = _State()
@@ -53,7 +53,7 @@ def main() -> int:
 
 def _answer(state: _State, request: tuple[str, Any]) -> tuple[str, Any]:
     """``("ok", result)`` or ``("error", "Type: message")`` for one request."""
-    from dlbricks.generators._util import one_line
+    from ._util import one_line
 
     kind, payload = request
     try:
@@ -77,7 +77,7 @@ def _init(payload: dict[str, Any]) -> dict[str, Any]:
     """Adopt the parent's ``sys.path`` and backend registrations; import the heavy modules now."""
     import scipy.stats  # noqa: F401 - so that the first measurement does not pay for it
 
-    from dlbricks.generators._registry import register_backend
+    from ._registry import register_backend
 
     for entry in reversed(payload["sys_path"]):
         if entry not in sys.path:
@@ -89,7 +89,7 @@ def _init(payload: dict[str, Any]) -> dict[str, Any]:
 
 def _backend(state: _State, name: str) -> Any:
     """The backend named ``name``, built once per worker."""
-    from dlbricks.generators._registry import get_backend
+    from ._registry import get_backend
 
     if name not in state.backends:
         state.backends[name] = get_backend(name)
@@ -105,8 +105,8 @@ def _measure(state: _State, payload: dict[str, Any]) -> Any:
 
     import onnx
 
-    from dlbricks.generators._cache import digest, lending
-    from dlbricks.generators._harness import measure_prepared
+    from ._cache import digest, lending
+    from ._harness import measure_prepared
 
     backend = _backend(state, payload["backend"])
     config = payload["config"]
@@ -142,7 +142,7 @@ def _measure(state: _State, payload: dict[str, Any]) -> Any:
 
 def _again(state: _State, payload: dict[str, Any]) -> Any:
     """Time a held model again (it stays prepared); returns ``(Measurement, Timing)``."""
-    from dlbricks.generators._harness import measure_prepared
+    from ._harness import measure_prepared
 
     if payload["key"] not in state.held:
         raise KeyError(f"no model {payload['key'][:12]} is held in this worker; measure it with hold=True")
@@ -161,7 +161,7 @@ def _release(state: _State, payload: dict[str, Any]) -> None:
 def _floor(state: _State, payload: dict[str, Any]) -> Any:
     """The floor of a configuration: the lowest of :data:`FLOOR_REPEATS` calibrations in a row
     (a constant cost that noise only adds to; the first runs of a fresh process pay its start)."""
-    from dlbricks.generators._floor import measure_floor
+    from ._floor import measure_floor
 
     backend = _backend(state, payload["backend"])
     runs = [measure_floor(backend, payload["config"], payload["budget"], details=True)

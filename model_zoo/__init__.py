@@ -13,9 +13,9 @@ True
 3504872
 """
 
-from dlbricks.model_zoo._params import count_params
-from dlbricks.model_zoo._registry import build, export, get_model, list_models
-from dlbricks.model_zoo._spec import TASKS, ZooModel
+from ._params import count_params
+from ._registry import build, export, get_model, list_models
+from ._spec import TASKS, ZooModel
 
 __all__ = [
     # records

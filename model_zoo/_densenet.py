@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import functools
 
-from dlbricks.model_zoo._builder import GraphBuilder, Value
-from dlbricks.model_zoo._resnet import classifier_head
-from dlbricks.model_zoo._spec import ZooEntry, entry, image_input
+from ._builder import GraphBuilder, Value
+from ._resnet import classifier_head
+from ._spec import ZooEntry, entry, image_input
 
 __all__ = ["ENTRIES"]
 

@@ -10,10 +10,11 @@ import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from dlbricks.model_zoo._builder import GraphBuilder, Value
-from dlbricks.model_zoo._classic import VGG_CONFIGS, vgg_features
-from dlbricks.model_zoo._mobilenet import mobilenet_v3_features
-from dlbricks.model_zoo._spec import ZooEntry, entry, image_input
+
+from ._builder import GraphBuilder, Value
+from ._classic import VGG_CONFIGS, vgg_features
+from ._mobilenet import mobilenet_v3_features
+from ._spec import ZooEntry, entry, image_input
 
 __all__ = ["ENTRIES"]
 

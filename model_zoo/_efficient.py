@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import functools
 
-from dlbricks.model_zoo._builder import GraphBuilder, Value
-from dlbricks.model_zoo._mobilenet import se_block
-from dlbricks.model_zoo._spec import ZooEntry, entry, image_input
+from ._builder import GraphBuilder, Value
+from ._mobilenet import se_block
+from ._spec import ZooEntry, entry, image_input
 
 __all__ = ["ENTRIES"]
 

@@ -25,7 +25,8 @@ import numpy as np
 
 from dlbricks._errors import InvalidArgumentError
 from dlbricks._graph import ModelGraph
-from dlbricks.model_zoo._spec import ZooModel
+
+from ._spec import ZooModel
 
 __all__ = ["GLUON_PREFIX", "GLUON_MODELS", "list_gluon_models", "gluon_block", "build_gluon", "export_gluon"]
 

@@ -13,8 +13,9 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-from dlbricks.model_zoo._builder import FLOAT, GraphBuilder, Value
-from dlbricks.model_zoo._spec import InputSpec, ZooEntry, entry
+
+from ._builder import FLOAT, GraphBuilder, Value
+from ._spec import InputSpec, ZooEntry, entry
 
 __all__ = ["ENTRIES"]
 

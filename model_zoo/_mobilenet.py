@@ -6,8 +6,8 @@ from __future__ import annotations
 import functools
 from typing import NamedTuple
 
-from dlbricks.model_zoo._builder import GraphBuilder, Value
-from dlbricks.model_zoo._spec import ZooEntry, entry, image_input
+from ._builder import GraphBuilder, Value
+from ._spec import ZooEntry, entry, image_input
 
 __all__ = ["ENTRIES", "make_divisible", "mobilenet_v3_features", "se_block"]
 

@@ -21,10 +21,11 @@ from dlbricks.model_zoo import (
     _segmentation,
     _speech_recsys,
 )
-from dlbricks.model_zoo._builder import GraphBuilder
-from dlbricks.model_zoo._spec import TASKS, ZooEntry, ZooModel
 
 from dlbricks._errors import InvalidArgumentError
+
+from ._builder import GraphBuilder
+from ._spec import TASKS, ZooEntry, ZooModel
 
 __all__ = ["list_models", "get_model", "build", "export", "EXTERNAL_DATA_THRESHOLD"]
 
@@ -82,7 +83,7 @@ def list_models(task: str | None = None, framework: str = "onnx") -> list[ZooMod
         raise InvalidArgumentError(f"Unknown zoo framework {framework!r}. Valid: {', '.join(FRAMEWORKS)}.")
     if framework == "mxnet":
         _require_mxnet()
-        from dlbricks.model_zoo._gluon import list_gluon_models
+        from ._gluon import list_gluon_models
 
         return [m for m in list_gluon_models() if task is None or m.task == task]
     models = [e.model for e in _entries().values() if task is None or e.model.task == task]
@@ -151,7 +152,7 @@ def build(name: str, batch_size: int = 1, seed: int = 0) -> onnx.ModelProto:
     """
     if name.startswith("gluon_"):
         _require_mxnet()
-        from dlbricks.model_zoo._gluon import build_gluon
+        from ._gluon import build_gluon
 
         return build_gluon(name, batch_size=batch_size, seed=seed).to_onnx()
     e = _lookup(name)

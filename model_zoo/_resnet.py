@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import functools
 
-from dlbricks.model_zoo._builder import GraphBuilder, Value
-from dlbricks.model_zoo._spec import ZooEntry, entry, image_input
+from ._builder import GraphBuilder, Value
+from ._spec import ZooEntry, entry, image_input
 
 __all__ = ["ENTRIES", "resnet_v1_features", "classifier_head", "RESIDUAL_GAIN"]
 

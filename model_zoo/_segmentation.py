@@ -6,10 +6,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from dlbricks.model_zoo._builder import GraphBuilder, Value
-from dlbricks.model_zoo._mobilenet import mobilenet_v3_features
-from dlbricks.model_zoo._resnet import resnet_v1_features
-from dlbricks.model_zoo._spec import ZooEntry, entry, image_input
+from ._builder import GraphBuilder, Value
+from ._mobilenet import mobilenet_v3_features
+from ._resnet import resnet_v1_features
+from ._spec import ZooEntry, entry, image_input
 
 __all__ = ["ENTRIES"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from dlbricks.model_zoo._builder import GraphBuilder, Value
+from ._builder import GraphBuilder, Value
 
 __all__ = ["ZooModel", "TASKS", "InputSpec", "Arch", "ZooEntry", "image_input", "entry"]
 

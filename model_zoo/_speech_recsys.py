@@ -8,8 +8,9 @@ import functools
 import math
 
 import numpy as np
-from dlbricks.model_zoo._builder import GraphBuilder, Value
-from dlbricks.model_zoo._spec import ZooEntry, entry
+
+from ._builder import GraphBuilder, Value
+from ._spec import ZooEntry, entry
 
 __all__ = ["ENTRIES"]
 

@@ -12,10 +12,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import click
-from dlbricks.model_zoo._registry import export, list_models
-from dlbricks.model_zoo._spec import TASKS, ZooModel
 
 from dlbricks._errors import DlbricksError
+
+from ._registry import export, list_models
+from ._spec import TASKS, ZooModel
 
 __all__ = ["zoo", "ZooCliError"]
 

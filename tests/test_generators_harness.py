@@ -340,6 +340,7 @@ def test_public_api_is_pinned() -> None:
     assert sorted(generators.__all__) == sorted(
         [
             "benchmark", "measure", "Runner", "calibrate_floor", "measure_floor", "floor_model",
+            "resolve_config", "pin_to_core", "kernel_medians", "ReorderCost", "MxnetBackend", "MxnetConfig",
             "Budget", "ProgressCallback", "Measurement", "OpaqueConfig", "pool", "SystemInfo",
             "collect_system_info", "Backend", "BackendConfig", "Benchmarkable", "Prepared",
             "BackendFactory", "register_backend", "unregister_backend", "get_backend",
