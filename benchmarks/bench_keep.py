@@ -7,7 +7,7 @@ model's heaviest bricks are measured again (as the allocation and the drift mome
 it prints the ratio of the two runners' sums (occurrences x median), and the wall time each spent on
 the bricks, first measurements and measurements again apart.
 
-Usage: ``python benchmarks/bench_keep.py [--models resnet50_v1,densenet121] [--again 10]``
+Usage: ``python benchmarks/bench_keep.py [--models resnet50_v1,densenet121] [--again 10] [--opt-level all]``
 """
 
 from __future__ import annotations
@@ -34,14 +34,15 @@ def _paired(keep: Runner, none: Runner, item: object, turn: int) -> tuple:
     return k, n
 
 
-def run(name: str, again: int) -> None:
-    dec = decompose(load_model(build(name), name=name), "layer")
+def run(name: str, again: int, level: str) -> None:
+    granularity = "layer" if level == "disable" else "fused"
+    dec = decompose(load_model(build(name), name=name), granularity, opt_level=None if level == "disable" else level)
+    config = OrtConfig(graph_optimization_level=level)
     counts = dec.counts()
     sums = np.zeros(2)
     walls = np.zeros((2, 2))  # [first, again] x [keep, none]
     totals: dict[str, float] = {}
-    with Runner(config=OrtConfig(), budget=BUDGET) as keep, \
-            Runner(config=OrtConfig(), budget=BUDGET, keep_bytes=0) as none:
+    with Runner(config=config, budget=BUDGET) as keep, Runner(config=config, budget=BUDGET, keep_bytes=0) as none:
         for turn, sig in enumerate(dec.bricks):
             k, n = _paired(keep, none, dec.in_context(sig), turn)
             sums += counts[sig] * np.array([k.median_s, n.median_s])
@@ -58,11 +59,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="resnet50_v1,densenet121,bert_base")
     parser.add_argument("--again", type=int, default=10, help="heaviest bricks measured again per model")
+    parser.add_argument("--opt-level", default="disable", help="onnxruntime level; above disable, fused bricks")
     args = parser.parse_args()
     print(f"{'model':<20} {'bricks':>6} {'keep/none':>10} {'first k s':>9} {'first n s':>9} "
           f"{'again k s':>9} {'again n s':>9}")
     for name in args.models.split(","):
-        run(name, args.again)
+        run(name, args.again, args.opt_level)
 
 
 if __name__ == "__main__":

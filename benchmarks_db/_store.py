@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import networkx as nx
 import sqlite_utils
-from dlbricks.benchmarks_db import _export, _rows, _sql
 
 from dlbricks._bricks import Brick
 from dlbricks._decompose import Decomposition, Occurrence
 from dlbricks._errors import DatabaseError, InvalidArgumentError
 from dlbricks._graph import ModelSource
+from dlbricks.benchmarks_db import _export, _rows, _sql
 
 from ._migrations import DLBRICKS_TABLES
 from ._records import (

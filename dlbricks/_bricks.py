@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 
 from dlbricks._cost import padding_flops
-from dlbricks._errors import InvalidArgumentError, UnrunnableBrickError
+from dlbricks._errors import InvalidArgumentError
 from dlbricks._graph import VALUE_RANGES_KEY, VALUE_STATISTICS_KEY
 from dlbricks._types import TensorSpec, ValueStatistics
 

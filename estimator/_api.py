@@ -7,11 +7,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dlbricks.benchmarks_db import Store, populate
-from dlbricks.generators import Budget, Measurement, OrtConfig, ReorderCost, collect_system_info, get_backend
-
 from dlbricks import Brick, Decomposition, ModelGraph, decompose, load_model
 from dlbricks._errors import InvalidArgumentError
+from dlbricks.benchmarks_db import Store, populate
+from dlbricks.generators import (
+    BackendConfig,
+    Budget,
+    Measurement,
+    OrtConfig,
+    ReorderCost,
+    collect_system_info,
+    get_backend,
+)
 
 from ._estimate import Estimate, Peaks, Plan, estimate_decomposition, plan_decomposition
 from ._predict import LatencyPredictor
@@ -37,11 +44,10 @@ def _label(granularity: str, config: OrtConfig) -> str:
 
 def _fused_level(config: Any) -> str:
     """The optimization level whose groups fused bricks are: onnxruntime's only."""
-    level = getattr(config, "graph_optimization_level", None)
-    if level is None:
+    if not isinstance(config, OrtConfig):
         raise InvalidArgumentError("granularity 'fused' groups the layers onnxruntime fuses; models run in "
                                    f"{backend_name(config)} take granularity 'layer'.")
-    return str(level)
+    return config.graph_optimization_level
 
 
 def _decomposition(model: Any, store: Store, granularity: str, config: OrtConfig) -> Decomposition:
@@ -58,15 +64,14 @@ def _decomposition(model: Any, store: Store, granularity: str, config: OrtConfig
     return _decompose(graph, granularity, config)
 
 
-def backend_name(config: Any) -> str:
+def backend_name(config: BackendConfig) -> str:
     """The registered backend that runs a configuration (``OrtConfig`` -> onnxruntime)."""
-    return "mxnet" if type(config).__name__ == "MxnetConfig" else "onnxruntime"
+    return config.backend
 
 
-def device_of(config: Any) -> str:
-    """Where a configuration computes: ``"cpu"``, or its accelerator (onnxruntime's ``device``,
-    MXNet's ``context``: ``"cuda"``, ``"gpu"``)."""
-    return getattr(config, "device", None) or getattr(config, "context", None) or "cpu"
+def device_of(config: BackendConfig) -> str:
+    """Where a configuration computes: ``"cpu"``, or its accelerator (``"cuda"``, ``"gpu"``)."""
+    return config.device
 
 
 def peaks_key(config: Any) -> str:
@@ -76,12 +81,9 @@ def peaks_key(config: Any) -> str:
     return name if device == "cpu" else f"{name}:{device}"
 
 
-def threads_of(config: Any) -> int | None:
+def threads_of(config: BackendConfig) -> int:
     """Threads a configuration computes with (onnxruntime intra-op, MXNet OpenMP)."""
-    for name in ("intra_op_num_threads", "omp_threads"):
-        if hasattr(config, name):
-            return int(getattr(config, name))
-    return None
+    return config.threads
 
 
 def _system_key(system: Any) -> Any:
@@ -183,8 +185,8 @@ def _reorder_costs(dec: Decomposition, config: OrtConfig, store: Store, system: 
     (layout reorders, kernels the model fuses away; measured with the brick, subtracted from its time,
     for the lower bound too) and the model's own layout reorders (priced by size, added once). None
     on CUDA: the NCHWc layout is the CPU provider's."""
-    if (dec.granularity != "fused:all" or getattr(config, "graph_optimization_level", None) != "all"
-            or device_of(config) != "cpu"):
+    at_all = isinstance(config, OrtConfig) and config.graph_optimization_level == "all"
+    if dec.granularity != "fused:all" or not at_all or device_of(config) != "cpu":
         return {}, 0.0
     overhead = store.overheads(system, config.config_id, [s for s in dec.bricks if s in measured])
     lacking = [s for s in dec.bricks if s in measured and s not in overhead]

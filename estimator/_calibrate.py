@@ -16,12 +16,11 @@ from typing import Any
 
 import numpy as np
 import onnx
-from dlbricks.generators import Budget, Measurement, OrtConfig, benchmark
 from onnx import TensorProto, helper, numpy_helper
 
 from dlbricks._errors import BackendError
+from dlbricks.generators import BackendConfig, Budget, Measurement, OrtConfig, benchmark
 
-from ._api import device_of
 from ._estimate import Peaks
 
 __all__ = ["calibrate_peaks", "Calibration", "CONV_SHAPES", "GEMM_SIZES", "GEMM_SIZES_CUDA", "GEMV_SIZES",
@@ -139,14 +138,15 @@ def _rate(work: float, m: Measurement) -> float:
     return work / max(m.min_s - (m.floor_s or 0.0), 1e-12)
 
 
-def calibrate_peaks(config: object | None = None, budget: Budget | None = None) -> Calibration:
+def calibrate_peaks(config: BackendConfig | None = None, budget: Budget | None = None) -> Calibration:
     """Measure peak FLOP/s (MatMuls and 3x3 convolutions) and bandwidth (Adds) under a backend
     configuration (default: onnxruntime, 1 CPU thread); an ``MxnetConfig`` measures MXNet's
     FullyConnected, Convolution and elemwise_add instead. On a GPU the sizes are larger
     (``*_CUDA``) and no NCHWc chain is run."""
     budget = budget or Budget(min_time=0.3, max_time=2.0)
-    mxnet = type(config).__name__ == "MxnetConfig"
-    on_cpu = device_of(config) == "cpu"
+    config = config or OrtConfig()
+    mxnet = config.backend == "mxnet"
+    on_cpu = config.device == "cpu"
     gemm_sizes, stream_elements, gemv_sizes = ((GEMM_SIZES, STREAM_ELEMENTS, GEMV_SIZES) if on_cpu
                                                else (GEMM_SIZES_CUDA, STREAM_ELEMENTS_CUDA, GEMV_SIZES_CUDA))
     gemm_of, conv_of, stream_of = ((mxnet_gemm_model, mxnet_conv_model, mxnet_stream_model) if mxnet

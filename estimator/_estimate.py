@@ -19,10 +19,9 @@ import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from dlbricks.generators import Budget, Measurement
-
 from dlbricks import Brick, Decomposition
 from dlbricks._errors import InvalidArgumentError
+from dlbricks.generators import Budget, Measurement
 
 from ._compose import critical_path, sequential
 from ._predict import LatencyPredictor, Prediction, roofline_work

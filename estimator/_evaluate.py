@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from dlbricks import BrickSet, Decomposition, InvalidArgumentError, ModelGraph, decompose, load_model
 from dlbricks.benchmarks_db import Store, dominant_bricks, populate
 from dlbricks.generators import (
     PILOT_BUDGET,
@@ -29,8 +30,6 @@ from dlbricks.generators import (
     get_backend,
     pool,
 )
-
-from dlbricks import BrickSet, Decomposition, InvalidArgumentError, ModelGraph, decompose, load_model
 
 from ._api import backend_name, estimate, open_store, peaks_key, threads_of
 from ._calibrate import calibrate_peaks, calibrated_backends, merge_peaks
@@ -227,7 +226,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     get_backend(backend).check(config)  # before anything is stored: a missing provider is one line
     if granularity not in GRANULARITIES:
         raise InvalidArgumentError(f"'granularity' must be one of {GRANULARITIES}. Got {granularity!r} instead.")
-    if granularity != "layer" and getattr(config, "graph_optimization_level", "disable") == "disable":
+    if granularity != "layer" and (not isinstance(config, OrtConfig) or config.graph_optimization_level == "disable"):
         raise InvalidArgumentError(f"--granularity {granularity} needs an optimization level that fuses: "
                                    "--opt-level basic, extended or all.")
     level = None if granularity == "layer" else config.graph_optimization_level  # type: ignore[union-attr]

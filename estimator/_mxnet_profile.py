@@ -74,6 +74,7 @@ def match_events(events: list[tuple[str, float]], layers: list[tuple[str, str]])
 def _profile(folder: Path, runs: int, warmup: int) -> list[tuple[str, float]]:
     """In the subprocess: the median duration of each operator event of one run, in order."""
     import onnx
+
     from dlbricks.generators import MxnetBackend, MxnetConfig
 
     mx = __import__("mxnet")

@@ -16,11 +16,10 @@ import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 
-from dlbricks.generators import OrtConfig, kernel_medians
-
 from dlbricks import ModelGraph, random_inputs
 from dlbricks._fusion import REORDER_OPS
 from dlbricks._ortutil import session_options
+from dlbricks.generators import OrtConfig, kernel_medians
 
 __all__ = ["InModelTimes", "in_model_times"]
 

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-from dlbricks.benchmarks_db import Store
-from dlbricks.generators import Budget, OrtConfig
 
 from dlbricks._cliutil import format_table, handle_errors, iter_models, parse_input_shapes
+from dlbricks.benchmarks_db import Store
+from dlbricks.generators import Budget, OrtConfig
 
 from ._api import device_of, estimate, open_store, peaks_key, plan, threads_of, validate
 from ._calibrate import calibrate_peaks, merge_peaks

@@ -14,15 +14,13 @@ before importing anything. mxnet is imported lazily, inside functions.
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import json
 import os
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from importlib import metadata
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import onnx
@@ -31,6 +29,7 @@ from dlbricks._bricks import SIGNATURE_KEY, split_previous
 from dlbricks._errors import BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
 from dlbricks._inputs import ar1_noise
 
+from ._config import ConfigBase
 from ._inputs import random_inputs, statistics_array, value_statistics
 from ._ort import COLD_SPANS, cold_copies, cold_span_bytes
 from ._util import CPU_ENV, closed, last_core, one_line, prepare_previous, round_robin
@@ -90,7 +89,7 @@ def _mx() -> ModuleType:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class MxnetConfig:
+class MxnetConfig(ConfigBase):
     """A configuration of the MXNet backend.
 
     Bricks are measured in the state a layer meets inside its model: cold weights, a warm input and
@@ -155,6 +154,9 @@ class MxnetConfig:
     16
     """
 
+    backend: ClassVar[str] = "mxnet"
+    measurement_method: ClassVar[int] = MEASUREMENT_METHOD
+
     context: str = "cpu"
     device_id: int = 0
     mkldnn: bool = True
@@ -176,26 +178,14 @@ class MxnetConfig:
             raise InvalidArgumentError("Invalid MxnetConfig: " + "; ".join(problems) + ".")
 
     @property
-    def config_id(self) -> str:
-        """16 hex digits of the SHA-256 of the canonical JSON of :meth:`to_dict` and the
-        :data:`MEASUREMENT_METHOD`."""
-        payload = json.dumps({"backend": MxnetBackend.name, **self.to_dict(), "method": MEASUREMENT_METHOD},
-                             sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+    def device(self) -> str:
+        """What it computes on: ``context`` (``"cpu"`` or ``"gpu"``)."""
+        return self.context
 
-    def to_dict(self) -> dict[str, Any]:
-        """The configuration as a JSON-safe dict."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> MxnetConfig:
-        """Rebuild a configuration from :meth:`to_dict` output (unknown keys are rejected)."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise InvalidArgumentError(
-                f"Invalid MxnetConfig: unknown fields {unknown}; known fields: {sorted(known)}.")
-        return cls(**dict(data))
+    @property
+    def threads(self) -> int:
+        """Threads one run computes with (``omp_threads``)."""
+        return self.omp_threads
 
     def worker_env(self) -> dict[str, str]:
         """The environment variables that MXNet reads at import time for this configuration."""

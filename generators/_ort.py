@@ -7,14 +7,12 @@ measurements) does not load it, and so that a worker can set its thread variable
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import onnx
@@ -23,6 +21,7 @@ from onnx import helper
 from dlbricks._bricks import SIGNATURE_KEY, reuse_bytes, split_previous
 from dlbricks._errors import BackendError, BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
 
+from ._config import ConfigBase
 from ._inputs import random_inputs
 from ._util import closed, one_line, prepare_previous, round_robin
 
@@ -120,7 +119,7 @@ def installed_ort_version() -> str:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class OrtConfig:
+class OrtConfig(ConfigBase):
     """A configuration of the onnxruntime backend.
 
     Parameters
@@ -144,33 +143,20 @@ class OrtConfig:
     provider_options : mapping of str to str, default empty
         Further CUDA provider options, stored as a sorted tuple of pairs.
     cache : {"cold-weights", "cold", "warm"}, default "cold-weights"
-        Cache state a *brick* (a model carrying ``dlbricks.signature`` metadata) meets; whole
-        models always run as users run them, one session again and again. ``"cold-weights"``: the
-        state of a layer inside a model: several copies of the brick's session, each with its own
-        weights, sharing one input and one output buffer and (on CPU, with the arena enabled) one
-        arena for their scratch buffers, run round-robin; enough copies that their weights span twice
-        the last-level cache (or what a run of the brick's model touches, ``cold_span``), so each run
-        meets cold weights but a warm input, output and scratch
-        (inside a model, the input was just written, onnxruntime's memory planner hands out recently
-        freed buffers, and every layer takes its scratch from the session's one arena). ``"cold"``:
-        outputs cold too (each copy its own output: an upper bound on the cache misses). ``"warm"``: the same session again and again (weights stay
-        in cache: the fastest state, used for the lower bound). On CUDA a brick runs as one
-        session in every state (:data:`CUDA_COPIES`).
+        Cache state a *brick* meets (whole models always run one session again and again).
+        ``"cold-weights"``: several copies of the brick's session, each with its own weights,
+        sharing one input, one output and one arena, run round-robin, so that each run meets cold
+        weights and a warm input and output, as a layer inside its model does. ``"cold"``: each copy
+        its own output too. ``"warm"``: one session again and again (the lower bound's state). On
+        CUDA a brick runs as one session (:data:`CUDA_COPIES`). Why: methodology, "Cache state".
     cold_span : {"model", "cache"}, default "model"
-        How much data the cold copies of a brick cycle through. ``"model"``: as much as one run of
-        the model the brick was cut from touches, its weights and live activations
-        (:meth:`~dlbricks.Decomposition.footprint_bytes`, carried by a
-        :class:`~dlbricks.BrickInContext`), at most twice the last-level cache: inside a model run
-        again and again that much data passes through the caches between two runs of a layer, and
-        a small model's weights stay in the last-level cache (ShuffleNet-v2's classifier, 4 MB of
-        weights, ran in 57-78 us inside the model and 120 us as a brick cycling 64 MB). ``"cache"``:
-        twice the last-level cache for every brick.
+        How much data the cold copies cycle through: what one run of the brick's model touches (its
+        weights and live activations, carried by a :class:`~dlbricks.BrickInContext`), at most twice
+        the last-level cache (``"model"``); or twice the last-level cache (``"cache"``).
     previous_layer : bool, default True
-        With a cold ``cache``, each timed run of a brick that carries the brick before it in its
-        model (a :class:`~dlbricks.BrickInContext`, as ``populate`` measures them) follows an
-        untimed run of that brick (one warm session): inside a model the layer before leaves the
-        core's caches full of its own data. ``dlbricks evaluate``, two runs in a row: 2.88%, 10/12
-        within +-5% with it (6 estimates low, 6 high); 3.44%, 8/12 without (9 of 12 low).
+        With a cold ``cache``, run the brick before it in its model (carried by a
+        :class:`~dlbricks.BrickInContext`) untimed before each timed run. Why: methodology, "The
+        brick before".
     onnxruntime_version : str, default the installed version
         Part of the configuration: results of another version are another configuration.
 
@@ -182,6 +168,9 @@ class OrtConfig:
     >>> len(cfg.config_id)
     16
     """
+
+    backend: ClassVar[str] = "onnxruntime"
+    measurement_method: ClassVar[int] = MEASUREMENT_METHOD
 
     device: str = "cpu"
     intra_op_num_threads: int = 1
@@ -207,29 +196,15 @@ class OrtConfig:
             raise InvalidArgumentError("Invalid OrtConfig: " + "; ".join(problems) + ".")
 
     @property
-    def config_id(self) -> str:
-        """16 hex digits of the SHA-256 of the canonical JSON of :meth:`to_dict` and the
-        :data:`MEASUREMENT_METHOD`."""
-        payload = json.dumps({"backend": OrtBackend.name, **self.to_dict(), "method": MEASUREMENT_METHOD},
-                             sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+    def threads(self) -> int:
+        """Threads one run computes with (``intra_op_num_threads``)."""
+        return self.intra_op_num_threads
 
     def to_dict(self) -> dict[str, Any]:
         """The configuration as a JSON-safe dict (``provider_options`` as a dict)."""
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data = ConfigBase.to_dict(self)
         data["provider_options"] = dict(self.provider_options)
         return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> OrtConfig:
-        """Rebuild a configuration from :meth:`to_dict` output (unknown keys are rejected)."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise InvalidArgumentError(
-                f"Invalid OrtConfig: unknown fields {unknown}; known fields: {sorted(known)}."
-            )
-        return cls(**dict(data))
 
 
 def _config_problems(cfg: OrtConfig) -> list[str]:

@@ -17,7 +17,16 @@ __all__ = ["Backend", "BackendConfig", "Benchmarkable", "Prepared"]
 
 @runtime_checkable
 class BackendConfig(Protocol):
-    """A frozen, hashable configuration of a backend (threads, device, optimization level...)."""
+    """A frozen, hashable configuration of a backend (threads, device, optimization level...).
+
+    ``backend`` names the registered backend that runs it, ``device`` what it computes on
+    (``"cpu"``, or an accelerator: ``"cuda"``, ``"gpu"``), ``threads`` how many threads one run
+    computes with. :class:`~dlbricks.generators._config.ConfigBase` gives a frozen dataclass the rest.
+    """
+
+    backend: str
+    device: str
+    threads: int
 
     @property
     def config_id(self) -> str:

@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import onnx
+
+from dlbricks._errors import InvalidArgumentError
 from dlbricks.model_zoo import (
     _classic,
     _densenet,
@@ -21,8 +23,6 @@ from dlbricks.model_zoo import (
     _segmentation,
     _speech_recsys,
 )
-
-from dlbricks._errors import InvalidArgumentError
 
 from ._builder import GraphBuilder
 from ._spec import TASKS, ZooEntry, ZooModel

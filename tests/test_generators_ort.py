@@ -409,10 +409,8 @@ def _config_entry(options: ort.SessionOptions, key: str) -> str:
 
 def test_config_id_changes_with_the_measurement_method(monkeypatch: pytest.MonkeyPatch) -> None:
     """Bricks measured by an older method (an arena per copy) are another configuration."""
-    from dlbricks.generators import _ort
-
     now = OrtConfig().config_id
-    monkeypatch.setattr(_ort, "MEASUREMENT_METHOD", _ort.MEASUREMENT_METHOD - 1)
+    monkeypatch.setattr(OrtConfig, "measurement_method", OrtConfig.measurement_method - 1)
     assert OrtConfig().config_id != now
 
 
@@ -458,3 +456,19 @@ def test_a_brick_whose_previous_cannot_run_is_measured_without_it() -> None:
     assert prepared.previous is None and not hasattr(prepared, "prime")
     prepared.run()
     prepared.close()
+
+
+def test_configurations_say_their_backend_device_and_threads() -> None:
+    """The estimator reads these fields of the configuration protocol, never class names."""
+    from dlbricks.generators import BackendConfig, MxnetConfig
+
+    onnx_cfg = OrtConfig(intra_op_num_threads=2)
+    mx = MxnetConfig(omp_threads=3, mxnet_version="1.9.1")
+    assert (onnx_cfg.backend, onnx_cfg.device, onnx_cfg.threads) == ("onnxruntime", "cpu", 2)
+    assert (mx.backend, mx.device, mx.threads) == ("mxnet", "cpu", 3)
+    for cfg in (onnx_cfg, mx):
+        assert isinstance(cfg, BackendConfig)
+        assert type(cfg).from_dict(cfg.to_dict()) == cfg
+        assert cfg.config_id != type(cfg).from_dict({**cfg.to_dict(), "device_id": 1}).config_id
+    with pytest.raises(InvalidArgumentError, match="Invalid MxnetConfig: unknown fields"):
+        MxnetConfig.from_dict({"colour": "red"})

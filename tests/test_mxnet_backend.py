@@ -93,10 +93,8 @@ def test_only_several_openmp_threads_need_a_pause_after_a_run() -> None:
 
 
 def test_config_id_changes_with_the_measurement_method(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dlbricks.generators import _mxnet as backend_module
-
     before = MxnetConfig(mxnet_version="1.9.1").config_id
-    monkeypatch.setattr(backend_module, "MEASUREMENT_METHOD", backend_module.MEASUREMENT_METHOD + 1)
+    monkeypatch.setattr(MxnetConfig, "measurement_method", MxnetConfig.measurement_method + 1)
     assert MxnetConfig(mxnet_version="1.9.1").config_id != before
 
 
