@@ -333,6 +333,10 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
                 ctx.exit(EXIT_INTERRUPTED)
         progress.finish()
         click.echo(_summary(report, db_path))
+        if report.measured and report.failed == report.measured:
+            raise DlbricksError(f"every measurement of this run failed, the first with: "
+                                f"{_first_failure(store, report, decompositions)} (is --backend {backend} the "
+                                "framework these models run in?)")
         if report.todo == 0 and not retry_failed:
             failed = _failed_count(store, report, decompositions)
             if failed:
@@ -352,6 +356,16 @@ def _ray_executor(address: str | None, each_node: bool, progress: _Progress) -> 
         click.echo(line, err=True)
 
     return RayExecutor(address=address, each_node=each_node, log=log)
+
+
+def _first_failure(store: Store, report: BenchReport, decompositions: Sequence[Any]) -> str:
+    """The error of the first failed brick measurement of the report's bricks and systems."""
+    signatures = list(dict.fromkeys(s for d in decompositions for s in d.bricks))
+    for system in report.systems or (report.system,):
+        for row in store.measurements(system=system, signatures=signatures):
+            if row.status != "ok" and row.error:
+                return row.error
+    return "no reason recorded"
 
 
 def _failed_count(store: Store, report: BenchReport, decompositions: Sequence[Any]) -> int:

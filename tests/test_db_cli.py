@@ -285,3 +285,23 @@ def test_populate_measures_dominant_bricks_at_several_moments_and_pools_them() -
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_a_run_where_every_brick_failed_is_a_failure_with_its_reason(tmp_path: Path) -> None:
+    """Bricks that cannot run in the backend (here an int16 Relu onnxruntime has no kernel for) are
+    recorded as failed, and the command says so in one line with exit code 2."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.INT16, [2, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.INT16, [2, 4])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "int16_relu", [x], [y])
+    model = tmp_path / "int16_relu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+    db = tmp_path / "fail.db"
+    result = CliRunner().invoke(cli, ["bench", str(model), "--db", str(db), "--budget", "quick"])
+    assert result.exit_code == 2, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert "every measurement of this run failed" in last and "Traceback" not in result.output
+    assert "--backend onnxruntime" in last
+    with Store(db) as store:  # what was measured is kept: the failure is recorded
+        assert [r.status for r in store.measurements()] == ["failed"]
