@@ -233,7 +233,9 @@ def _summary(report: BenchReport, db_path: str) -> str:
 @model_options
 @_db_option
 @click.option("--granularity", type=click.Choice(GRANULARITIES), default="layer", show_default=True)
-@click.option("--backend", default="onnxruntime", show_default=True, help="A registered backend.")
+@click.option("--backend", "--framework", "backend", default="onnxruntime", show_default=True,
+              help="The framework the bricks run in: a registered backend (onnxruntime, mxnet, or a "
+                   "'module:attr' path). --framework is the same option, as other commands call it.")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="intra_op_num_threads (default 1; at most this machine's logical cores).")
 @click.option("--opt-level", type=click.Choice(("disable", "basic", "extended", "all")), default=None,

@@ -305,3 +305,15 @@ def test_a_run_where_every_brick_failed_is_a_failure_with_its_reason(tmp_path: P
     assert "--backend onnxruntime" in last
     with Store(db) as store:  # what was measured is kept: the failure is recorded
         assert [r.status for r in store.measurements()] == ["failed"]
+
+
+def test_bench_takes_framework_as_other_commands_call_it(tmp_path: Path) -> None:
+    paths = write_models(tmp_path)
+    db = tmp_path / "fw.db"
+    args = ["bench", str(paths["res8"]), "--batch-size", "1", "--db", str(db), "--dry-run"]
+    by_framework = CliRunner().invoke(cli, [*args, "--framework", "onnxruntime"])
+    by_backend = CliRunner().invoke(cli, [*args, "--backend", "onnxruntime"])
+    assert by_framework.exit_code == 0 and by_backend.exit_code == 0, by_framework.output + by_backend.output
+    assert by_framework.output == by_backend.output
+    unknown = CliRunner().invoke(cli, [*args, "--framework", "nope"])
+    assert unknown.exit_code == 2 and "nope" in unknown.output and "Traceback" not in unknown.output
