@@ -259,9 +259,11 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     graph = model if isinstance(model, ModelGraph) else None
     if graph is None:
         if isinstance(model, str) and not os.path.exists(model) and not model.endswith(".onnx"):
-            from dlbricks.model_zoo import build
+            graph = _stored_graph(store, model)
+            if graph is None:
+                from dlbricks.model_zoo import build
 
-            graph = load_model(build(model), name=model)
+                graph = load_model(build(model), name=model)
         else:
             graph = load_model(model)
     dec = _decompose(graph, granularity, config or OrtConfig())
@@ -286,6 +288,28 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
         in_model = {o.index: sum(times.layers.get(n, 0.0) for n in o.nodes) for o in dec.occurrences}
         return Validation(est, whole, dec, in_model, times)
     return Validation(est, whole, dec, in_model)
+
+
+def _stored_graph(store: Store, name: str) -> ModelGraph | None:
+    """The model stored under ``name``, loaded again from the ONNX file it came from at the shapes
+    it was stored with; None if no model has that name or it came from no ONNX file.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If the file it came from is gone.
+    """
+    try:
+        record = store.model(name)
+    except InvalidArgumentError:
+        return None
+    source = record.source
+    if source is None or source.path is None or source.format != "onnx":
+        return None
+    if not os.path.exists(source.path):
+        raise InvalidArgumentError(f"model '{name}' was stored from {source.path}, which is not there (a "
+                                   "relative path is from where it was stored): pass the model file instead.")
+    return load_model(source.path, {s.name: list(s.shape) for s in record.inputs}, name=name)
 
 
 def plan(model: Any, db: Store | str | os.PathLike[str], *, system: Any = None, config: OrtConfig | None = None,

@@ -382,3 +382,20 @@ def test_decompose_no_weights_writes_bricks_without_the_models_names(tmp_path: P
     assert list(out.iterdir()) and not names & source
     refused = CliRunner().invoke(main, ["decompose", str(model), "--no-weights"])
     assert refused.exit_code == 2 and "--out" in refused.output
+
+
+def test_validate_finds_a_model_that_bench_stored_under_its_name(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """validate NAME loads the stored model again from its file, as estimate NAME reads it; a file
+    that is gone is one line naming it."""
+    monkeypatch.chdir(tmp_path)
+    onnx.save(_models.resnet_like(blocks=1, channels=8, batch=1), "tiny.onnx")
+    bench = CliRunner().invoke(main, ["bench", "tiny.onnx", "--db", "v.db", "--budget", "quick"])
+    assert bench.exit_code == 0, bench.output
+    result = CliRunner().invoke(main, ["validate", "tiny", "--db", "v.db", "--budget", "quick"])
+    assert result.exit_code == 0, result.output
+    row = next(x for x in result.output.splitlines() if x.startswith("tiny ")).split()
+    assert float(row[1]) > 0 and float(row[2]) > 0  # measured whole and estimated
+    Path("tiny.onnx").rename("moved.onnx")
+    gone = CliRunner().invoke(main, ["validate", "tiny", "--db", "v.db", "--budget", "quick"])
+    assert gone.exit_code == 2 and gone.output.count("\n") == 1
+    assert "was stored from tiny.onnx, which is not there" in gone.output
