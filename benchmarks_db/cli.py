@@ -335,6 +335,8 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
                 ctx.exit(EXIT_INTERRUPTED)
         progress.finish()
         click.echo(_summary(report, db_path))
+        if whole_model:
+            click.echo(_cost_line(store, report, decompositions))
         if report.measured and report.failed == report.measured:
             raise DlbricksError(f"every measurement of this run failed, the first with: "
                                 f"{_first_failure(store, report, decompositions)} (is --backend {backend} the "
@@ -358,6 +360,23 @@ def _ray_executor(address: str | None, each_node: bool, progress: _Progress) -> 
         click.echo(line, err=True)
 
     return RayExecutor(address=address, each_node=each_node, log=log)
+
+
+def _cost_line(store: Store, report: BenchReport, decompositions: Sequence[Any]) -> str:
+    """What measuring the models' unique bricks cost against measuring the models whole (wall time of
+    every stored measurement, each configuration), and one run of each (DLBricks' compute ratio)."""
+    signatures = list(dict.fromkeys(s for d in decompositions for s in d.bricks))
+    keys = {d.model_key for d in decompositions}
+    bricks = [r for c in report.configs for r in store.measurements(system=report.system, config_id=c,
+                                                                     signatures=signatures)]
+    whole = [r for c in report.configs for r in store.model_measurements(system=report.system, config_id=c)
+             if r.key in keys]
+    bricks_s, whole_s = sum(r.wall_time_s for r in bricks), sum(r.wall_time_s for r in whole)
+    bricks_run, whole_run = (sum(r.median_s or 0.0 for r in rows if r.ok) for rows in (bricks, whole))
+    return (f"benchmarking time: unique bricks {bricks_s:.1f} s, whole models {whole_s:.1f} s: wall speedup "
+            f"{whole_s / bricks_s if bricks_s else 0:.2f}x; one run of every model {1e3 * whole_run:.1f} ms, of "
+            f"every unique brick {1e3 * bricks_run:.1f} ms: {whole_run / bricks_run if bricks_run else 0:.2f}x "
+            "(DLBricks' compute ratio)")
 
 
 def _first_failure(store: Store, report: BenchReport, decompositions: Sequence[Any]) -> str:

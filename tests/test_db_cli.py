@@ -317,3 +317,20 @@ def test_bench_takes_framework_as_other_commands_call_it(tmp_path: Path) -> None
     assert by_framework.output == by_backend.output
     unknown = CliRunner().invoke(cli, [*args, "--framework", "nope"])
     assert unknown.exit_code == 2 and "nope" in unknown.output and "Traceback" not in unknown.output
+
+
+def test_bench_whole_model_prints_the_cost_of_bricks_against_whole_models(tmp_path: Path) -> None:
+    paths = write_models(tmp_path)
+    db = tmp_path / "cost.db"
+    result = CliRunner().invoke(cli, ["bench", str(paths["res8"]), "--batch-size", "1", "--db", str(db),
+                                      "--budget", "quick", "--whole-model"])
+    assert result.exit_code == 0, result.output
+    line = result.output.strip().splitlines()[-1]
+    found = re.match(r"benchmarking time: unique bricks ([\d.]+) s, whole models ([\d.]+) s: wall speedup "
+                     r"([\d.]+)x; one run of every model ([\d.]+) ms, of every unique brick ([\d.]+) ms: "
+                     r"([\d.]+)x \(DLBricks' compute ratio\)", line)
+    assert found, line
+    with Store(db) as store:
+        bricks = sum(r.wall_time_s for r in store.measurements())
+        whole = sum(r.wall_time_s for r in store.model_measurements())
+    assert float(found[1]) == pytest.approx(bricks, abs=0.06) and float(found[2]) == pytest.approx(whole, abs=0.06)
