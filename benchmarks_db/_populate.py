@@ -60,7 +60,8 @@ class BenchProgress:
     """Where a :func:`populate` run stands after one item.
 
     ``done`` counts the items handled so far (measured, found measured, or held by another
-    process) out of ``total``; ``eta_s`` extrapolates the mean time per measured item. ``node``
+    process) out of ``total``; ``eta_s`` extrapolates the mean time per measured item; ``setup_s``
+    and ``timed_s`` split a brick's measurement into time outside and inside its timed runs. ``node``
     names the node that measured it when an executor ran it elsewhere (None here).
     """
 
@@ -76,6 +77,8 @@ class BenchProgress:
     elapsed_s: float
     eta_s: float | None
     node: str | None = None
+    setup_s: float | None = None
+    timed_s: float | None = None
 
     @property
     def left(self) -> int:
@@ -413,6 +416,7 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
             median = None
             status = state.value
             outcome: RecordOutcome | ClaimStatus = state
+            costs.last = (None, None)
             if state is ClaimStatus.CLAIMED:
                 t0 = time.monotonic()
                 runner = runner_for(task.config)
@@ -439,7 +443,7 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
             if progress is not None:
                 eta = spent / counts["measured"] * (len(tasks) - done) if counts["measured"] else None
                 progress(BenchProgress(done, len(tasks), task.kind, task.key, task.label, cid, status,
-                                       median, outcome, time.monotonic() - started, eta))
+                                       median, outcome, time.monotonic() - started, eta, None, *costs.last))
         if not interrupted:
             interrupted = not measure_dominant_again(len(tasks))
         if not interrupted and target_ci is not None:
@@ -492,6 +496,7 @@ class _Costs:
 
     def __init__(self) -> None:
         self.wall_s = self.setup_s = self.timed_s = 0.0
+        self.last: tuple[float | None, float | None] = (None, None)  # the last measurement's setup, timed
 
     def measure(self, runner: Any, item: Any, budget: Any = None) -> Measurement:
         """``runner``'s measurement of ``item`` (under ``budget`` when given), its costs added up."""
@@ -508,8 +513,10 @@ class _Costs:
     def add(self, m: Measurement, timing: Any) -> None:
         """Add the costs of a measurement taken elsewhere (``timing`` None when it failed)."""
         self.wall_s += m.wall_time_s
+        self.last = (None, None)
         if timing is not None:
-            self.setup_s += max(m.wall_time_s - timing.warmup_s - timing.sampling_s, 0.0)
+            self.last = (max(m.wall_time_s - timing.warmup_s - timing.sampling_s, 0.0), timing.timed_s)
+            self.setup_s += self.last[0]
             self.timed_s += timing.timed_s
 
 

@@ -161,6 +161,8 @@ class _Progress:
             self.measured += p.status != "lost"
             result = _fmt_time(p.median_s) if p.status == "ok" else p.status
         where = f" @ {p.node}" if p.node else ""
+        if p.setup_s is not None and p.timed_s is not None:
+            where += f" (setup {1e3 * p.setup_s:.0f} ms, timed {1e3 * p.timed_s:.0f} ms)"
         line = (f"[{p.done}/{p.total}] {p.kind} {p.key[:12]} {p.label[:24]:<24} {result:>18}{where} | "
                 f"{p.done} done, {p.left} left, ETA {_fmt_eta(p.eta_s)}")
         if self.tty:
