@@ -287,12 +287,6 @@ class OrtPrepared:
         self.nbytes = (self.copies * (weight_bytes + outputs) + sum(a.nbytes for a in inputs.values())
                        + int(getattr(previous, "nbytes", 0)))
 
-    def run_warm(self) -> None:
-        """One run of the first copy (the run of this brick as the brick before another one)."""
-        self.session.run_with_iobinding(self.binding)
-        if self._config.device == "cuda":
-            self.binding.synchronize_outputs()
-
     def relocate(self) -> None:
         """Bind fresh copies of the inputs and fresh outputs: the same run at other addresses.
 

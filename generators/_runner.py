@@ -176,8 +176,7 @@ class Runner:
         keeping the lowest, and record it in every measurement.
     keep_bytes : int, default 2 GiB
         Bytes of prepared items the worker keeps between measurements (0: none): an item measured
-        again is timed without being prepared again, and a brick borrows the kept brick before it
-        as its untimed prime (see :mod:`dlbricks.generators._cache`).
+        again is timed without being prepared again (see :mod:`dlbricks.generators._cache`).
 
     Raises
     ------

@@ -8,10 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from dlbricks._bricks import SIGNATURE_KEY
 from dlbricks._errors import BackendError, UnrunnableBrickError
-
-from ._cache import borrow_previous
 
 __all__ = ["CPU_ENV", "closed", "last_core", "one_line", "pin_to_core", "prepare_previous", "round_robin"]
 
@@ -60,21 +57,12 @@ def pin_to_core() -> None:
 
 def prepare_previous(prepare: Callable[[Any, Any], Any], model: Any, config: Any) -> Any:
     """The brick before a brick (``model``, None for none), prepared warm with ``prepare`` under
-    ``config``: what the harness runs untimed before each timed run of the brick. Where the worker
-    keeps that brick prepared (:mod:`dlbricks.generators._cache`), its first copy is borrowed instead.
-    A previous brick that cannot run here gives None: the brick is measured without it rather than
-    not at all."""
+    ``config``: what the harness runs untimed before each timed run of the brick. A previous brick
+    that cannot run here gives None: the brick is measured without it rather than not at all."""
     if model is None:
         return None
-    kept = borrow_previous(_signature(model), config.config_id)
-    if kept is not None:  # the worker kept it prepared (usually the brick measured just before)
-        return kept
     try:
         return prepare(model, replace(config, cache="warm"))
     except UnrunnableBrickError:
         return None
 
-
-def _signature(model: Any) -> str | None:
-    """The brick signature that ``model`` carries, None if it carries none."""
-    return next((p.value for p in model.metadata_props if p.key == SIGNATURE_KEY), None)

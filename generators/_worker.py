@@ -105,7 +105,7 @@ def _measure(state: _State, payload: dict[str, Any]) -> Any:
 
     import onnx
 
-    from ._cache import digest, lending
+    from ._cache import digest
     from ._harness import measure_prepared
 
     backend = _backend(state, payload["backend"])
@@ -118,8 +118,7 @@ def _measure(state: _State, payload: dict[str, Any]) -> Any:
     if prepared is None:
         model = onnx.load_from_string(payload["model"])
         start = time.perf_counter()
-        with lending(state.kept):
-            prepared = backend.prepare(model, config)
+        prepared = backend.prepare(model, config)
         prepare_s = time.perf_counter() - start
     if hold:
         _release(state, payload)
@@ -135,8 +134,7 @@ def _measure(state: _State, payload: dict[str, Any]) -> Any:
             prepared.close()
         raise
     if not hold:
-        state.kept.keep(key, prepared, signature=payload["key"], config_id=config.config_id,
-                        value_s=measurement.median_s or 0.0)
+        state.kept.keep(key, prepared, value_s=measurement.median_s or 0.0)
     return measurement, dataclasses.replace(timing, prepare_s=prepare_s)
 
 

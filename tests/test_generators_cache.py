@@ -1,15 +1,14 @@
-"""A worker keeps prepared bricks: measured again without being prepared again, lent as the brick
-before the next one, closed by size and value when its cache is full."""
+"""A worker keeps prepared bricks: measured again without being prepared again, closed by size and
+value when its cache is full."""
 
 from __future__ import annotations
 
-import onnx
 import pytest
 
 from dlbricks import decompose, load_model
 from dlbricks._errors import InvalidArgumentError
-from dlbricks.generators import Budget, OrtBackend, OrtConfig, Runner
-from dlbricks.generators._cache import PreparedCache, digest, lending
+from dlbricks.generators import Budget, Runner
+from dlbricks.generators._cache import PreparedCache
 from tests._models import resnet_like
 
 BUDGET = Budget.quick()
@@ -45,33 +44,10 @@ def test_keep_bytes_must_be_a_count(bad: object) -> None:
         Runner(budget=BUDGET, keep_bytes=bad)  # type: ignore[arg-type]
 
 
-def test_the_brick_before_is_borrowed_and_outlives_its_eviction() -> None:
-    backend, config = OrtBackend(), OrtConfig()
-    first, second = _bricks_in_context(3)[1:3]
-    assert second.previous is not None and second.previous.signature == first.key
-    cache = PreparedCache(1 << 30)
-    data = first.to_onnx().SerializeToString()
-    with lending(cache):
-        kept = backend.prepare(onnx.load_from_string(data), config)
-    cache.keep(digest(data, config.config_id), kept, signature=first.key, config_id=config.config_id, value_s=1e-3)
-    with lending(cache):
-        borrower = backend.prepare(second.to_onnx(), config)
-    assert cache.lends == 1
-    cache.clear()  # evicted while lent: still runnable by the borrower
-    borrower.prime()
-    borrower.run()
-    assert kept.session is not None
-    borrower.close()  # the last borrower lets it go: now it is closed
-    assert kept.session is None
-
-
 class _Fake:
     def __init__(self, nbytes: int) -> None:
         self.nbytes = nbytes
         self.closed = False
-
-    def run_warm(self) -> None:
-        assert not self.closed
 
     def close(self) -> None:
         self.closed = True
@@ -80,9 +56,9 @@ class _Fake:
 def test_a_full_cache_closes_the_shortest_runs_first_and_keeps_the_newest() -> None:
     cache = PreparedCache(300)
     short, long, newest = _Fake(100), _Fake(100), _Fake(150)
-    cache.keep("short", short, signature="s", config_id="c", value_s=1e-5)
-    cache.keep("long", long, signature="l", config_id="c", value_s=1e-2)
-    cache.keep("newest", newest, signature="n", config_id="c", value_s=1e-6)
+    cache.keep("short", short, value_s=1e-5)
+    cache.keep("long", long, value_s=1e-2)
+    cache.keep("newest", newest, value_s=1e-6)
     assert short.closed and not long.closed and not newest.closed
     assert cache.take("long") is long and cache.take("short") is None
     assert cache.nbytes == 250
@@ -91,13 +67,15 @@ def test_a_full_cache_closes_the_shortest_runs_first_and_keeps_the_newest() -> N
 def test_an_item_larger_than_the_cache_is_closed_at_once() -> None:
     cache = PreparedCache(100)
     big = _Fake(101)
-    cache.keep("big", big, signature="b", config_id="c", value_s=1.0)
+    cache.keep("big", big, value_s=1.0)
     assert big.closed and len(cache) == 0
 
 
-def test_a_brick_is_lent_only_under_its_own_configuration() -> None:
+def test_an_item_measured_again_replaces_nothing_and_a_dropped_one_is_closed() -> None:
     cache = PreparedCache(1000)
-    cache.keep("k", _Fake(10), signature="sig", config_id="c1", value_s=1.0)
-    assert cache.borrow("sig", "c2") is None
-    assert cache.borrow("other", "c1") is None
-    assert cache.borrow("sig", "c1") is not None
+    item = _Fake(10)
+    cache.keep("k", item, value_s=1.0)
+    cache.keep("k", item, value_s=2.0)  # the same item kept again after its second measurement
+    assert not item.closed and len(cache) == 1
+    cache.drop("k")
+    assert item.closed and len(cache) == 0
