@@ -223,8 +223,7 @@ class Brick:
         for i, c in enumerate(self.constants):
             if deferred and not (c.value is not None and (c.exact or weights == "real")):
                 later[c.spec.name] = [c.synthetic, _seed(self.signature, i)]
-                initializers.append(onnx.TensorProto(name=c.spec.name, data_type=c.spec.onnx_dtype,
-                                                     dims=list(c.spec.shape)))
+                initializers.append(_empty_tensor(c.spec))
             else:
                 initializers.append(self._constant_tensor(i, c, weights))
         model = self._model(initializers)
@@ -288,8 +287,7 @@ class Brick:
                 tensor.CopyFrom(const.value)
                 tensor.name = const.spec.name
             else:
-                tensor = onnx.TensorProto(name=const.spec.name, data_type=const.spec.onnx_dtype,
-                                          dims=list(const.spec.shape))
+                tensor = _empty_tensor(const.spec)
             initializers.append(tensor)
         model = self._model(initializers, statistics=False)  # the inputs' specs below carry them
         meta = {"signature": self.signature, "granularity": self.granularity, "flops": self.flops,
@@ -411,6 +409,11 @@ def _attributes(node: onnx.NodeProto) -> dict[str, object]:
         else:
             out[attr.name] = f"<{onnx.AttributeProto.AttributeType.Name(attr.type).lower()}>"
     return out
+
+
+def _empty_tensor(spec: TensorSpec) -> onnx.TensorProto:
+    """An initializer with ``spec``'s name, type and shape and no values (filled in elsewhere)."""
+    return onnx.TensorProto(name=spec.name, data_type=spec.onnx_dtype, dims=list(spec.shape))
 
 
 def _seed(signature: str, index: int) -> int:

@@ -43,7 +43,6 @@ class PreparedCache:
         self.max_bytes = max_bytes
         self._entries: dict[str, _Entry] = {}
         self._last: str | None = None
-        self.hits = 0
 
     @property
     def nbytes(self) -> int:
@@ -56,10 +55,7 @@ class PreparedCache:
     def take(self, key: str) -> Any | None:
         """The prepared item kept under ``key``, or None; it stays kept."""
         entry = self._entries.get(key)
-        if entry is None:
-            return None
-        self.hits += 1
-        return entry.prepared
+        return None if entry is None else entry.prepared
 
     def keep(self, key: str, prepared: Any, *, value_s: float) -> None:
         """Keep ``prepared`` under ``key`` (closing it instead if it cannot be kept); ``value_s``
