@@ -65,12 +65,12 @@ def _zoo_bricks(models: Sequence[str], count: int) -> tuple[list[dlbricks.Decomp
 
 def _run(db: Path, decs: Sequence[dlbricks.Decomposition], views: Sequence[_FirstBricks], budget: Budget,
          executor: Any = None) -> tuple[Any, float, float, dict[str, str]]:
-    """Populate ``db`` with the bricks of ``views``; the report, its start (``time.time()``), its wall
+    """Populate ``db`` with the bricks of ``views``; the report, its start (``time.monotonic()``), its wall
     seconds and each brick's status."""
     with Store(db) as store:
         for dec in decs:
             store.add_decomposition(dec)
-        started, t0 = time.time(), time.perf_counter()
+        started, t0 = time.monotonic(), time.perf_counter()
         report = populate(store, views, budget=budget, store_models=False, executor=executor)
         wall = time.perf_counter() - t0
         statuses = {r.key: r.status for r in store.measurements()}

@@ -65,7 +65,8 @@ class NodeReport:
 @dataclass(frozen=True, slots=True)
 class NodeRun:
     """One item sent to a node: ``submitted`` and ``received`` by this process, ``started`` and
-    ``ended`` on the node (``time.time()`` of each machine); ``status`` is the measurement's, or
+    ``ended`` on the node (``time.monotonic()`` of each machine, so compare them within one machine
+    only); ``status`` is the measurement's, or
     ``"lost"`` when the node's actor died with it."""
 
     node_id: str
@@ -125,7 +126,7 @@ class _NodeMeasurer:
 
     def measure(self, index: int, kind: str, item: Any) -> _Reply:
         """Measure ``item`` (a brick or a whole model) under configuration ``index``, as a local run does."""
-        started = time.time()
+        started = time.monotonic()
         runner = self._runner(index)
         overhead = None
         if kind == "brick":
@@ -133,7 +134,7 @@ class _NodeMeasurer:
             overhead = brick_overhead(runner.backend, item, runner.config, m)
         else:
             m, timing = runner.measure(item), None
-        return _Reply(m, timing, overhead, started, time.time())
+        return _Reply(m, timing, overhead, started, time.monotonic())
 
     def calibrate_reorders(self, index: int) -> Any:
         """The backend's price of a layout reorder under configuration ``index`` on this node, or None."""
@@ -414,8 +415,9 @@ class _Loop:
                     self._progress(pending.task, state.value, None, state, None)
                     continue
                 index = self.job.configs.index(pending.task.config)
+                submitted = time.monotonic()  # before the call: the node may start before it returns
                 ref = node.actor.measure.remote(index, pending.task.kind, pending.task.item)
-                self.flights[ref] = _Flight(pending, node, time.time())
+                self.flights[ref] = _Flight(pending, node, submitted)
                 node.busy = True
 
     def _next_for(self, node: _Node) -> _Pending | None:
@@ -466,7 +468,7 @@ class _Loop:
         self.counts["duplicates"] += outcome is not RecordOutcome.INSERTED and not self.job.retry_failed
         self.used.add(node.report.node_id)
         self.runs.append(NodeRun(node.report.node_id, node.system, task.kind, task.key, m.status, flight.submitted,
-                                 reply.started, reply.ended, time.time()))
+                                 reply.started, reply.ended, time.monotonic()))
         self._progress(task, m.status, m.median_s, outcome, node)
 
     def _lost(self, flight: _Flight, error: BaseException) -> None:
@@ -474,7 +476,7 @@ class _Loop:
         pending, node = flight.pending, flight.node
         self.job.release(pending.task, node.system)
         self.runs.append(NodeRun(node.report.node_id, node.system, pending.task.kind, pending.task.key, "lost",
-                                 flight.submitted, None, None, time.time()))
+                                 flight.submitted, None, None, time.monotonic()))
         pending.attempts += 1
         pending.avoid.add(node.report.node_id)
         alive = self._restart(node)
