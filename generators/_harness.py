@@ -78,6 +78,8 @@ def time_calls(
     run: Callable[[], object] | Prepared,
     budget: Budget,
     clock: Clock = time.perf_counter_ns,
+    *,
+    warmed: bool = False,
 ) -> Timing:
     """Warm ``run`` up, then time it adaptively under ``budget``.
 
@@ -90,6 +92,9 @@ def time_calls(
         Warm-up time, minimum time and runs, maximum time, target CI width.
     clock : callable, default time.perf_counter_ns
         Integer nanoseconds; tests pass a fake clock that the fake backend advances.
+    warmed : bool, default False
+        Whether every copy of ``run`` has run before (a prepared model timed again): the warm-up then
+        lasts ``budget.warmup_time`` only, instead of at least one call of each copy.
 
     Returns
     -------
@@ -99,7 +104,7 @@ def time_calls(
     prime: Callable[[], object] | None = getattr(run, "prime", None)
     copies = int(getattr(run, "copies", 1) or 1)
     warm_start = clock()
-    warmup_calls, per_call_ns = warm_up(call, budget, clock, prime, min_calls=copies)
+    warmup_calls, per_call_ns = warm_up(call, budget, clock, prime, min_calls=1 if warmed else copies)
     warm_end = clock()
     inner = choose_inner(per_call_ns, budget)
     relocate = getattr(run, "relocate", None)
@@ -255,10 +260,12 @@ def measure_prepared(
     floor_s: float | None = None,
     keep_samples: bool = False,
     clock: Clock = time.perf_counter_ns,
+    warmed: bool = False,
 ) -> tuple[Measurement, Timing]:
-    """Time an already prepared model and summarize it (wall time covers timing only)."""
+    """Time an already prepared model and summarize it (wall time covers timing only); ``warmed``
+    as :func:`time_calls` takes it."""
     start = clock()
-    timing = time_calls(prepared, budget, clock)
+    timing = time_calls(prepared, budget, clock, warmed=warmed)
     wall = (clock() - start) / 1e9
     return timing_to_measurement(
         timing, key, backend_name, config, wall, floor_s=floor_s, keep_samples=keep_samples

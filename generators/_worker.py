@@ -126,7 +126,7 @@ def _measure(state: _State, payload: dict[str, Any]) -> Any:
     try:
         measurement, timing = measure_prepared(prepared, payload["key"], backend.name, config, payload["budget"],
                                                floor_s=payload.get("floor_s"),
-                                               keep_samples=payload.get("keep_samples", False))
+                                               keep_samples=payload.get("keep_samples", False), warmed=kept)
     except BaseException:
         if kept:
             state.kept.drop(key)
@@ -146,7 +146,8 @@ def _again(state: _State, payload: dict[str, Any]) -> Any:
         raise KeyError(f"no model {payload['key'][:12]} is held in this worker; measure it with hold=True")
     prepared, backend, config = state.held[payload["key"]]
     return measure_prepared(prepared, payload["key"], backend.name, config, payload["budget"],
-                            floor_s=payload.get("floor_s"), keep_samples=payload.get("keep_samples", False))
+                            floor_s=payload.get("floor_s"), keep_samples=payload.get("keep_samples", False),
+                            warmed=True)
 
 
 def _release(state: _State, payload: dict[str, Any]) -> None:

@@ -361,3 +361,27 @@ def test_docstring_examples_run(module: str) -> None:
     mod = importlib.import_module(f"dlbricks.generators.{module}")
     result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+class _Copies:
+    """A run of 10 us over ``copies`` session copies, counting its calls."""
+
+    def __init__(self, clock: FakeClock, copies: int) -> None:
+        self.clock = clock
+        self.copies = copies
+        self.calls = 0
+
+    def run(self) -> None:
+        self.calls += 1
+        self.clock.advance(10 * US)
+
+
+@pytest.mark.parametrize(("warmed", "least_warmup_calls"), [(False, 500), (True, 1)])
+def test_warm_up_runs_every_copy_once_unless_already_warmed(warmed: bool, least_warmup_calls: int) -> None:
+    clock = FakeClock()
+    prepared = _Copies(clock, copies=500)
+    budget = _budget(warmup_time=1e-4, min_time=1e-3, sample_time=1e-6)
+    timing = time_calls(prepared, budget, clock, warmed=warmed)
+    assert timing.copies == 500 and timing.warmup_calls >= least_warmup_calls
+    if warmed:  # a kept model's copies ran before: the warm-up lasts warmup_time (10 calls of 10 us)
+        assert timing.warmup_calls <= 11

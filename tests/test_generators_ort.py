@@ -38,6 +38,7 @@ from dlbricks.generators._ort import (
     MIN_COLD_WEIGHT_BYTES,
     THREAD_POOLS_ENV,
     USE_ENV_ALLOCATORS,
+    _seeded_inputs,
     cold_copies,
     installed_onnxruntimes,
     no_cuda_message,
@@ -118,6 +119,22 @@ def test_relocate_moves_the_buffers_and_keeps_the_results() -> None:
     (after,) = prepared.outputs()
     np.testing.assert_array_equal(before, after)
     prepared.close()
+
+
+def test_inputs_are_the_seeded_values_in_fresh_buffers_for_every_brick() -> None:
+    ranges = {"idx": [0, 7]}
+    one = _model([helper.make_node("Gather", ["x", "idx"], ["y"])],
+                 [_f32("x", [8, 4]), helper.make_tensor_value_info("idx", TensorProto.INT64, [3])],
+                 [_f32("y", [3, 4])], ranges=ranges)
+    other = _model([helper.make_node("Gather", ["a", "b"], ["c"])],  # other names, same shapes
+                   [_f32("a", [8, 4]), helper.make_tensor_value_info("b", TensorProto.INT64, [3])],
+                   [_f32("c", [3, 4])], ranges={"b": [0, 7]})
+    first, second = _seeded_inputs(one, ["x", "idx"]), _seeded_inputs(other, ["a", "b"])
+    drawn = random_inputs(one)
+    assert list(first) == ["x", "idx"] and list(second) == ["a", "b"]
+    for mine, theirs, seeded in zip(first.values(), second.values(), drawn.values()):
+        assert np.array_equal(mine, seeded) and np.array_equal(theirs, seeded)
+        assert mine is not theirs and not np.shares_memory(mine, theirs) and mine.flags.writeable
 
 
 def test_softmax_outputs_are_computed_into_bound_buffers() -> None:
