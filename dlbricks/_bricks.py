@@ -2,9 +2,12 @@
 
 Constants of a brick are either *exact* (values copied from the model: every integer or bool
 tensor, every tensor of at most :data:`EXACT_MAX_ELEMENTS` elements, every input at a semantic
-position such as Reshape's shape or Resize's scales) or *synthetic* (large float weights, generated
-from a seed derived from the signature, because latency does not depend on their values). With
-``weights="real"`` the model's own weights are kept too.
+position such as Reshape's shape or Resize's scales, every scale and zero point of a quantized
+op) or *synthetic*
+(large float weights, and the integer weights of quantized models: int8/uint8 tensors and the
+inputs of :data:`INTEGER_WEIGHT_INPUTS`; generated from a seed derived from the signature, because
+latency does not depend on their values). With ``weights="real"`` the model's own weights are kept
+too.
 """
 
 from __future__ import annotations
@@ -25,11 +28,46 @@ from dlbricks._errors import InvalidArgumentError
 from dlbricks._graph import VALUE_RANGES_KEY, VALUE_STATISTICS_KEY
 from dlbricks._types import TensorSpec, ValueStatistics
 
-__all__ = ["Brick", "ConstantSpec", "EXACT_MAX_ELEMENTS", "SEMANTIC_INPUTS", "BRICK_META_KEY", "SIGNATURE_KEY",
-           "write_bricks"]
+__all__ = [
+    "BRICK_META_KEY",
+    "EXACT_MAX_ELEMENTS",
+    "INTEGER_WEIGHT_INPUTS",
+    "QUANTIZATION_PARAMETERS",
+    "QUANTIZED_INPUTS",
+    "SEMANTIC_INPUTS",
+    "SIGNATURE_KEY",
+    "Brick",
+    "ConstantSpec",
+    "value_is_hashed",
+    "write_bricks",
+]
 
 #: Constants of at most this many elements are always kept exactly.
 EXACT_MAX_ELEMENTS = 64
+#: Quantized ops (ONNX and onnxruntime's com.microsoft domain): positions of their scales, zero
+#: points and integer weights. Scales and zero points are kept exactly (onnxruntime checks some
+#: zero points, and its QDQ fusions compare them) but not hashed: the kernel's work does not depend
+#: on their values, and a quantized model has other ones at every layer. Integer weights and biases
+#: are weights like any other, synthetic by default.
+QUANTIZED_INPUTS: Mapping[str, tuple[frozenset[int], frozenset[int], frozenset[int]]] = {
+    "QuantizeLinear": (frozenset({1}), frozenset({2}), frozenset()),
+    "DequantizeLinear": (frozenset({1}), frozenset({2}), frozenset({0})),
+    "QLinearConv": (frozenset({1, 4, 6}), frozenset({2, 5, 7}), frozenset({3, 8})),
+    "QLinearMatMul": (frozenset({1, 4, 6}), frozenset({2, 5, 7}), frozenset({0, 3})),
+    "MatMulInteger": (frozenset(), frozenset({2, 3}), frozenset({0, 1})),
+    "ConvInteger": (frozenset(), frozenset({2, 3}), frozenset({1})),
+    "QGemm": (frozenset({1, 4, 7}), frozenset({2, 5, 8}), frozenset({0, 3, 6})),
+    "QLinearAdd": (frozenset({1, 4, 6}), frozenset({2, 5, 7}), frozenset({0, 3})),
+    "QLinearMul": (frozenset({1, 4, 6}), frozenset({2, 5, 7}), frozenset({0, 3})),
+    "QLinearGlobalAveragePool": (frozenset({1, 3}), frozenset({2, 4}), frozenset()),
+    "QLinearAveragePool": (frozenset({1, 3}), frozenset({2, 4}), frozenset()),
+    "QLinearSigmoid": (frozenset({1, 3}), frozenset({2, 4}), frozenset()),
+    "QLinearLeakyRelu": (frozenset({1, 3}), frozenset({2, 4}), frozenset()),
+    "DynamicQuantizeMatMul": (frozenset({2}), frozenset({3}), frozenset({1})),
+    "MatMulIntegerToFloat": (frozenset({2, 3}), frozenset({4, 5}), frozenset({0, 1})),
+}
+#: Integer types that hold quantized values (weights, activations), never shapes or indices.
+QUANTIZED_DTYPES = frozenset({"int8", "uint8"})
 #: Inputs (op type -> positions) whose values change what the op computes or how much work it does.
 SEMANTIC_INPUTS: Mapping[str, frozenset[int]] = {
     "Reshape": frozenset({1}), "Expand": frozenset({1}), "Tile": frozenset({1}),
@@ -43,11 +81,17 @@ SEMANTIC_INPUTS: Mapping[str, frozenset[int]] = {
     "CumSum": frozenset({1}), "Trilu": frozenset({1}), "Pow": frozenset({1}),
     "LSTM": frozenset({4}), "GRU": frozenset({4}), "RNN": frozenset({4}),
 }
-#: Inputs that must be positive for the op to compute finite values (variances, divisors).
+#: Inputs that must be positive for the op to compute finite values (variances, divisors, scales).
 POSITIVE_INPUTS: Mapping[str, frozenset[int]] = {
     "BatchNormalization": frozenset({4}), "BatchNorm": frozenset({4}), "Div": frozenset({1}), "Sqrt": frozenset({0}),
     "Log": frozenset({0}), "Reciprocal": frozenset({0}), "Pow": frozenset({0}),
+    **{op: scales for op, (scales, _, _) in QUANTIZED_INPUTS.items()},
 }
+#: Scales and zero points of quantized ops: exact, not hashed.
+QUANTIZATION_PARAMETERS: Mapping[str, frozenset[int]] = {
+    op: scales | zero_points for op, (scales, zero_points, _) in QUANTIZED_INPUTS.items()}
+#: Integer inputs that are weights (values synthetic unless real weights are asked for).
+INTEGER_WEIGHT_INPUTS: Mapping[str, frozenset[int]] = {op: w for op, (_, _, w) in QUANTIZED_INPUTS.items()}
 #: metadata_props key of the brick description in serialized bricks.
 BRICK_META_KEY = "dlbricks.brick"
 #: Metadata key of a brick's signature in its ONNX model: what tells a backend that a model is a brick.
@@ -186,14 +230,16 @@ class Brick:
         """The brick with nothing of its model's but what decides its cost.
 
         Every constant whose value the signature does not hash becomes synthetic (weights and
-        small float tensors alike); integer and bool constants, scalars, and constants at semantic
-        positions (:data:`SEMANTIC_INPUTS`: shapes, axes, pads, scales) keep their values. Nodes lose
+        small float tensors and quantized integer weights alike); other integer and bool constants,
+        scalars, constants at semantic positions (:data:`SEMANTIC_INPUTS`: shapes, axes, pads,
+        scales) and the scales and zero points of quantized ops keep their values. Nodes lose
         their names and doc strings, and tensors inside the brick are named ``t0``, ``t1``...
         The signature is unchanged: it never depended on what is dropped.
         """
-        keep = _semantic_constants(self)
+        keep = _semantic_constants(self) | _read_at(self, QUANTIZATION_PARAMETERS)
+        weights = _read_at(self, INTEGER_WEIGHT_INPUTS)
         constants = tuple(
-            c if c.value is None or c.spec.name in keep or _is_hashed(c.spec)
+            c if c.value is None or c.spec.name in keep or value_is_hashed(c.spec, False, c.spec.name in weights)
             else ConstantSpec(c.spec, False, c.synthetic, None) for c in self.constants)
         return replace(self, constants=constants, nodes=_anonymous_nodes(self), weights="synthetic")
 
@@ -350,9 +396,16 @@ def write_bricks(bricks: Iterable[Brick], out: str | Path, *, weights: str = "sy
     return paths
 
 
-def _is_hashed(spec: TensorSpec) -> bool:
-    """Whether the signature hashes a constant's value whatever its position: integers, bools,
-    strings and scalars."""
+def value_is_hashed(spec: TensorSpec, semantic: bool = False, integer_weight: bool = False,
+                    parameter: bool = False) -> bool:
+    """Whether the signature hashes a constant's value: at a semantic position, a scalar, or an
+    integer, bool or string tensor; not a weight (``integer_weight``: read at a position of
+    :data:`INTEGER_WEIGHT_INPUTS`, or of a quantized type such as int8) nor a scale or zero point
+    (``parameter``: :data:`QUANTIZATION_PARAMETERS`) unless it is semantic too."""
+    if semantic:
+        return True
+    if integer_weight or parameter or spec.dtype in QUANTIZED_DTYPES:
+        return spec.numel <= 1 and not parameter
     if spec.numel <= 1 or spec.dtype in ("bool", "string"):
         return True
     return spec.dtype != "bfloat16" and bool(np.issubdtype(np.dtype(spec.dtype), np.integer))
@@ -368,6 +421,13 @@ def _semantic_constants(brick: Brick) -> set[str]:
         if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
             found |= names  # what a subgraph reads is not known here: keep it all
     return found
+
+
+def _read_at(brick: Brick, positions: Mapping[str, frozenset[int]]) -> set[str]:
+    """Names of the brick's constants read at one of ``positions`` (op type -> input positions)."""
+    names = {c.spec.name for c in brick.constants}
+    return {name for node in brick.nodes for i, name in enumerate(node.input)
+            if name in names and i in positions.get(node.op_type, frozenset())}
 
 
 def _anonymous_nodes(brick: Brick) -> tuple[onnx.NodeProto, ...]:
@@ -421,9 +481,14 @@ def _seed(signature: str, index: int) -> int:
 
 
 def synthetic_array(spec: TensorSpec, kind: str, seed: int) -> np.ndarray:
-    """Seeded synthetic weights: small normal values, or values in [0.5, 1.5) where positivity matters."""
+    """Seeded synthetic weights: small normal values, or values in [0.5, 1.5) where positivity matters;
+    integers uniform over their type's range (int8, uint8) or within +-1024 (int32 biases)."""
     rng = np.random.default_rng(seed)
     dtype = np.dtype("float32") if spec.dtype == "bfloat16" else np.dtype(spec.dtype)
+    if np.issubdtype(dtype, np.integer):  # quantized weights over their type's range, int32 biases small
+        info = np.iinfo(dtype)
+        return rng.integers(max(info.min, -1024), min(info.max, 1023), size=spec.shape, dtype=dtype,
+                            endpoint=True)
     if not np.issubdtype(dtype, np.floating):
         return np.zeros(spec.shape, dtype=dtype)
     if kind == "positive":

@@ -2,7 +2,10 @@
 
 Conventions (as in most FLOP counters): a multiply-add is 2 FLOPs; elementwise ops cost one FLOP per
 output element (transcendentals included); pure data movement (Reshape, Transpose, Gather...) costs
-0 FLOPs, which is known, not unknown. Bytes moved are the brick's inputs, constants and outputs.
+0 FLOPs, which is known, not unknown. Integer ops of quantized models count like their float
+counterparts (QLinearConv as a Conv, MatMulInteger as a MatMul), and quantizing or dequantizing a
+tensor 2 ops per element. Bytes moved are the brick's inputs, constants and outputs, at the width of
+their types (1 byte for int8).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import onnx
 
 from dlbricks._types import TensorSpec
 
-__all__ = ["node_flops", "padding_flops", "gemm_dims", "KNOWN_OPS", "ELEMENTWISE_OPS", "DATA_MOVEMENT_OPS"]
+__all__ = ["DATA_MOVEMENT_OPS", "ELEMENTWISE_OPS", "KNOWN_OPS", "gemm_dims", "node_flops", "padding_flops"]
 
 Specs = Sequence[TensorSpec | None]
 FlopFn = Callable[[Mapping[str, object], Specs, Specs], int | None]
@@ -45,6 +48,35 @@ def _conv_transpose(attrs: Mapping[str, object], ins: Specs, outs: Specs) -> int
     per_in = 2 * math.prod(w.shape[1:])
     bias = y.numel if len(ins) > 2 and ins[2] is not None else 0
     return x.numel * per_in + bias
+
+
+def _conv_at(weight: int, bias: int | None) -> FlopFn:
+    """A convolution whose weight and bias are at other positions (QLinearConv, ConvInteger)."""
+    def fn(attrs: Mapping[str, object], ins: Specs, outs: Specs) -> int | None:
+        w = ins[weight] if len(ins) > weight else None
+        y = outs[0] if outs else None
+        if w is None or y is None:
+            return None
+        has_bias = bias is not None and len(ins) > bias and ins[bias] is not None
+        return y.numel * 2 * math.prod(w.shape[1:]) + (y.numel if has_bias else 0)
+    return fn
+
+
+def _qgemm(attrs: Mapping[str, object], ins: Specs, outs: Specs) -> int | None:
+    """QGemm(A, a_scale, a_zero_point, B, b_scale, b_zero_point, C...): a Gemm with C at 6."""
+    a, y = ins[0], outs[0]
+    if a is None or y is None:
+        return None
+    k = a.shape[0] if attrs.get("transA", 0) else a.shape[-1]
+    bias = y.numel if len(ins) > 6 and ins[6] is not None else 0
+    return 2 * y.numel * k + bias
+
+
+def _dynamic_quantize_matmul(attrs: Mapping[str, object], ins: Specs, outs: Specs) -> int | None:
+    """DynamicQuantizeMatMul: quantizes A (range and scale, 4 per element), then the product."""
+    product = _matmul(attrs, ins, outs)
+    a = ins[0] if ins else None
+    return None if product is None or a is None else product + 4 * a.numel
 
 
 def _matmul(attrs: Mapping[str, object], ins: Specs, outs: Specs) -> int | None:
@@ -144,9 +176,26 @@ _FLOPS: dict[str, FlopFn] = {
     "LSTM": _rnn(4), "GRU": _rnn(3), "RNN": _rnn(1), "Resize": _resize, "Upsample": _resize,
     **{op: _per_output(1) for op in _ELEMENTWISE},
     **{op: _zero for op in _DATA_MOVEMENT},
+    # integer ops of quantized models: a multiply-add of integers is 2 ops, as of floats; quantizing
+    # (scale, round, shift) and dequantizing (shift, scale) 2 per element; DynamicQuantizeLinear
+    # also finds its input's range (2 more)
+    "QLinearConv": _conv_at(3, 8), "ConvInteger": _conv_at(1, None),
+    "QLinearMatMul": _matmul, "MatMulInteger": _matmul,
+    "QuantizeLinear": _per_output(2), "DequantizeLinear": _per_output(2),
+    "DynamicQuantizeLinear": _per_input(4),
 }
+#: FLOPs of onnxruntime's contrib ops (domain ``com.microsoft``) that quantization tools write.
+_CONTRIB_FLOPS: dict[str, FlopFn] = {
+    "QGemm": _qgemm, "MatMulIntegerToFloat": _matmul, "DynamicQuantizeMatMul": _dynamic_quantize_matmul,
+    "QLinearAdd": _per_output(1), "QLinearMul": _per_output(1), "QLinearSigmoid": _per_output(1),
+    "QLinearLeakyRelu": _per_output(1), "QLinearSoftmax": _per_output(5),
+    "QLinearGlobalAveragePool": _global_pool, "QLinearAveragePool": _pool,
+    "QLinearConcat": _zero, "QLinearWhere": _per_output(1),
+}
+_DOMAIN_FLOPS: Mapping[str, Mapping[str, FlopFn]] = {"": _FLOPS, "ai.onnx": _FLOPS,
+                                                     "com.microsoft": _CONTRIB_FLOPS}
 
-#: Ops whose FLOPs dlbricks knows (others report ``None``).
+#: Ops of the ONNX domain whose FLOPs dlbricks knows (others report ``None``).
 KNOWN_OPS = frozenset(_FLOPS)
 #: Element-wise ops: one FLOP per output element, cost set by the bytes they move.
 ELEMENTWISE_OPS = frozenset(_ELEMENTWISE)
@@ -186,10 +235,12 @@ def gemm_dims(node: onnx.NodeProto, ins: Specs, outs: Specs) -> tuple[int, int, 
 
 
 def node_flops(node: onnx.NodeProto, ins: Specs, outs: Specs) -> int | None:
-    """FLOPs of one node, or None if the op is unknown (custom domains, control flow...)."""
-    if node.domain not in ("", "ai.onnx"):
-        return None
-    fn = _FLOPS.get(node.op_type)
+    """FLOPs of one node, or None if the op is unknown (custom domains, control flow...).
+
+    Integer ops count like their float counterparts: QLinearConv and ConvInteger as a Conv,
+    MatMulInteger and QLinearMatMul as a MatMul, onnxruntime's QGemm as a Gemm.
+    """
+    fn = _DOMAIN_FLOPS.get(node.domain, {}).get(node.op_type)
     if fn is None:
         return None
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}

@@ -11,12 +11,15 @@ import onnx
 
 from dlbricks._bricks import (
     EXACT_MAX_ELEMENTS,
+    INTEGER_WEIGHT_INPUTS,
     POSITIVE_INPUTS,
+    QUANTIZATION_PARAMETERS,
     SEMANTIC_INPUTS,
     WEIGHT_MODES,
     Brick,
     BrickInContext,
     ConstantSpec,
+    value_is_hashed,
 )
 from dlbricks._canonical import canonical_nodes, signature_of, value_digest
 from dlbricks._cost import node_flops
@@ -28,7 +31,7 @@ from dlbricks._onnx_frontend import ModelLike, load_model
 from dlbricks._ranges import consumer_range
 from dlbricks._types import TensorSpec, runnable_ir_version
 
-__all__ = ["Occurrence", "Decomposition", "BrickSet", "BrickSetSummary", "decompose", "GRANULARITIES"]
+__all__ = ["GRANULARITIES", "BrickSet", "BrickSetSummary", "Decomposition", "Occurrence", "decompose"]
 
 GRANULARITIES = ("layer", "fused")
 #: Optimization level of the fused granularity when none is given: onnxruntime's default.
@@ -331,22 +334,36 @@ def _make_brick(graph: ModelGraph, group: tuple[LayerNode, ...], granularity: st
                 model_ranges: Mapping[str, tuple[int, int]], seen: Mapping[str, Brick],
                 ) -> tuple[Brick, list[str], list[str]]:
     inputs, constants, outputs = _group_interface(graph, group)
-    nodes = canonical_nodes([la.proto for la in group], inputs, constants, outputs)
-    in_specs = tuple(graph.spec(n).renamed(f"in{i}").with_range(
-        _input_range(graph, group, n, model_ranges)) for i, n in enumerate(inputs))
-    out_specs = tuple(graph.spec(n).renamed(f"out{i}") for i, n in enumerate(outputs))
+    protos = [la.proto for la in group]
     roles = _constant_roles(group, constants)
+    unsigned: dict[str, np.ndarray] = {}
+    retyped: set[str] = set()
+    if granularity.startswith("fused:") and granularity != "fused:disable":
+        protos, unsigned, retyped = _unsigned_pairs(graph, group, inputs, outputs)
+        used = {n for p in protos for n in p.input} | {n for la in group for n in la.implicit_inputs}
+        constants = [c for c in constants if c in used] + list(unsigned)
+        roles.update(dict.fromkeys(unsigned, (False, False, False, True)))  # zero points
+    nodes = canonical_nodes(protos, inputs, constants, outputs)
+
+    def spec_of(name: str) -> TensorSpec:
+        spec = graph.spec(name)
+        return TensorSpec(name, spec.shape, "uint8") if name in retyped else spec
+
+    in_specs = tuple(spec_of(n).renamed(f"in{i}").with_range(
+        _input_range(graph, group, n, model_ranges)) for i, n in enumerate(inputs))
+    out_specs = tuple(spec_of(n).renamed(f"out{i}") for i, n in enumerate(outputs))
     const_specs = []
     sig_consts = []
     for i, name in enumerate(constants):
-        spec = graph.spec(name).renamed(f"c{i}")
-        semantic, positive = roles[name]
-        integral = _is_integral(spec.dtype)
-        exact = semantic or integral or spec.numel <= EXACT_MAX_ELEMENTS
-        hashed = semantic or integral or spec.numel <= 1
-        digest = value_digest(graph.constant_array(name)) if hashed else None
-        const_specs.append(ConstantSpec(spec, exact, "positive" if positive else "normal",
-                                        _constant_value(graph, name, exact, weights)))
+        array = unsigned.get(name)
+        spec = (graph.spec(name) if array is None else TensorSpec(name, array.shape, "uint8")).renamed(f"c{i}")
+        semantic, positive, integer_weight, parameter = roles[name]
+        hashed = value_is_hashed(spec, semantic, integer_weight, parameter)
+        exact = hashed or parameter or spec.numel <= EXACT_MAX_ELEMENTS
+        digest = value_digest(graph.constant_array(name) if array is None else array) if hashed else None
+        value = (_constant_value(graph, name, exact, weights) if array is None
+                 else onnx.numpy_helper.from_array(array, name))
+        const_specs.append(ConstantSpec(spec, exact, "positive" if positive else "normal", value))
         sig_consts.append((spec.shape, spec.dtype, digest))
     domains = {la.domain for la in group} | {""}
     opsets = tuple(sorted((d, graph.opsets[d]) for d in domains if d in graph.opsets))
@@ -368,6 +385,65 @@ def _make_brick(graph: ModelGraph, group: tuple[LayerNode, ...], granularity: st
     return brick, inputs, outputs
 
 
+#: Suffix of the uint8 zero point that replaces an int8 one in :func:`_unsigned_pairs`.
+_UNSIGNED = ":uint8"
+
+
+def _unsigned_pairs(graph: ModelGraph, group: tuple[LayerNode, ...], inputs: Sequence[str],
+                    outputs: Sequence[str]) -> tuple[list[onnx.NodeProto], dict[str, np.ndarray], set[str]]:
+    """The group's nodes with the int8 tensors it shares with its neighbours through a
+    QuantizeLinear -> DequantizeLinear pair made uint8, as onnxruntime does to the whole model on
+    x86 before its QDQ fusions (QDQS8ToU8Transformer: a QuantizeLinear whose one reader is a
+    DequantizeLinear, both of the same constant scalar int8 zero point; zero point + 128, the same
+    dequantized values).
+
+    A brick cut at such a pair would otherwise meet an int8 input (or output) that the runtime
+    does not convert, and run its DequantizeLinear -> Conv -> QuantizeLinear unfused in float
+    instead of as one QLinearConv. Returns the nodes (copies where rewritten), the uint8 zero
+    points (named ``<int8 zero point>:uint8``) and the tensors made uint8.
+    """
+    if not any(la.op_type in ("QuantizeLinear", "DequantizeLinear") for la in group):
+        return [la.proto for la in group], {}, set()
+    readers: dict[str, list[LayerNode]] = {}
+    for layer in graph.layers:
+        for name in layer.inputs:
+            readers.setdefault(name, []).append(layer)
+    producer = {o: la for la in graph.layers for o in la.outputs if o}
+    graph_outputs = {spec.name for spec in graph.outputs}
+
+    def zero_point(layer: LayerNode, op_type: str) -> int | None:
+        """The constant scalar int8 zero point of a QuantizeLinear or DequantizeLinear, else None."""
+        zp = layer.inputs[2] if layer.op_type == op_type and len(layer.inputs) > 2 else ""
+        if not graph.is_constant(zp) or graph.spec(zp).dtype != "int8" or graph.spec(zp).numel != 1:
+            return None
+        return int(graph.constant_array(zp).reshape(-1)[0])
+
+    def is_pair(tensor: str) -> bool:
+        """A QuantizeLinear whose one reader is a DequantizeLinear of the same zero point."""
+        src, users = producer.get(tensor), readers.get(tensor, [])
+        if src is None or len(users) != 1 or tensor in graph_outputs:
+            return False
+        zp = zero_point(src, "QuantizeLinear")
+        return zp is not None and zero_point(users[0], "DequantizeLinear") == zp
+
+    pairs = {name for name in (*inputs, *outputs) if is_pair(name)}
+    protos: list[onnx.NodeProto] = []
+    zero_points: dict[str, np.ndarray] = {}
+    for layer in group:
+        tensor = layer.inputs[0] if layer.op_type == "DequantizeLinear" else layer.outputs[0]
+        if layer.op_type not in ("QuantizeLinear", "DequantizeLinear") or tensor not in pairs:
+            protos.append(layer.proto)
+            continue
+        zp = layer.inputs[2]
+        name = f"{zp}{_UNSIGNED}"
+        zero_points[name] = (graph.constant_array(zp).astype(np.int16) + 128).astype(np.uint8)
+        node = onnx.NodeProto()
+        node.CopyFrom(layer.proto)
+        node.input[2] = name
+        protos.append(node)
+    return protos, zero_points, pairs
+
+
 def _constant_value(graph: ModelGraph, name: str, exact: bool, weights: str) -> onnx.TensorProto | None:
     """The value a brick keeps: a standalone copy of an exact constant (a reference into the model
     would keep the whole model, weights and all, alive), the model's own tensor for real weights."""
@@ -380,25 +456,21 @@ def _constant_value(graph: ModelGraph, name: str, exact: bool, weights: str) -> 
     return value
 
 
-def _is_integral(dtype: str) -> bool:
-    if dtype in ("bool", "string"):
-        return True
-    return dtype != "bfloat16" and bool(np.issubdtype(np.dtype(dtype), np.integer))
-
-
-def _constant_roles(group: tuple[LayerNode, ...], constants: Sequence[str]) -> dict[str, tuple[bool, bool]]:
-    """For each constant: (semantic, must be positive), from the positions where it is read."""
-    roles = {name: (False, False) for name in constants}
+def _constant_roles(group: tuple[LayerNode, ...], constants: Sequence[str],
+                    ) -> dict[str, tuple[bool, bool, bool, bool]]:
+    """For each constant: (semantic, must be positive, integer weight, quantization parameter),
+    from the positions where it is read."""
+    tables = (SEMANTIC_INPUTS, POSITIVE_INPUTS, INTEGER_WEIGHT_INPUTS, QUANTIZATION_PARAMETERS)
+    roles = {name: (False, False, False, False) for name in constants}
     for layer in group:
-        semantic_positions = SEMANTIC_INPUTS.get(layer.op_type, frozenset())
-        positive_positions = POSITIVE_INPUTS.get(layer.op_type, frozenset())
+        positions = [table.get(layer.op_type, frozenset()) for table in tables]
         for position, name in enumerate(layer.inputs):
             if name in roles:
-                sem, pos = roles[name]
-                roles[name] = (sem or position in semantic_positions, pos or position in positive_positions)
+                roles[name] = tuple(  # type: ignore[assignment]
+                    old or position in found for old, found in zip(roles[name], positions, strict=True))
         for name in layer.implicit_inputs:
             if name in roles:
-                roles[name] = (True, roles[name][1])
+                roles[name] = (True, *roles[name][1:])
     return roles
 
 

@@ -60,7 +60,7 @@ from dlbricks._errors import BackendError, InvalidArgumentError
 from dlbricks._graph import LayerNode, ModelGraph
 from dlbricks._ortutil import session_options
 
-__all__ = ["FusionPlan", "NCHWC_DOMAIN", "OPT_LEVELS", "REORDER_OPS", "fusion_groups", "optimized_model"]
+__all__ = ["NCHWC_DOMAIN", "OPT_LEVELS", "REORDER_OPS", "FusionPlan", "fusion_groups", "optimized_model"]
 
 #: Graph optimization levels, as in ``OrtConfig.graph_optimization_level``.
 OPT_LEVELS = ("disable", "basic", "extended", "all")
@@ -76,11 +76,34 @@ _SEED_TYPES: Mapping[str, tuple[str, ...]] = {
     "Upsample": ("Upsample", "Resize"),
     f"{NCHWC_DOMAIN}:Conv": ("Conv", "BatchNormalization"),
     f"{NCHWC_DOMAIN}:Upsample": ("Upsample", "Resize"),
+    # QDQ fusions: DequantizeLinear -> op -> QuantizeLinear run as one quantized kernel
+    "QLinearConv": ("Conv",),
+    "QLinearMatMul": ("MatMul",),
+    "QGemm": ("Gemm", "MatMul"),
+    "QLinearAdd": ("Add",),
+    "QLinearMul": ("Mul",),
+    "QLinearSigmoid": ("Sigmoid",),
+    "QLinearLeakyRelu": ("LeakyRelu",),
+    "QLinearSoftmax": ("Softmax",),
+    "QLinearConcat": ("Concat",),
+    "QLinearGlobalAveragePool": ("GlobalAveragePool",),
+    "QLinearAveragePool": ("AveragePool",),
+    "QLinearWhere": ("Where",),
+    "MatMulIntegerToFloat": ("MatMulInteger", "MatMul"),
+    "DynamicQuantizeMatMul": ("MatMulInteger", "MatMul"),
 }
+#: Kernels that run a QDQ node unit: the DequantizeLinear layers feeding their seed and the
+#: QuantizeLinear layers reading its output are part of the kernel.
+_QDQ_KERNELS = frozenset(op for op in _SEED_TYPES if op.startswith("QLinear") or op == "QGemm")
+#: Position of the weight of a kernel whose weight is not its second input.
+_WEIGHT_POSITION: Mapping[str, int] = {"QLinearConv": 3}
 #: Ops that only change a tensor's shape: where one has no original counterpart, it is a helper.
 _VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 #: Attributes that an optimizer adds to a kernel: not compared with the seed's.
 _ADDED_ATTRIBUTES = frozenset({"activation", "activation_params", "alpha", "transA", "transB", "group"})
+#: Prefix of the tensors that onnxruntime's InsertCastTransformer computes in float32 in place of
+#: the float16 originals of the same name (where the CPU provider has no float16 kernel).
+_PRECISION_FREE_PREFIX = "InsertedPrecisionFreeCast_"
 #: Channel block sizes of the NCHWc layout (AVX2, AVX-512): NCHWc weights pad channels to them.
 _NCHWC_BLOCKS = (8, 16)
 
@@ -259,6 +282,10 @@ class _Mapper:
         for name in self.classes:
             if name in originals:
                 self.alias.setdefault(self.classes[name], name)
+        for name in self.classes:  # a float16 tensor that the runtime computes in float32 instead
+            original = name.removeprefix(_PRECISION_FREE_PREFIX)
+            if original != name and original in originals:
+                self.alias.setdefault(self.classes[name], original)
         self.kdag = self._kernel_dag()
         self.made_by = {self.classes[o]: i for i, n in enumerate(self.nodes) if i not in self.reorders
                         for o in n.output if o}
@@ -382,8 +409,9 @@ class _Mapper:
         if op_type == _seed_types(node)[0] and any(
                 mine[k] != theirs[k] for k in mine.keys() & theirs.keys() if k not in _ADDED_ATTRIBUTES):
             return False
-        if op_type == "Conv" and len(node.input) > 1 and len(layer.inputs) > 1:
-            dims = self.init_dims.get(node.input[1])
+        weight = _WEIGHT_POSITION.get(node.op_type, 1)
+        if op_type == "Conv" and len(node.input) > weight and len(layer.inputs) > 1:
+            dims = self.init_dims.get(node.input[weight])
             if dims is not None and layer.inputs[1] in self.graph.constants:
                 return _padded_equal(dims, self.graph.spec(layer.inputs[1]).shape)
         return True
@@ -436,10 +464,19 @@ class _Mapper:
                       and t not in self.init_dims for t in (*node.input, *node.output))
         seed = self.seeds[i] = self._seed(i) if renamed else None
         if seed is not None:
-            return {seed}
+            return {seed} | (self._qdq_unit(seed) if node.op_type in _QDQ_KERNELS else set())
         if renamed and node.op_type in _VIEW_OPS and not node.domain:
             return set()
         return self._between(anchors, [a for o in node.output if (a := self._aliased(o)) is not None])
+
+    def _qdq_unit(self, seed: str) -> set[str]:
+        """The unassigned DequantizeLinear layers that feed ``seed`` and QuantizeLinear layers that
+        read it: what onnxruntime's QDQ fusions fold into one quantized kernel with the op."""
+        feeding = {p for p in self.dag.predecessors(seed)
+                   if self.dag.nodes[p]["layer"].op_type == "DequantizeLinear"}
+        reading = {s for s in self.dag.successors(seed)
+                   if self.dag.nodes[s]["layer"].op_type == "QuantizeLinear"}
+        return (feeding | reading) - self.group_of.keys()
 
     def _fold_leftovers(self, last_rank: int) -> None:
         """Layers no kernel claimed join their latest producer's group, else their first

@@ -14,10 +14,13 @@ import numpy as np
 from dlbricks._errors import InvalidArgumentError, UnrunnableBrickError
 from dlbricks._types import TensorSpec, ValueStatistics
 
-__all__ = ["DEFAULT_INT_RANGE", "ar1_noise", "random_array", "random_inputs", "statistics_array"]
+__all__ = ["DEFAULT_INT_RANGE", "QUANTIZED_RANGES", "ar1_noise", "random_array", "random_inputs", "statistics_array"]
 
 DEFAULT_INT_RANGE = (0, 2)
 """Integers without a range: valid as an index into any non-empty axis, a boolean, a small count."""
+QUANTIZED_RANGES = {"int8": (-128, 128), "uint8": (0, 256)}
+"""8-bit integers without a range hold quantized values (activations of quantized models): their
+whole range."""
 
 
 def random_array(
@@ -27,7 +30,8 @@ def random_array(
     rng: np.random.Generator,
 ) -> np.ndarray:
     """A random array: floats standard normal (uniform in ``value_range`` if given), integers and
-    booleans uniform in ``[low, high)`` (default :data:`DEFAULT_INT_RANGE`).
+    booleans uniform in ``[low, high)`` (default :data:`DEFAULT_INT_RANGE`, the whole range of
+    int8 and uint8: :data:`QUANTIZED_RANGES`).
 
     Raises
     ------
@@ -41,7 +45,7 @@ def random_array(
         low, high = value_range or DEFAULT_INT_RANGE
         return rng.integers(max(int(low), 0), min(int(high), 2), size=shape).astype(np.bool_)
     if np.issubdtype(dtype, np.integer):
-        low, high = value_range or DEFAULT_INT_RANGE
+        low, high = value_range or (QUANTIZED_RANGES.get(dtype.name) or DEFAULT_INT_RANGE)
         info = np.iinfo(dtype)
         low, high = max(math.ceil(low), info.min), min(math.ceil(high), info.max)
         if low >= high:

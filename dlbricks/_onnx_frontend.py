@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -26,12 +27,16 @@ from dlbricks._errors import InvalidArgumentError, ModelLoadError, ShapeInferenc
 from dlbricks._graph import VALUE_RANGES_KEY, LayerNode, ModelGraph, ModelSource
 from dlbricks._types import TensorSpec, onnx_dtype_to_name
 
-__all__ = ["load_model", "FOLD_MAX_ELEMENTS"]
+__all__ = ["FOLD_MAX_ELEMENTS", "QUANTIZATION_OPS", "load_model"]
 
 #: A computation is folded into a constant only if its inputs and outputs are at most this large.
 FOLD_MAX_ELEMENTS = 4096
 _NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
                      "Multinomial", "Bernoulli", "Dropout"}
+#: Ops that stay layers even on constant inputs: onnxruntime's own constant folding skips
+#: DequantizeLinear so that its QDQ fusions (DequantizeLinear -> Conv -> QuantizeLinear into
+#: QLinearConv...) find the pattern, and without optimizations the model runs them on every call.
+QUANTIZATION_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
 ModelLike = str | os.PathLike | onnx.ModelProto | bytes
 
 
@@ -199,7 +204,9 @@ def _check_valid(proto: onnx.ModelProto, label: str, path: Path | None) -> None:
                 onnx.checker.check_model(str(path))
     except onnx.checker.ValidationError as e:
         detail = " ".join(str(e).split("==>")[0].split())
-        raise ModelLoadError(f"{label}: is not a valid ONNX model ({detail}); fix or re-export it.") from e
+        node = re.search(r"Bad node spec for node\. Name: (\S*) OpType: (\S+)", str(e))
+        where = f" at node '{node.group(1)}' ({node.group(2)})" if node else ""
+        raise ModelLoadError(f"{label}: is not a valid ONNX model{where} ({detail}); fix or re-export it.") from e
     finally:
         for tt in shapeless:
             tt.ClearField("shape")
@@ -405,7 +412,7 @@ def _fold(proto: onnx.ModelProto, nodes: list[onnx.NodeProto], specs: dict[str, 
 def _fold_node(node: onnx.NodeProto, specs: Mapping[str, TensorSpec], known: dict[str, np.ndarray],
                small_inits: Mapping[str, onnx.TensorProto], opsets: Mapping[str, int],
                ) -> list[np.ndarray] | None:
-    if node.domain not in ("", "ai.onnx") or node.op_type in _NONDETERMINISTIC:
+    if node.domain not in ("", "ai.onnx") or node.op_type in _NONDETERMINISTIC | QUANTIZATION_OPS:
         return None
     if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
         return None
@@ -430,13 +437,23 @@ def _fold_node(node: onnx.NodeProto, specs: Mapping[str, TensorSpec], known: dic
         if out and spec is not None and spec.numel > FOLD_MAX_ELEMENTS:
             return None
     try:
-        values = ReferenceEvaluator(node, opsets=dict(opsets)).run(None, feeds)
+        values = ReferenceEvaluator(_one_node_model(node, opsets)).run(None, feeds)
     except Exception:  # noqa: BLE001 - the reference runtime lacks some ops: keep the node a layer
         return None
     arrays = [np.asarray(v) for v in values]
     if any(a.size > FOLD_MAX_ELEMENTS or a.dtype == object for a in arrays):
         return None
     return arrays
+
+
+def _one_node_model(node: onnx.NodeProto, opsets: Mapping[str, int]) -> onnx.ModelProto:
+    """``node`` alone in a model of the model's opsets: the reference evaluator, given a bare node,
+    runs the latest version of its op (Unsqueeze-13 for an opset-11 Unsqueeze with an ``axes``
+    attribute, which then fails)."""
+    untyped = [onnx.helper.make_value_info(n, onnx.TypeProto()) for n in node.input if n]
+    outputs = [onnx.helper.make_value_info(n, onnx.TypeProto()) for n in node.output if n]
+    graph = onnx.helper.make_graph([node], "fold", untyped, outputs)
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in opsets.items()])
 
 
 def _shape_value(node: onnx.NodeProto, shape: tuple[int, ...]) -> np.ndarray:
@@ -528,13 +545,20 @@ def _require_specs(layers: tuple[LayerNode, ...], specs: dict[str, TensorSpec],
         return
     from dlbricks._runtime_shapes import shapes_from_runtime
 
-    specs.update(shapes_from_runtime(proto, concrete, ranges, list(dict.fromkeys(missing)), label))
+    def where(tensor: str) -> str:
+        producer = next((la for la in layers if tensor in la.outputs), None)
+        if producer is None:
+            return ""
+        op = f"{producer.domain}:{producer.op_type}" if producer.domain else producer.op_type
+        return f" produced by node '{producer.name}' ({op})"
+
+    missing = list(dict.fromkeys(missing))
+    specs.update(shapes_from_runtime(proto, concrete, ranges, missing, f"{label}: tensor '{missing[0]}'"
+                                     f"{where(missing[0])}"))
     still = [t for t in missing if t not in specs]
     if still:
-        producer = next((la for la in layers if still[0] in la.outputs), None)
-        where = f" produced by node '{producer.name}' ({producer.op_type})" if producer else ""
         raise ShapeInferenceError(
-            f"{label}: tensor '{still[0]}'{where} has no concrete shape; give input_shapes or "
+            f"{label}: tensor '{still[0]}'{where(still[0])} has no concrete shape; give input_shapes or "
             f"re-export the model with static shapes.")
 
 

@@ -16,7 +16,11 @@ __all__ = ["shapes_from_runtime"]
 def shapes_from_runtime(proto: onnx.ModelProto, concrete: Mapping[str, tuple[int, ...]],
                         ranges: Mapping[str, tuple[int, int]], names: Sequence[str],
                         label: str) -> dict[str, TensorSpec]:
-    """Run the model once on random inputs with ``names`` exposed as outputs; return their specs."""
+    """Run the model once on random inputs with ``names`` exposed as outputs; return their specs.
+
+    ``label`` names the model and the first tensor of ``names`` (with the node that computes it)
+    in the error raised when the run fails.
+    """
     import onnxruntime as ort
 
     model = onnx.ModelProto()
@@ -36,9 +40,12 @@ def shapes_from_runtime(proto: onnx.ModelProto, concrete: Mapping[str, tuple[int
                                        providers=["CPUExecutionProvider"])
         wanted = [o.name for o in session.get_outputs() if o.name in set(names)]
         values = session.run(wanted, random_inputs(specs, seed=0))
-    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own untyped errors
+    except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        hint = ("dlbricks runs the ops that onnxruntime implements: re-export the model with standard "
+                "ops" if "is not a registered function/op" in first or "NOT_IMPLEMENTED" in first
+                else "give input_shapes or re-export the model with static shapes")
         raise ShapeInferenceError(
-            f"{label}: shapes of {len(names)} tensors (first '{names[0]}') could not be inferred, "
-            f"and running the model to find them failed: {first}") from e
+            f"{label} has no inferred shape, and running the model to find it failed ({first}); "
+            f"{hint}.") from e
     return {n: TensorSpec(n, tuple(v.shape), v.dtype.name) for n, v in zip(wanted, values, strict=True)}

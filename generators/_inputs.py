@@ -3,7 +3,8 @@
 Value ranges come from the model's ``metadata_props`` key ``dlbricks.value_ranges``: a JSON object
 ``{"input_name": [low, high]}`` with ``low`` inclusive and ``high`` exclusive. The arrays themselves
 come from the processor's :func:`dlbricks._inputs.random_array`: without a range, float inputs are
-standard normal and integer inputs are drawn from ``[0, 2)``.
+standard normal, int8 and uint8 inputs (quantized activations) span their type's range, and other
+integer inputs are drawn from ``[0, 2)``.
 """
 
 from __future__ import annotations

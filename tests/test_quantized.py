@@ -1,0 +1,165 @@
+"""Quantized and half-precision models: onnxruntime.quantization's outputs, and float16 graphs."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import dlbricks
+from dlbricks._cost import node_flops
+from dlbricks._fusion import optimized_model
+from dlbricks._types import TensorSpec
+
+from . import _models
+
+quantization = pytest.importorskip("onnxruntime.quantization")
+
+
+class _RandomReader(quantization.CalibrationDataReader):
+    """Calibration data: a few seeded random batches."""
+
+    def __init__(self, name: str, shape: tuple[int, ...], count: int = 3) -> None:
+        rng = np.random.default_rng(0)
+        self._batches = iter([{name: rng.standard_normal(shape).astype(np.float32)} for _ in range(count)])
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self._batches, None)
+
+
+@pytest.fixture(scope="module")
+def quantized(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A CNN quantized dynamically and statically (QDQ), a transformer layer quantized dynamically."""
+    logging.getLogger().setLevel(logging.ERROR)  # the quantizer's advice to pre-process
+    folder = tmp_path_factory.mktemp("quantized")
+    cnn, layer = folder / "cnn.onnx", folder / "layer.onnx"
+    onnx.save(_models.resnet_like(batch=1), cnn)
+    onnx.save(_models.transformer_layer(), layer)
+    paths = {name: str(folder / f"{name}.onnx") for name in ("cnn_dynamic", "cnn_qdq", "layer_dynamic")}
+    quantization.quantize_dynamic(str(cnn), paths["cnn_dynamic"], weight_type=quantization.QuantType.QInt8)
+    quantization.quantize_static(str(cnn), paths["cnn_qdq"], _RandomReader("x", (1, 3, 16, 16)),
+                                 quant_format=quantization.QuantFormat.QDQ)
+    quantization.quantize_dynamic(str(layer), paths["layer_dynamic"])
+    return paths
+
+
+def _load(path: str) -> dlbricks.ModelGraph:
+    return dlbricks.load_model(path, batch_size=1)
+
+
+@pytest.mark.parametrize("name, ops", [
+    ("cnn_dynamic", {"DynamicQuantizeLinear", "ConvInteger"}),
+    ("cnn_qdq", {"QuantizeLinear", "DequantizeLinear", "Conv"}),
+    ("layer_dynamic", {"DynamicQuantizeLinear", "MatMulInteger"}),
+])
+@pytest.mark.parametrize("granularity", ["layer", "fused"])
+def test_quantized_bricks_keep_their_integer_ops_and_run(quantized: dict[str, str], name: str, ops: set[str],
+                                                         granularity: str) -> None:
+    dec = dlbricks.decompose(_load(quantized[name]), granularity)
+    seen = {op for brick in dec.bricks.values() for op in brick.op_types}
+    assert ops <= seen
+    for brick in dec.bricks.values():
+        assert brick.check_runnable() is None, brick.op_type
+        assert brick.flops is not None, brick.op_type
+
+
+def test_dequantize_of_weights_is_a_layer_not_a_folded_constant(quantized: dict[str, str]) -> None:
+    graph = _load(quantized["cnn_qdq"])
+    weights = [la for la in graph.layers if la.op_type == "DequantizeLinear" and graph.is_constant(la.inputs[0])]
+    convs = [la for la in graph.layers if la.op_type == "Conv"]
+    assert len(weights) >= len(convs) > 0
+    assert all(not graph.is_constant(la.inputs[1]) for la in convs)
+
+
+def test_integer_weights_are_synthetic_over_their_range_and_not_hashed(quantized: dict[str, str]) -> None:
+    dec = dlbricks.decompose(_load(quantized["cnn_dynamic"]))
+    conv = next(b for b in dec.bricks.values() if b.op_type == "ConvInteger")
+    weight = next(c for c in conv.constants if c.spec.dtype == "int8" and c.spec.numel > 1)
+    assert not weight.exact and weight.value is None
+    values = onnx.numpy_helper.to_array(next(t for t in conv.to_onnx().graph.initializer
+                                             if t.name == weight.spec.name))
+    assert values.min() < -64 and values.max() > 64  # not zeros: int8 weights over their range
+    zero_point = next(c for c in conv.constants if c.spec.dtype == "int8" and c.spec.numel == 1)
+    assert zero_point.exact
+
+
+def test_bricks_of_equal_shapes_share_a_signature_across_scales(quantized: dict[str, str]) -> None:
+    """Every QDQ layer has its own scales and zero points; they do not decide the cost."""
+    dec = dlbricks.decompose(_load(quantized["cnn_qdq"]), "fused")
+    counts = [n for sig, n in dec.counts().items() if "Conv" in dec.bricks[sig].op_types]
+    assert max(counts) > 1
+
+
+def test_fused_qdq_brick_runs_as_one_quantized_kernel(quantized: dict[str, str]) -> None:
+    dec = dlbricks.decompose(_load(quantized["cnn_qdq"]), "fused", opt_level="all")
+    brick = next(b for b in dec.bricks.values()
+                 if "Conv" in b.op_types and "DequantizeLinear" in b.op_types and b.inputs[0].dtype != "float32")
+    assert brick.inputs[0].dtype == "uint8"  # as the runtime converts int8 Q -> DQ pairs on x86
+    optimized = optimized_model(dlbricks.load_model(brick.to_onnx()), "all")
+    assert "QLinearConv" in {n.op_type for n in optimized.graph.node}
+
+
+def test_int8_inputs_are_drawn_over_their_range() -> None:
+    arrays = dlbricks.random_inputs([TensorSpec("a", (256,), "uint8"), TensorSpec("b", (256,), "int8")])
+    assert arrays["a"].max() > 128 and arrays["b"].min() < -64
+
+
+def test_flops_count_integer_ops() -> None:
+    x, w = TensorSpec("x", (1, 8, 16, 16), "uint8"), TensorSpec("w", (16, 8, 3, 3), "int8")
+    y = TensorSpec("y", (1, 16, 16, 16), "uint8")
+    scalar = TensorSpec("s", (), "float32")
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    qconv = helper.make_node("QLinearConv", list("abcdefgh"), ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    assert node_flops(qconv, [x, scalar, scalar, w, scalar, scalar, scalar, scalar], [y]) == \
+        node_flops(conv, [x, w], [y]) > 0
+    a, b, out = TensorSpec("a", (4, 32), "uint8"), TensorSpec("b", (32, 8), "int8"), TensorSpec("o", (4, 8), "int32")
+    assert node_flops(helper.make_node("MatMulInteger", ["a", "b"], ["o"]), [a, b], [out]) == 2 * 4 * 8 * 32
+    dq = helper.make_node("DequantizeLinear", ["a", "s"], ["o"])
+    assert node_flops(dq, [a, scalar], [TensorSpec("o", (4, 32), "float32")]) == 2 * 4 * 32
+    qgemm = helper.make_node("QGemm", list("abcdefg"), ["o"], domain="com.microsoft")
+    assert node_flops(qgemm, [a, scalar, scalar, b, scalar, scalar, None], [out]) == 2 * 4 * 8 * 32
+
+
+def test_quantized_model_is_estimated(quantized: dict[str, str], tmp_path) -> None:
+    from dlbricks.estimator import estimate
+    from dlbricks.generators import Budget
+
+    est = estimate(_load(quantized["layer_dynamic"]), str(tmp_path / "q.db"), on_missing="measure",
+                   budget=Budget.quick())
+    assert est.sequential_s > 0
+    assert est.coverage == 1.0
+
+
+def _float16_model() -> onnx.ModelProto:
+    """float32 in and out, float16 inside: Conv, Relu, MatMul, Softmax between two Casts."""
+    b = _models.Builder(3)
+    rng = np.random.default_rng(0)
+    x = b.op1("Cast", ["x"], to=TensorProto.FLOAT16)
+    w = b.name("w")
+    b.inits.append(numpy_helper.from_array((rng.standard_normal((16, 8, 3, 3)) * 0.1).astype(np.float16), w))
+    y = b.op1("Relu", [b.op1("Conv", [x, w], kernel_shape=[3, 3], pads=[1, 1, 1, 1])])
+    w2 = b.name("w")
+    b.inits.append(numpy_helper.from_array((rng.standard_normal((16 * 8 * 8, 32)) * 0.1).astype(np.float16), w2))
+    flat = b.op1("Reshape", [y, b.const(np.array([1, -1], np.int64))])
+    out = b.op1("Cast", [b.op1("Softmax", [b.op1("MatMul", [flat, w2])])], to=TensorProto.FLOAT)
+    inp = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8, 8])
+    return b.model([inp], [(out, TensorProto.FLOAT)], "fp16")
+
+
+@pytest.mark.parametrize("granularity", ["layer", "fused"])
+def test_float16_model_decomposes_and_its_bricks_run(granularity: str) -> None:
+    dec = dlbricks.decompose(_float16_model(), granularity)
+    assert len(dec.bricks) > 2  # not one brick of the whole model (the runtime computes it in float32)
+    assert any(s.dtype == "float16" for b in dec.bricks.values() for s in b.inputs)
+    for brick in dec.bricks.values():
+        assert brick.check_runnable() is None, brick.op_type
+        assert brick.flops is not None
+    conv = next(b for b in dec.bricks.values() if "Conv" in b.op_types)
+    assert conv.constants[0].spec.dtype == "float16" and conv.constants[0].spec.nbytes == 16 * 8 * 9 * 2
+    session = ort.InferenceSession(conv.to_onnx().SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = dlbricks.random_inputs(conv.inputs)
+    assert np.isfinite(session.run(None, feeds)[0]).all()
