@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import dlbricks
-from dlbricks.benchmarks_db import RayExecutor, Store, populate
+from dlbricks.benchmarks_db import BenchOptions, RayExecutor, Store, populate
 from dlbricks.generators import Budget
 
 DEFAULT_MODELS = ("mobilenet_v2_0.5", "squeezenet1_1", "resnet18_v1", "shufflenet_v2_x0_5")
@@ -71,7 +71,7 @@ def _run(db: Path, decs: Sequence[dlbricks.Decomposition], views: Sequence[_Firs
         for dec in decs:
             store.add_decomposition(dec)
         started, t0 = time.monotonic(), time.perf_counter()
-        report = populate(store, views, budget=budget, store_models=False, executor=executor)
+        report = populate(store, views, None, BenchOptions(budget=budget, store_models=False), executor=executor)
         wall = time.perf_counter() - t0
         statuses = {r.key: r.status for r in store.measurements()}
     return report, started, wall, statuses

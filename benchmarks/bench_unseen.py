@@ -36,7 +36,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import dlbricks
-from dlbricks.benchmarks_db import Store, populate
+from dlbricks.benchmarks_db import BenchOptions, Store, populate
 from dlbricks.estimator import Estimate, LatencyPredictor, Peaks, calibrate_peaks, estimate_decomposition
 from dlbricks.estimator._evaluate import measure_whole, suite_models
 from dlbricks.generators import Budget, Measurement, OrtConfig, collect_system_info, get_backend
@@ -266,7 +266,7 @@ def main() -> None:
     family = {n: get_model(n).family for n in names}
     held = [f for f in args.families.split(",") if f] or list(dict.fromkeys(family.values()))
     with Store(path) as store:
-        populate(store, [decs[n] for n in graphs], [config], budget=budget)
+        populate(store, [decs[n] for n in graphs], [config], BenchOptions(budget=budget))
         print(f"machine: {system.cpu_model}; database {path}: {len(names)} zoo models and {len(graphs) - len(names)} "
               f"variants, {len({s for d in decs.values() for s in d.bricks})} unique bricks measured with "
               f"Budget.quick ({time.perf_counter() - start:.0f} s)")

@@ -22,13 +22,13 @@ import numpy as np
 import onnxruntime as ort
 
 from dlbricks import load_model
-from dlbricks.estimator._evaluate import PAIR_BUDGET
+from dlbricks.benchmarks_db._schedule import pair_budget
 from dlbricks.generators import OrtConfig, Runner, collect_system_info
 from dlbricks.generators import _runner
 from dlbricks.model_zoo import build
 
 #: The paired samples of ``dlbricks evaluate``: a warm-up call and at least three runs.
-SAMPLE = PAIR_BUDGET
+SAMPLE = pair_budget()
 
 
 def idle_cpu_after_run(model: bytes, threads: int, windows_s: list[float]) -> list[tuple[float, float]]:

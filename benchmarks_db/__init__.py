@@ -15,17 +15,16 @@ Examples
 True
 """
 
-from ._migrations import SCHEMA_VERSION
-from ._populate import (
-    DOMINANT_SHARE,
+from ._jobs import (
     BenchJob,
+    BenchOptions,
     BenchProgress,
     BenchReport,
     Executor,
-    dominant_bricks,
     lease_for,
-    populate,
 )
+from ._migrations import SCHEMA_VERSION
+from ._populate import populate
 from ._ray import NodeReport, NodeRun, RayExecutor
 from ._records import (
     BackendRecord,
@@ -42,6 +41,13 @@ from ._records import (
     RecordOutcome,
     SystemRecord,
 )
+from ._schedule import (
+    DOMINANT_SHARE,
+    PAIR_INTERVAL_S,
+    PairedWhole,
+    dominant_bricks,
+    remeasure,
+)
 from ._sql import MERGE_RULES
 from ._store import DEFAULT_LEASE_S, DEFAULT_PATH, Store
 
@@ -53,6 +59,10 @@ __all__ = [
     "MERGE_RULES",
     # filling it
     "populate",
+    "BenchOptions",
+    "remeasure",
+    "PairedWhole",
+    "PAIR_INTERVAL_S",
     "lease_for",
     "DEFAULT_LEASE_S",
     "BenchProgress",

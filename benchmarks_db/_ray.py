@@ -30,7 +30,7 @@ from typing import Any
 
 from dlbricks._errors import BackendUnavailableError, DlbricksError, InvalidArgumentError
 
-from ._populate import BenchJob, BenchProgress, BenchReport, _Costs, _Task, brick_overhead
+from ._jobs import BenchJob, BenchProgress, BenchReport, _Costs, _Task, brick_overhead
 from ._records import ClaimStatus, RecordOutcome
 
 __all__ = ["RayExecutor", "NodeReport", "NodeRun", "LABEL_ENV"]

@@ -9,7 +9,7 @@ from typing import Any
 
 from dlbricks import Brick, Decomposition, ModelGraph, decompose, load_model
 from dlbricks._errors import InvalidArgumentError
-from dlbricks.benchmarks_db import Store, populate
+from dlbricks.benchmarks_db import BenchOptions, Store, populate
 from dlbricks.generators import (
     BackendConfig,
     Budget,
@@ -153,7 +153,7 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     def measure(bricks: Sequence[Brick]) -> dict[str, Measurement]:
         store.add_bricks(bricks)
         foreign = isinstance(system, str)
-        populate(store, [dec], [cfg], backend=backend_name(cfg), budget=budget, store_models=False,
+        populate(store, [dec], [cfg], BenchOptions(backend=backend_name(cfg), budget=budget, store_models=False),
                  system=None if foreign else system, system_id=system if foreign else None)
         found = _lookup(store, dec, system, cfg.config_id)
         return {b.signature: found[b.signature] for b in bricks if b.signature in found}
@@ -291,8 +291,9 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
 
 
 def _stored_graph(store: Store, name: str) -> ModelGraph | None:
-    """The model stored under ``name``, loaded again from the ONNX file it came from at the shapes
-    it was stored with; None if no model has that name or it came from no ONNX file.
+    """The model stored under ``name``, loaded again from the file it came from (ONNX, or an MXNet
+    symbol file) at the shapes it was stored with; None if no model has that name or it came from
+    no file.
 
     Raises
     ------
@@ -304,7 +305,7 @@ def _stored_graph(store: Store, name: str) -> ModelGraph | None:
     except InvalidArgumentError:
         return None
     source = record.source
-    if source is None or source.path is None or source.format != "onnx":
+    if source is None or source.path is None:
         return None
     if not os.path.exists(source.path):
         raise InvalidArgumentError(f"model '{name}' was stored from {source.path}, which is not there (a "

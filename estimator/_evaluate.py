@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dlbricks import BrickSet, Decomposition, InvalidArgumentError, ModelGraph, decompose, load_model
-from dlbricks.benchmarks_db import Store, dominant_bricks, populate
+from dlbricks.benchmarks_db import BenchOptions, PairedWhole, Store, dominant_bricks, populate, remeasure
 from dlbricks.generators import (
     PILOT_BUDGET,
     Budget,
@@ -55,15 +55,12 @@ DEFAULT_TARGET_CI = 0.01
 EVALUATE_BUDGET = Budget(warmup_time=0.02, min_time=0.1, min_runs=10, max_time=1.0, rel_ci=2 * DEFAULT_TARGET_CI)
 #: Worker processes each whole model is measured in.
 WHOLE_WORKERS = 3
-PAIR_INTERVAL_S = 2.0
 #: Fewest samples of a held whole model before its turn ends. A model with few bricks (an LSTM
 #: language model: six) finishes its turn in seconds, with a handful of whole samples and its
 #: dominant bricks at three moments, and this machine's speed swings by 10-20% over seconds: its turn
 #: goes on, a whole sample after each round of its dominant bricks measured again, until the whole
 #: model has this many samples (lstm_lm_medium: 6 samples spread 10.68-12.99 ms, estimate -10.8%).
 MIN_WHOLE_SAMPLES = 12
-PAIR_BUDGET = Budget(warmup_time=0.0, min_time=0.02, min_runs=3, max_time=1.0, rel_ci=1.0)
-"""One sample of a held whole model between bricks: a warm-up call and at least three runs."""
 
 
 #: The default suite of the MXNet path: Gluon vision models of several families.
@@ -195,8 +192,8 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     Bricks are measured once each in the estimate's configuration, and (``lower_bound_sweep``) once
     more with warm caches, the fastest state a brick can meet, for the lower bound. The suite runs
     model by model: each model is measured whole, held in its own worker and sampled again every
-    :data:`PAIR_INTERVAL_S` seconds while its not yet measured bricks are measured (a paired design
-    against the machine's drift); the benchmarking time of a model is its first measurement's. Its
+    :data:`~dlbricks.benchmarks_db.PAIR_INTERVAL_S` seconds while its not yet measured bricks are
+    measured (:class:`~dlbricks.benchmarks_db.PairedWhole`, a paired design against the machine's drift); the benchmarking time of a model is its first measurement's. Its
     bricks that hold 5% or more of its time are measured at :data:`EVALUATE_MOMENTS` moments, and its
     bricks that an earlier model of the run measured are measured once more in its turn, each pooled
     (their wall time counts in the bricks' benchmarking time). A model whose turn ends before its whole
@@ -271,7 +268,8 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
         for name in models:
             dec = brickset.models[name]
             done = _measured(store.measurement(dec.model_key, system, whole_cfg.config_id, kind="model"))
-            with contextlib.nullcontext() if done else _PairedWhole(name, whole_cfg, budget, backend, say) as whole:
+            paired = None if done else PairedWhole(load_model(build(name), name=name), whole_cfg, budget, backend, say)
+            with contextlib.nullcontext() if paired is None else paired as whole:
                 for turn in turns:
                     turn.measure(name, store, workers, backend, budget, system, whole, say)
                 if whole is not None:
@@ -342,26 +340,29 @@ class _Turns:
         self.cis: list[float] = []  # the relative CI half-width of each model's estimate
 
     def measure(self, name: str, store: Store, workers: _KeptRunners, backend: str, budget: Budget,
-                system: Any, whole: _PairedWhole | None, say: Callable[[str], object]) -> None:
+                system: Any, whole: PairedWhole | None, say: Callable[[str], object]) -> None:
         dec = self.brickset.models[name]
         cfg = self.configs[0]
         new = set(store.unmeasured(system, cfg.config_id, list(dec.bricks)))
         tick = lambda p: (say(_progress_line(p)), whole and whole.tick())  # noqa: E731
         if self.target_ci is not None:
-            report = populate(store, [dec], self.configs[:1], backend=backend, budget=budget, system=system,
-                              store_models=False, runner_factory=workers, moments=EVALUATE_MOMENTS,
-                              progress=tick, target_ci=self.target_ci)
+            report = populate(store, [dec], self.configs[:1],
+                              BenchOptions(backend=backend, budget=budget, store_models=False,
+                                           moments=EVALUATE_MOMENTS, target_ci=self.target_ci),
+                              system=system, runner_factory=workers, progress=tick)
             self.setup_s += report.setup_s
             self.timed_s += report.timed_s
             if report.worst_ci is not None:
                 self.cis.append(report.worst_ci)
             if self.configs[1:]:
-                populate(store, [dec], self.configs[1:], backend=backend, budget=PILOT_BUDGET, system=system,
-                         store_models=False, runner_factory=workers, progress=tick)
+                populate(store, [dec], self.configs[1:],
+                         BenchOptions(backend=backend, budget=PILOT_BUDGET, store_models=False),
+                         system=system, runner_factory=workers, progress=tick)
             self.earlier |= new
             return
-        report = populate(store, [dec], self.configs, backend=backend, budget=budget, system=system,
-                          store_models=False, runner_factory=workers, moments=EVALUATE_MOMENTS, progress=tick)
+        report = populate(store, [dec], self.configs,
+                          BenchOptions(backend=backend, budget=budget, store_models=False, moments=EVALUATE_MOMENTS),
+                          system=system, runner_factory=workers, progress=tick)
         self.setup_s += report.setup_s  # both configurations here; re-measurements below not counted
         self.timed_s += report.timed_s
         shared = [sig for sig in dec.bricks if sig in self.earlier]
@@ -375,20 +376,15 @@ class _Turns:
 def _measure_again(store: Store, dec: Decomposition, signatures: Sequence[str], runner: Any, system: Any,
                    config_id: str, budget: Budget, tick: Callable[[], object]) -> None:
     """Measure ``signatures`` (bricks of ``dec``, stored) once more, each in ``dec``'s context, and
-    store each pooled with its stored measurement (median of their medians, see :func:`pool`)."""
-    for sig in signatures:
-        stored = store.measurement(sig, system, config_id)
-        again = runner.measure(dec.in_context(sig))
-        tick()
-        if stored is not None and stored.ok and again.ok:
-            store.record(pool([stored, again]), system, budget=budget, rule="replace")
+    store each pooled with its stored measurement (:func:`~dlbricks.benchmarks_db.remeasure`)."""
+    remeasure(store, dec, signatures, runner.measure, system, config_id, budget, after_each=lambda *_: tick())
 
 
 def _top_up(store: Store, dec: Decomposition, runner: Any, system: Any, config: Any, budget: Budget,
-            whole: _PairedWhole, say: Callable[[str], object], turns: _Turns | None = None) -> None:
+            whole: PairedWhole, say: Callable[[str], object], turns: _Turns | None = None) -> None:
     """Until ``whole`` has :data:`MIN_WHOLE_SAMPLES` samples: measure ``dec``'s dominant bricks once
     more each (in its context), then sample the whole model; store each dominant brick pooled with
-    its stored measurement and its runs here (median of their medians, see :func:`pool`). With a
+    its stored measurement and its runs here (:func:`~dlbricks.benchmarks_db.remeasure`). With a
     ``target_ci`` (``turns``) the bricks already had their moments (``populate``'s allocation): only
     the whole model is sampled."""
     if whole.samples >= MIN_WHOLE_SAMPLES:
@@ -400,25 +396,12 @@ def _top_up(store: Store, dec: Decomposition, runner: Any, system: Any, config: 
         return
     medians = {r.key: r.median_s or 0.0 for r in store.measurements(
         system=system, config_id=config.config_id, signatures=list(dec.bricks), status="ok")}
-    runs: dict[str, list[Measurement]] = {}
-    for sig in dominant_bricks(dec, medians):
-        stored = store.measurement(sig, system, config.config_id)
-        if stored is not None and stored.ok:
-            runs[sig] = [stored]
-    if not runs:
+    dominant = dominant_bricks(dec, medians)
+    if not dominant:
         return
-    say(f"{dec.model}: {len(runs)} dominant bricks again until the whole model has {MIN_WHOLE_SAMPLES} samples")
-    dominant = list(runs)
-    while whole.samples < MIN_WHOLE_SAMPLES:
-        for sig in dominant:
-            again = runner.measure(dec.in_context(sig))
-            if again.ok:
-                runs[sig].append(again)
-        if not whole.sample():
-            break
-    for sig, measured in runs.items():
-        if len(measured) > 1:
-            store.record(pool(measured), system, budget=budget, rule="replace")
+    say(f"{dec.model}: {len(dominant)} dominant bricks again until the whole model has {MIN_WHOLE_SAMPLES} samples")
+    remeasure(store, dec, dominant, runner.measure, system, config.config_id, budget, rounds=None,
+              after_round=lambda _k: whole.sample() and whole.samples < MIN_WHOLE_SAMPLES)
 
 
 class _KeptRunners:
@@ -455,61 +438,6 @@ class _Kept:
 
     def close(self) -> None:
         pass
-
-
-class _PairedWhole:
-    """A zoo model measured whole, held in its own worker and sampled again while its bricks run.
-
-    ``tick()`` (called after each brick) samples it when :data:`PAIR_INTERVAL_S` has passed;
-    ``result()`` samples it once more and pools every sample (median of their medians, see
-    :func:`pool`), with the wall time of the first, standard measurement.
-    """
-
-    def __init__(self, name: str, config: Any, budget: Budget, backend: str,
-                 say: Callable[[str], object]) -> None:
-        from dlbricks.model_zoo import build
-
-        self._say = say
-        self._name = name
-        self._runner = Runner(backend, config, budget)
-        say(f"{name}: whole model")
-        self._first = self._runner.hold(load_model(build(name), name=name))
-        self._runs = [self._first]
-        self._last = time.monotonic()
-
-    def __enter__(self) -> _PairedWhole:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._runner.close()
-
-    @property
-    def samples(self) -> int:
-        """Samples taken so far (the first, standard measurement included)."""
-        return len(self._runs)
-
-    def tick(self) -> None:
-        if self._first.ok and time.monotonic() - self._last >= PAIR_INTERVAL_S:
-            self._sample(PAIR_BUDGET)
-
-    def sample(self) -> bool:
-        """Sample the model now; False where no sample came (its first measurement or this one failed)."""
-        return self._first.ok and self._sample(PAIR_BUDGET)
-
-    def result(self) -> Measurement:
-        if self._first.ok:
-            self._sample(self._runner.budget)
-            medians = sorted(1e3 * (m.median_s or 0.0) for m in self._runs)
-            self._say(f"{self._name}: whole model sampled {len(self._runs)} times, medians "
-                      f"{medians[0]:.2f}-{medians[-1]:.2f} ms")
-        return replace(pool(self._runs), wall_time_s=self._first.wall_time_s)
-
-    def _sample(self, budget: Budget) -> bool:
-        run = self._runner.again(self._first.key, budget)
-        if run.ok:
-            self._runs.append(run)
-        self._last = time.monotonic()
-        return run.ok
 
 
 def _progress_line(p: object) -> str:

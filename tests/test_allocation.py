@@ -11,8 +11,8 @@ from dataclasses import replace
 import pytest
 
 import dlbricks
-from dlbricks.benchmarks_db import Store, populate
-from dlbricks.benchmarks_db._populate import DRIFT_MOMENTS, brick_shares, drift_moments
+from dlbricks.benchmarks_db import BenchOptions, Store, populate
+from dlbricks.benchmarks_db._schedule import DRIFT_MOMENTS, brick_shares, drift_moments
 from dlbricks.generators import (
     PILOT_BUDGET, BrickShare, Budget, Measurement, Timing, allocate, combine, model_ci, relative_half_width,
 )
@@ -113,8 +113,8 @@ def test_populate_reaches_the_target_with_pilots_for_tiny_bricks(target: float) 
     NoisyRunner.given = {}
     NoisyRunner.medians = {s: 2e-5 for s in sigs} | {dominant: 1e-3, tiny: 1e-6}
     with Store(":memory:") as store:
-        report = populate(store, [dec], [config()], system=SYS, runner_factory=NoisyRunner, target_ci=target,
-                          moments=1)
+        report = populate(store, [dec], [config()], BenchOptions(target_ci=target, moments=1),
+                          system=SYS, runner_factory=NoisyRunner)
         stored = {m.key: m for m in store.measurements(system=SYS, config_id=config().config_id)}
         reached = model_ci(brick_shares(dec, stored))
     assert reached <= target * 1.05
@@ -135,7 +135,8 @@ def test_populate_measures_a_dominant_brick_at_as_many_moments_as_its_share_need
     NoisyRunner.given = {}
     NoisyRunner.medians = {s: 1e-5 for s in sigs} | {sigs[1]: 1e-3}
     with Store(":memory:") as store:
-        populate(store, [dec], [config()], system=SYS, runner_factory=NoisyRunner, target_ci=0.02, moments=3)
+        populate(store, [dec], [config()], BenchOptions(target_ci=0.02, moments=3),
+                 system=SYS, runner_factory=NoisyRunner)
         stored = {m.key: m for m in store.measurements(system=SYS, config_id=config().config_id)}
         row = store.measurement(sigs[1], SYS, config().config_id)
     shares = brick_shares(dec, stored)
@@ -149,8 +150,8 @@ def test_populate_measures_a_dominant_brick_at_as_many_moments_as_its_share_need
 
 def test_populate_refuses_a_bad_target() -> None:
     with pytest.raises(dlbricks.InvalidArgumentError, match="'target_ci' must be a number in"):
-        populate(Store(":memory:"), decompositions()[:1], [config()], system=SYS, runner_factory=NoisyRunner,
-                 target_ci=1.5)
+        populate(Store(":memory:"), decompositions()[:1], [config()], BenchOptions(target_ci=1.5),
+                 system=SYS, runner_factory=NoisyRunner)
 
 
 def test_the_main_job_checks_its_target_and_measures_whole_models_to_the_same_half_width() -> None:

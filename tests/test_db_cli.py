@@ -16,8 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import dlbricks
-from dlbricks.benchmarks_db import ClaimStatus, Store, populate
-from dlbricks.benchmarks_db._populate import dominant_bricks
+from dlbricks.benchmarks_db import BenchOptions, ClaimStatus, Store, dominant_bricks, populate
 from dlbricks.benchmarks_db.cli import bench, cli, db
 from tests._models import unrunnable_model
 from tests.test_db_support import config, decompositions, measurement, system_info, write_models
@@ -261,8 +260,8 @@ def test_populate_measures_dominant_bricks_at_several_moments_and_pools_them() -
 
     with Store(":memory:") as store:
         seen = []
-        report = populate(store, [first, second], [config()], system=SYS, runner_factory=Timed,
-                          progress=seen.append, moments=3)
+        report = populate(store, [first, second], [config()], BenchOptions(moments=3), system=SYS,
+                          runner_factory=Timed, progress=seen.append)
         n_first = len(first.bricks)
         dominant = dominant_bricks(first, once(first))
         assert set(dominant) == set(big)
@@ -280,7 +279,7 @@ def test_populate_measures_dominant_bricks_at_several_moments_and_pools_them() -
             f"{first.bricks[s].op_type} (2/3)" for s in dominant]
     assert dominant_bricks(first, {s: 1e-5 for s in first.bricks}, share=0.99) == []
     with pytest.raises(dlbricks.InvalidArgumentError, match="'moments' must be an int >= 1"):
-        populate(Store(":memory:"), [first], [config()], system=SYS, runner_factory=Timed, moments=0)
+        populate(Store(":memory:"), [first], [config()], BenchOptions(moments=0), system=SYS, runner_factory=Timed)
 
 
 if __name__ == "__main__":  # pragma: no cover

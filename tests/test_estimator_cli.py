@@ -229,7 +229,7 @@ def test_bounds_are_bounds(factory, tmp_path: Path) -> None:  # type: ignore[no-
     from dataclasses import replace
 
     import dlbricks
-    from dlbricks.benchmarks_db import populate
+    from dlbricks.benchmarks_db import BenchOptions, populate
     from dlbricks.estimator import validate
     from dlbricks.estimator._calibrate import calibrate_peaks
     from dlbricks.generators import Budget, OrtConfig, collect_system_info
@@ -238,7 +238,7 @@ def test_bounds_are_bounds(factory, tmp_path: Path) -> None:  # type: ignore[no-
     budget = Budget(min_time=0.05, max_time=0.5)
     with Store(tmp_path / "b.db") as store:
         dec = dlbricks.decompose(graph)
-        populate(store, [dec], [OrtConfig(), replace(OrtConfig(), cache="warm")], budget=budget)
+        populate(store, [dec], [OrtConfig(), replace(OrtConfig(), cache="warm")], BenchOptions(budget=budget))
         cal = calibrate_peaks(budget=Budget.quick())
         store.record_peaks(collect_system_info(), cal.peaks.flops_per_s, cal.peaks.bytes_per_s)
         v = validate(graph, store, budget=budget)
@@ -254,17 +254,18 @@ def test_evaluate_measures_shared_bricks_again_in_each_models_turn(tmp_path: Pat
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A brick that an earlier model of the run measured is measured again while the next model's
     whole samples are taken, in that model's context, and the two are pooled."""
+    from dlbricks import generators
     from dlbricks.estimator import _evaluate
     from dlbricks.generators import Budget
 
     pooled: list[tuple[str, int]] = []
-    real_pool = _evaluate.pool
+    real_pool = generators.pool
 
     def spy(runs: list) -> object:
         pooled.append((runs[0].key, len(runs)))
         return real_pool(runs)
 
-    monkeypatch.setattr(_evaluate, "pool", spy)
+    monkeypatch.setattr(generators, "pool", spy)  # what remeasure pools the bricks with
     monkeypatch.setattr(_evaluate, "MIN_WHOLE_SAMPLES", 0)  # no further rounds of dominant bricks
     lines: list[str] = []
     models = ["dlrm_criteo_kaggle", "ncf_ml20m"]
@@ -282,10 +283,11 @@ def test_evaluate_measures_shared_bricks_again_in_each_models_turn(tmp_path: Pat
 
 def test_evaluate_samples_each_model_while_its_bricks_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The paired design: a model is held in its own worker and sampled between its bricks."""
+    from dlbricks.benchmarks_db import _schedule
     from dlbricks.estimator import _evaluate
     from dlbricks.generators import Budget
 
-    monkeypatch.setattr(_evaluate, "PAIR_INTERVAL_S", 0.0)  # sample after every brick
+    monkeypatch.setattr(_schedule, "PAIR_INTERVAL_S", 0.0)  # sample after every brick
     lines: list[str] = []
     ev = _evaluate.evaluate(["squeezenet1_1"], tmp_path / "p.db", budget=Budget.quick(), lower_bound_sweep=False,
                             say=lines.append)

@@ -263,7 +263,7 @@ def test_an_estimate_at_all_reads_overheads_and_reorder_price_from_the_database(
     nothing, so a database filled on one machine estimates the same anywhere."""
     import dlbricks
     from dlbricks import InvalidArgumentError
-    from dlbricks.benchmarks_db import Store, populate
+    from dlbricks.benchmarks_db import BenchOptions, Store, populate
     from dlbricks.estimator import estimate
     from dlbricks.generators import Budget, OrtConfig, collect_system_info
     from dlbricks.generators import _ort_kernels
@@ -274,7 +274,7 @@ def test_an_estimate_at_all_reads_overheads_and_reorder_price_from_the_database(
     assert fused.reorder_bytes
     system = collect_system_info()
     with Store(tmp_path / "f.db") as store:
-        populate(store, [fused], [config], budget=Budget.quick(), system=system)
+        populate(store, [fused], [config], BenchOptions(budget=Budget.quick()), system=system)
         overheads = store.overheads(system, config.config_id, list(fused.bricks))
         assert set(overheads) == set(fused.bricks) and any(v > 0 for v in overheads.values())
         for sig, overhead in overheads.items():  # the profile's share of the run, at the timed speed

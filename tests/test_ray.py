@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 import dlbricks
-from dlbricks.benchmarks_db import RayExecutor, Store, populate
+from dlbricks.benchmarks_db import BenchOptions, RayExecutor, Store, populate
 from dlbricks.benchmarks_db.cli import cli
 from dlbricks.generators import Budget, collect_system_info
 from tests._models import resnet_like
@@ -91,7 +91,8 @@ def test_every_brick_measured_once_never_two_at_once_on_a_node(cluster: Cluster,
     executor = RayExecutor()
     seen = []
     with Store(db) as store:
-        report = populate(store, decs, budget=Budget.quick(), executor=executor, progress=seen.append)
+        report = populate(store, decs, None, BenchOptions(budget=Budget.quick()),
+                          executor=executor, progress=seen.append)
     here = collect_system_info().fingerprint  # every node of this cluster is this machine
     bricks = len({s for d in decs for s in d.bricks})
     assert (report.bricks, report.todo, report.measured, report.failed) == (bricks, bricks, bricks, 0)
@@ -110,7 +111,7 @@ def test_every_brick_measured_once_never_two_at_once_on_a_node(cluster: Cluster,
     assert all(r.overhead_s >= 0 for r in executor.runs_)  # the node measured within the round trip
 
     with Store(db) as store:  # a second run finds everything measured
-        again = populate(store, decs, budget=Budget.quick(), executor=RayExecutor())
+        again = populate(store, decs, None, BenchOptions(budget=Budget.quick()), executor=RayExecutor())
     assert again.todo == again.measured == 0 and len(rows(db, MEASURED)) == bricks
 
 
@@ -121,7 +122,7 @@ def test_each_node_measures_every_brick_on_every_kind_of_node(cluster: Cluster, 
     dec = _decomposition(2, 8, "res8")
     executor = RayExecutor(each_node=True)
     with Store(db) as store:
-        report = populate(store, [dec], budget=Budget.quick(), executor=executor)
+        report = populate(store, [dec], None, BenchOptions(budget=Budget.quick()), executor=executor)
     here = collect_system_info().fingerprint
     assert set(report.systems) == {here, "other-machine"} and report.nodes == 3
     assert report.measured == 2 * len(dec.bricks)
@@ -141,7 +142,8 @@ def test_a_node_with_another_onnxruntime_is_refused_with_one_line(cluster: Clust
     db = tmp_path / "refused.db"
     dec = _decomposition(2, 8, "res8")
     with Store(db) as store:
-        report = populate(store, [dec], budget=Budget.quick(), executor=RayExecutor(log=lines.append))
+        report = populate(store, [dec], None, BenchOptions(budget=Budget.quick()),
+                          executor=RayExecutor(log=lines.append))
     assert len(lines) == 1 and "\n" not in lines[0]
     assert lines[0].startswith(f"Ray node {odd.node_ip_address} ") and odd.node_id[:8] in lines[0]
     assert "refused" in lines[0] and "0.0.0+fake" in lines[0]
@@ -179,7 +181,7 @@ def test_a_killed_worker_loses_only_its_brick_which_another_node_measures(cluste
     with Store(db) as store:
         killer.start()
         try:
-            report = populate(store, [dec], budget=budget, executor=executor)
+            report = populate(store, [dec], None, BenchOptions(budget=budget), executor=executor)
         finally:
             stop.set()
             killer.join()
