@@ -23,8 +23,11 @@ import click
 from dlbricks._cliutil import (
     EXIT_INTERRUPTED,
     format_table,
+    framework_of,
     handle_errors,
+    infer_framework,
     iter_models,
+    model_help,
     model_options,
     parse_input_shapes,
 )
@@ -32,12 +35,14 @@ from dlbricks._decompose import GRANULARITIES, decompose
 from dlbricks._errors import DatabaseError, DlbricksError, InvalidArgumentError
 
 from ._export import FORMATS, check_output
-from ._populate import DOMINANT_SHARE, BenchProgress, BenchReport, populate
+from ._jobs import BenchOptions, BenchProgress, BenchReport
+from ._populate import populate
 from ._records import ClaimStatus
+from ._schedule import DOMINANT_SHARE
 from ._sql import EXPORT_QUERIES
 from ._store import DEFAULT_PATH, Store
 
-__all__ = ["bench", "db", "cli", "EXIT_INTERRUPTED"]
+__all__ = ["EXIT_INTERRUPTED", "bench", "cli", "db"]
 
 #: ``--sweep``/option names of configuration fields (any field name works too).
 CONFIG_ALIASES = {"threads": "intra_op_num_threads", "inter-threads": "inter_op_num_threads",
@@ -139,7 +144,7 @@ def _fmt_time(seconds: float | None) -> str:
 def _fmt_eta(seconds: float | None) -> str:
     if seconds is None:
         return "?"
-    s = int(round(seconds))
+    s = round(seconds)
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
@@ -231,13 +236,19 @@ def _summary(report: BenchReport, db_path: str) -> str:
             + f". Database: {db_path}")
 
 
-@click.command("bench")
+@click.command("bench", help=f"""Benchmark the bricks of models and store the results in a database.
+
+    {model_help(stored=False)} Bricks already measured for this system and configuration are skipped, so a
+    re-run resumes an interrupted one and several processes can fill one database. Ctrl-C stops after the
+    current brick (exit code 130).
+    """)
 @model_options
 @_db_option
 @click.option("--granularity", type=click.Choice(GRANULARITIES), default="layer", show_default=True)
-@click.option("--backend", "--framework", "backend", default="onnxruntime", show_default=True,
+@click.option("--framework", "--backend", "backend", default=None, metavar="FRAMEWORK",
               help="The framework the bricks run in: a registered backend (onnxruntime, mxnet, or a "
-                   "'module:attr' path). --framework is the same option, as other commands call it.")
+                   "'module:attr' path). Default: the models' own (mxnet for an MXNet symbol file or a gluon_ "
+                   "zoo model, else onnxruntime). --backend is the same option.")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="intra_op_num_threads (default 1; at most this machine's logical cores).")
 @click.option("--opt-level", type=click.Choice(("disable", "basic", "extended", "all")), default=None,
@@ -283,12 +294,6 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
           sweep: tuple[str, ...], retry_failed: bool, moments: int, target_ci: float | None, whole_model: bool,
           keep_samples: bool, system_id: str | None, dry_run: bool, executor: str, address: str | None,
           each_node: bool) -> None:
-    """Benchmark the bricks of models and store the results in a database.
-
-    MODEL is an ONNX file or a zoo model name. Bricks already measured for this system and
-    configuration are skipped, so a re-run resumes an interrupted one and several processes can
-    fill one database. Ctrl-C stops after the current brick (exit code 130).
-    """
     if batch_size is not None and batch_size <= 0:
         raise InvalidArgumentError(f"--batch-size must be a positive int. Got {batch_size} instead.")
     if system_id is not None and not system_id.strip():
@@ -302,12 +307,17 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
         budget = dataclasses.replace(budget, rel_ci=min(budget.rel_ci, 2 * target_ci))
     fixed = {k: str(v) for k, v in (("intra_op_num_threads", threads), ("device", device),
                                     ("graph_optimization_level", opt_level)) if v is not None}
+    given = backend
+    backend = infer_framework(given, {m: framework_of(m) for m in models})
     configs = _configs(backend, fixed, sweep)
     Store.preflight(db_path)  # a bad --db fails before any model is loaded
     decompositions, graphs = [], []
     for graph in iter_models(models, zoo, batch_size, shapes):  # every model checked before the db is touched
         decompositions.append(decompose(graph, granularity=granularity))
         graphs.append(graph)
+    if infer_framework(given, {g.name: framework_of(g) for g in graphs}) != backend:  # known once loaded
+        backend = infer_framework(given, {g.name: framework_of(g) for g in graphs})
+        configs = _configs(backend, fixed, sweep)
     with Store.open(db_path) as store:
         for dec, graph in zip(decompositions, graphs, strict=True):
             store.add_decomposition(dec, source=graph.source)
@@ -318,12 +328,11 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
         runner = _ray_executor(address, each_node, progress) if executor == "ray" else None
         with stop.installed():
             try:
-                report = populate(store, decompositions, configs, backend=backend, budget=budget,
-                                  system_id=system_id, store_models=False,
-                                  whole_models=graphs if whole_model else (),
-                                  retry_failed=retry_failed, keep_samples=keep_samples,
-                                  progress=progress, should_stop=stop, moments=moments, target_ci=target_ci,
-                                  executor=runner)
+                options = BenchOptions(backend=backend, budget=budget, target_ci=target_ci, moments=moments,
+                                       whole_models=graphs if whole_model else (), store_models=False,
+                                       retry_failed=retry_failed, keep_samples=keep_samples)
+                report = populate(store, decompositions, configs, options, system_id=system_id, executor=runner,
+                                  progress=progress, should_stop=stop)
             except KeyboardInterrupt:
                 progress.finish()
                 click.echo(_resume_hint(db_path, progress.measured), err=True)

@@ -8,7 +8,8 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -18,8 +19,24 @@ from dlbricks._errors import DlbricksError, InvalidArgumentError
 from dlbricks._graph import ModelGraph
 from dlbricks._onnx_frontend import load_model
 
-__all__ = ["DlbricksClickError", "DlbricksGroup", "EXIT_INTERRUPTED", "interrupted", "sigint_watch",
-           "handle_errors", "parse_input_shapes", "iter_models", "model_options", "format_table"]
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "FRAMEWORKS",
+    "DlbricksClickError",
+    "DlbricksGroup",
+    "cli_advice",
+    "format_table",
+    "framework_of",
+    "framework_option",
+    "handle_errors",
+    "infer_framework",
+    "interrupted",
+    "iter_models",
+    "model_help",
+    "model_options",
+    "parse_input_shapes",
+    "sigint_watch",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,7 +62,7 @@ class DlbricksGroup(click.Group):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
-            with sigint_watch() as seen:
+            with sigint_watch() as seen, one_line_warnings():
                 try:
                     code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
                 except Exception:
@@ -91,6 +108,20 @@ def sigint_watch() -> Iterator[list[int]]:
         signal.signal(signal.SIGINT, previous)
 
 
+@contextlib.contextmanager
+def one_line_warnings() -> Iterator[None]:
+    """Within the block, a warning shown is one line on stderr, ``Warning: ...``, in CLI syntax."""
+
+    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+             line: str | None = None) -> None:
+        text = str(message).strip().splitlines()
+        click.echo(f"Warning: {cli_advice(text[0]) if text else category.__name__}", err=True)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
 def interrupted() -> NoReturn:
     """Say that Ctrl-C stopped the command and exit with code 130."""
     click.echo("Interrupted.", err=True)
@@ -105,9 +136,28 @@ def handle_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except DlbricksError as e:
-            raise DlbricksClickError(str(e).splitlines()[0] if str(e) else type(e).__name__) from e
+            raise DlbricksClickError(cli_advice(str(e).splitlines()[0]) if str(e) else type(e).__name__) from e
 
     return wrapper  # type: ignore[return-value]
+
+
+_BOTH_HINTS = re.compile(r"input_shapes=\{'([^']+)': \(\.\.\.\)\} or --input-shape [^ ]+?=D,D,\.\.\.")
+_SHAPES_HINT = re.compile(r"input_shapes=\{'([^']+)': \(([^)]*)\)\}")
+_BATCH_HINT = re.compile(r"\bbatch_size=(\w+)")
+
+
+def cli_advice(message: str) -> str:
+    """``message`` with the library's Python-syntax advice in CLI syntax: ``input_shapes={'x': (...)}``
+    becomes ``--input-shape x=D,D,..``, ``batch_size=N`` becomes ``--batch-size N``."""
+
+    def shapes(m: re.Match[str]) -> str:
+        dims = m.group(2).replace(" ", "") if m.lastindex == 2 else "..."
+        return f"--input-shape {m.group(1)}=" + ("D,D,.." if dims in ("...", "") else dims)
+
+    message = _BOTH_HINTS.sub(shapes, message)
+    message = _SHAPES_HINT.sub(shapes, message)
+    message = _BATCH_HINT.sub(r"--batch-size \1", message)
+    return re.sub(r"(?<![-\w])input_shapes\b", "--input-shape", message)
 
 
 def parse_input_shapes(values: Sequence[str]) -> dict[str, tuple[int, ...]]:
@@ -142,7 +192,7 @@ def iter_models(models: Sequence[str], zoo: str | None, batch_size: int | None,
         raise InvalidArgumentError("no model given; pass MODEL paths, zoo names or --zoo TASK|all.")
     for item in names:
         path = Path(item)
-        if path.exists() or item.endswith(".onnx") or "/" in item:
+        if path.exists() or item.lower().endswith((".onnx", ".json")) or "/" in item:
             yield load_model(path, input_shapes=input_shapes or None, batch_size=batch_size,
                              ignore_unknown_inputs=len(names) > 1)
             continue
@@ -152,15 +202,77 @@ def iter_models(models: Sequence[str], zoo: str | None, batch_size: int | None,
                          name=item, ignore_unknown_inputs=len(names) > 1)
 
 
+def model_help(stored: bool = True) -> str:
+    """What a MODEL argument may be, for the help of every command that takes one (``stored``: the
+    command also finds models stored in its database by name)."""
+    return ("MODEL is an ONNX file, an MXNet symbol file (NAME-symbol.json, with NAME-0000.params beside it), "
+            + ("the name of a model stored in the database, " if stored else "")
+            + "or a zoo model name (see 'dlbricks zoo list'). The framework it runs in follows from it "
+              "(--framework to choose).")
+#: The frameworks a model's bricks run in: the registered backends of the two model formats.
+FRAMEWORKS = ("onnxruntime", "mxnet")
+_FORMAT_FRAMEWORK = {"onnx": "onnxruntime", "mxnet": "mxnet"}
+
+
 def model_options(fn: F) -> F:
     fn = click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=D,D,..",
-                      help="Concrete shape of an input (repeatable).")(fn)
+                      help="Concrete shape of an input (repeatable), e.g. data=1,3,224,224.")(fn)
     fn = click.option("--batch-size", type=int, default=None,
                       help="Value of the symbolic batch dimension.")(fn)
     fn = click.option("--zoo", default=None, metavar="TASK|all",
                       help="Add the built-in zoo models of a task (or all).")(fn)
     return click.argument("models", nargs=-1, metavar="MODEL...")(fn)
 
+
+def framework_option(fn: F) -> F:
+    """``--framework onnxruntime|mxnet``, default None: inferred from the models (see :func:`infer_framework`)."""
+    return click.option("--framework", type=click.Choice(FRAMEWORKS), default=None,
+                        help="The framework the bricks run in. Default: the models' own (mxnet for an MXNet "
+                             "symbol file or a gluon_ zoo model, else onnxruntime).")(fn)
+
+
+def framework_of(model: ModelGraph | str) -> str | None:
+    """The framework that runs ``model``: a loaded graph's (from its format), or a name's where it
+    tells (``*.json``: an MXNet symbol file; ``gluon_*``: a Gluon zoo model; ``*.onnx``); else None."""
+    if isinstance(model, ModelGraph):
+        return _FORMAT_FRAMEWORK.get(model.source.format)
+    name = str(model)
+    if name.lower().endswith(".json") or name.startswith("gluon_"):
+        return "mxnet"
+    if name.lower().endswith(".onnx"):
+        return "onnxruntime"
+    return None
+
+
+def infer_framework(given: str | None, models: Mapping[str, str | None]) -> str:
+    """The framework of a run over ``models`` (label -> :func:`framework_of`): ``given``, checked
+    against the models' own, else theirs.
+
+    A custom backend (``module:attr``) is taken as given. Models of unknown framework (stored names)
+    do not vote; with none that votes, onnxruntime.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If the models run in different frameworks, or not in ``given``.
+    """
+    own: dict[str, str] = {}
+    for label, framework in models.items():
+        if framework is not None:
+            own.setdefault(framework, label)
+    if given is not None and given not in FRAMEWORKS:
+        return given
+    if given is not None:
+        other = next(((f, m) for f, m in own.items() if f != given), None)
+        if other is not None:
+            raise InvalidArgumentError(f"{other[1]} runs in {other[0]}; --framework {given} cannot run its "
+                                       f"bricks. Use --framework {other[0]}, or leave --framework out.")
+        return given
+    if len(own) > 1:
+        (f1, m1), (f2, m2) = list(own.items())[:2]
+        raise InvalidArgumentError(f"{m1} runs in {f1} and {m2} in {f2}; give the models of each framework "
+                                   f"in a run of their own.")
+    return next(iter(own), "onnxruntime")
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int] | None = None) -> str:

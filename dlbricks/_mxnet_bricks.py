@@ -24,9 +24,21 @@ import onnx
 from onnx import numpy_helper
 
 from dlbricks._errors import UnrunnableBrickError
-from dlbricks._mxnet_frontend import LAYOUTS_ATTR, MXNET_DOMAIN, POSITIVE_MXNET_INPUTS, import_mxnet
+from dlbricks._mxnet_frontend import (
+    LAYOUTS_ATTR,
+    MXNET_DOMAIN,
+    POSITIVE_MXNET_INPUTS,
+    import_mxnet,
+)
 
-__all__ = ["MxnetModel", "brick_to_symbol", "model_to_symbol", "is_mxnet_onnx", "to_ndarray"]
+__all__ = [
+    "MxnetModel",
+    "brick_to_symbol",
+    "check_mxnet_runnable",
+    "is_mxnet_onnx",
+    "model_to_symbol",
+    "to_ndarray",
+]
 
 #: ONNX ops (default domain) that have an exact MXNet counterpart, for the floor models (one
 #: Identity; a chain of an Identity and Relus).
@@ -94,6 +106,30 @@ def brick_to_symbol(brick: Any, weights: str | None = None,
     arg = {k: to_ndarray(mx, v) for k, v in model.arg_params.items()}
     aux = {k: to_ndarray(mx, v) for k, v in model.aux_params.items()}
     return model.symbol, arg, aux, model.input_names
+
+
+def check_mxnet_runnable(brick: Any) -> str | None:
+    """None if MXNet (CPU) can bind the brick and run it once on synthetic inputs, else the reason (one line).
+
+    The MXNet counterpart of :meth:`Brick.check_runnable`: what the mxnet backend does before timing.
+    """
+    from dlbricks._inputs import random_inputs
+    from dlbricks._mxnet_frontend import _first_line, _unfused
+
+    try:
+        mx = import_mxnet(f"brick {brick.signature[:12]}")
+        symbol, arg, aux, names = brick_to_symbol(brick, weights="synthetic")
+        arrays = random_inputs(brick.inputs)
+        arg.update({name: to_ndarray(mx, arrays[name]) for name in names})
+        with _unfused():
+            executor = symbol.bind(mx.cpu(), args=arg, aux_states=aux, grad_req="null")
+        executor.forward(is_train=False)
+        mx.nd.waitall()
+    except UnrunnableBrickError as e:
+        return str(e).splitlines()[0]
+    except Exception as e:  # noqa: BLE001 - MXNet raises untyped errors from bind and its kernels
+        return _first_line(e) or type(e).__name__
+    return None
 
 
 def to_ndarray(mx: Any, value: np.ndarray, ctx: Any = None) -> Any:

@@ -18,6 +18,7 @@ mxnet is imported lazily, inside functions: ``import dlbricks`` works without it
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import json
 import os
@@ -40,7 +41,7 @@ from dlbricks._inputs import random_inputs
 from dlbricks._onnx_frontend import _check_batch_size, _check_input_shapes
 from dlbricks._types import TensorSpec, ValueStatistics
 
-__all__ = ["MXNET_DOMAIN", "MXNET_OPSET", "LAYOUTS_ATTR", "load_mxnet", "is_mxnet_model", "import_mxnet"]
+__all__ = ["LAYOUTS_ATTR", "MXNET_DOMAIN", "MXNET_OPSET", "import_mxnet", "is_mxnet_model", "load_mxnet"]
 
 #: Domain of the ONNX nodes that stand for MXNet ops.
 MXNET_DOMAIN = "org.mxnet"
@@ -98,7 +99,7 @@ class _Source:
     """What was read: the symbol, its parameters, where it came from."""
 
     symbol: Any
-    params: dict[str, np.ndarray]
+    params: dict[str, Any]  # numpy arrays, or NDArrays read from a file
     path: Path | None
     label: str
     name: str
@@ -175,9 +176,10 @@ def _read(symbol: SymbolLike, params: Any, shapes: Mapping[str, tuple[int, ...]]
     if isinstance(symbol, mx.sym.Symbol):
         label = f"<mxnet symbol {symbol.name}>"
         weights = _read_params(params, label) if params is not None else {}
-        return _Source(symbol, weights, None, label, symbol.name or "model", _hints(symbol))
+        return _Source(_unique_symbol(mx, symbol), weights, None, label, symbol.name or "model", _hints(symbol))
     if isinstance(symbol, mx.gluon.HybridBlock):
-        return _read_block(mx, symbol, params, shapes)
+        src = _read_block(mx, symbol, params, shapes)
+        return _Source(_unique_symbol(mx, src.symbol), src.params, src.path, src.label, src.name, src.shape_hints)
     raise InvalidArgumentError(
         f"load_mxnet takes a path to a *-symbol.json file, an mx.sym.Symbol or a gluon.HybridBlock. "
         f"Got {type(symbol).__name__} instead.")
@@ -197,6 +199,8 @@ def _read_file(path: Path, params: Any) -> _Source:
         raise ModelLoadError(f"{path}: is not an MXNet symbol (no 'nodes' and 'heads'); export the model "
                              f"with HybridBlock.export or Symbol.save.")
     mx = import_mxnet(str(path))
+    if unique_names(graph):
+        text = json.dumps(graph)
     try:
         sym = mx.sym.load_json(text)
     except mx.base.MXNetError as e:
@@ -204,8 +208,52 @@ def _read_file(path: Path, params: Any) -> _Source:
     stem = path.name[: -len("-symbol.json")] if path.name.endswith("-symbol.json") else path.stem
     if params is None:
         params = _default_params(path, stem)
+        if params is None:
+            warnings.warn(f"{path}: no parameter file {stem}-0000.params beside it; its weights are synthetic "
+                          f"(seeded): latencies hold, outputs are not the model's.", RuntimeWarning, stacklevel=4)
     weights = _read_params(params, str(path)) if params is not None else {}
     return _Source(sym, weights, path, str(path), stem, _hints(sym))
+
+
+def unique_names(graph: dict[str, Any]) -> int:
+    """Make the node names of a symbol's JSON unique, in place; return how many were renamed.
+
+    MXNet addresses nodes by position, so a symbol may repeat a name (GluonCV calls one stage
+    twice): MXNet loads and runs it. An op node that repeats an earlier name becomes ``NAME_1``,
+    ``NAME_2``... (the first free one); a variable that repeats one is the same variable (MXNet binds
+    arguments by name), so its readers read the first.
+    """
+    nodes = graph["nodes"]
+    names = {n["name"] for n in nodes}
+    first: dict[str, int] = {}
+    alias: dict[int, int] = {}
+    renamed = 0
+    for index, node in enumerate(nodes):
+        name = node["name"]
+        if name not in first:
+            first[name] = index
+            continue
+        if node["op"] == "null" and nodes[first[name]]["op"] == "null":
+            alias[index] = first[name]
+            continue
+        k = 1
+        while f"{name}_{k}" in names:
+            k += 1
+        node["name"] = f"{name}_{k}"
+        names.add(node["name"])
+        first[node["name"]] = index
+        renamed += 1
+    if alias:
+        for node in nodes:
+            node["inputs"] = [[alias.get(r[0], r[0]), *r[1:]] for r in node["inputs"]]
+        graph["heads"] = [[alias.get(r[0], r[0]), *r[1:]] for r in graph["heads"]]
+    return renamed + len(alias)
+
+
+def _unique_symbol(mx: ModuleType, symbol: Any) -> Any:
+    """``symbol``, or its copy with unique node names (see :func:`unique_names`)."""
+    graph = json.loads(symbol.tojson())
+    return mx.sym.load_json(json.dumps(graph)) if unique_names(graph) else symbol
 
 
 def _read_onnx(model: onnx.ModelProto) -> _Source:
@@ -231,7 +279,9 @@ def _default_params(path: Path, stem: str) -> Path | None:
 
 
 def _read_params(params: Any, label: str) -> dict[str, np.ndarray]:
-    """Parameters by variable name (``arg:``/``aux:`` prefixes removed), as numpy arrays."""
+    """Parameters by variable name (``arg:``/``aux:`` prefixes removed), as numpy arrays (a file's as
+    the NDArrays MXNet read, which nothing else holds)."""
+    owned = isinstance(params, str | os.PathLike)
     if isinstance(params, str | os.PathLike):
         file = Path(params)
         if not file.is_file():
@@ -250,10 +300,11 @@ def _read_params(params: Any, label: str) -> dict[str, np.ndarray]:
     if not isinstance(params, Mapping):
         raise InvalidArgumentError(f"{label}: 'params' must be a path or a mapping of name to array. "
                                    f"Got {type(params).__name__} instead.")
-    out: dict[str, np.ndarray] = {}
-    for key, value in params.items():
+    out: dict[str, Any] = {}
+    for key, value in params.items():  # a file's NDArrays kept as they are: copied once, into the model
         bare = key.split(":", 1)[1] if key.startswith(("arg:", "aux:")) else key
-        out[bare] = value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value)
+        out[bare] = value if hasattr(value, "asnumpy") and owned else (
+            value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value))
     return out
 
 
@@ -377,9 +428,8 @@ def _build(src: _Source, data_shapes: Mapping[str, tuple[int, ...]], name: str |
     specs = _infer(src, data_shapes)
     graph = json.loads(src.symbol.tojson())
     nodes = graph["nodes"]
-    _check_unique(nodes, src.label)
     outputs_of = [_node_outputs(n, specs) for n in nodes]
-    constants: dict[str, onnx.TensorProto] = {}
+    weights: list[str] = []
     layers: list[LayerNode] = []
     positive = _positive_variables(nodes)
     layouts: dict[str, str] = {}
@@ -387,8 +437,8 @@ def _build(src: _Source, data_shapes: Mapping[str, tuple[int, ...]], name: str |
         if node["op"] == "null":
             var = node["name"]
             if var not in data_shapes:
-                constants[var] = _constant(src, var, specs[var], var in positive)
-            layouts[var] = "const" if var in constants else "plain"
+                weights.append(var)
+            layouts[var] = "plain" if var in data_shapes else "const"
             continue
         inputs = tuple(_input_name(src.label, nodes, outputs_of, ref, node["name"]) for ref in node["inputs"])
         attrs = _attributes(node)
@@ -402,10 +452,18 @@ def _build(src: _Source, data_shapes: Mapping[str, tuple[int, ...]], name: str |
     heads = [_input_name(src.label, nodes, outputs_of, ref, "the graph outputs") for ref in graph["heads"]]
     inputs = tuple(specs[n] for n in data_shapes)
     outputs = tuple(specs[h] for h in heads)
-    tensors = {k: v for k, v in specs.items() if k not in constants}
+    weight_set = set(weights)
+    tensors = {k: v for k, v in specs.items() if k not in weight_set}
     name = name or src.name
-    proto = _model_proto(name, layers, inputs, outputs, tensors, constants)
-    stats = _value_statistics(src.label, proto, inputs, [o for layer in layers for o in layer.outputs])
+    proto = _model_proto(name, layers, inputs, outputs, tensors)
+    constants: dict[str, onnx.TensorProto] = {}
+    for var in weights:  # each weight held once: in the model's initializers, which constants refer to
+        tensor = proto.graph.initializer.add()
+        tensor.CopyFrom(_constant(src, var, specs[var], var in positive))
+        src.params.pop(var, None)
+        constants[var] = tensor
+    stats = _value_statistics(src.label, src.symbol, constants, inputs,
+                              [o for layer in layers for o in layer.outputs])
     tensors = {k: v.with_statistics(stats.get(k)) for k, v in tensors.items()}
     return ModelGraph(
         name=name, layers=tuple(layers), inputs=inputs, outputs=outputs, tensors=tensors,
@@ -439,35 +497,71 @@ def _infer(src: _Source, data_shapes: Mapping[str, tuple[int, ...]]) -> dict[str
     return specs
 
 
-def _value_statistics(label: str, proto: onnx.ModelProto, inputs: Sequence[TensorSpec],
-                      names: Sequence[str]) -> dict[str, ValueStatistics]:
+def _value_statistics(label: str, symbol: Any, constants: Mapping[str, onnx.TensorProto],
+                      inputs: Sequence[TensorSpec], names: Sequence[str]) -> dict[str, ValueStatistics]:
     """Statistics of the feature maps (float, rank >= 3) ``names`` in one run of the model on seeded
     standard normal inputs (those a whole model is measured with), by tensor name.
+
+    Each output is summarized as the run produces it (a monitor callback), so that the run holds
+    what the model itself holds, not every intermediate tensor at once.
 
     Raises
     ------
     ModelLoadError
         If MXNet cannot run the model.
     """
-    from dlbricks._mxnet_bricks import model_to_symbol, to_ndarray
 
     mx = import_mxnet(label)
-    built = model_to_symbol(proto)
-    internals = built.symbol.get_internals()
-    group = mx.sym.Group([internals[n] for n in names])
-    arguments = set(group.list_arguments())
-    args = {k: to_ndarray(mx, v) for k, v in built.arg_params.items() if k in arguments}
-    args.update({k: to_ndarray(mx, v) for k, v in random_inputs(inputs).items()})
-    aux = {k: to_ndarray(mx, v) for k, v in built.aux_params.items()}
+    wanted = set(names)
+    seen: dict[str, ValueStatistics | None] = {}
+
+    def collect(name: bytes | str, handle: Any) -> None:
+        key = name.decode() if isinstance(name, bytes) else str(name)
+        if key in wanted and key not in seen:
+            try:
+                array = mx.nd.NDArray(ctypes.cast(handle, mx.base.NDArrayHandle), writable=False)
+                seen[key] = ValueStatistics.of(array.asnumpy())
+            except Exception:  # noqa: BLE001 - an error raised into MXNet's C callback is lost: found missing below
+                return
+
+    args, aux = _bind_arrays(mx, symbol, constants, inputs)
     try:
         with _unfused():
-            executor = group.bind(mx.cpu(), args=args, aux_states=aux, grad_req="null")
+            executor = symbol.bind(mx.cpu(), args=args, aux_states=aux, grad_req="null")
+        executor.set_monitor_callback(collect, monitor_all=False)
         executor.forward(is_train=False)
-        arrays = [o.asnumpy() for o in executor.outputs]
+        mx.nd.waitall()
+        del executor
+        missing = [n for n in names if n not in seen]
+        if missing:  # outputs the monitor names otherwise: kept all at once, as few as there are
+            internals = symbol.get_internals()
+            group = mx.sym.Group([internals[n] for n in missing])
+            used = set(group.list_arguments())
+            with _unfused():
+                executor = group.bind(mx.cpu(), args={k: v for k, v in args.items() if k in used}, aux_states=aux,
+                                      grad_req="null")
+            executor.forward(is_train=False)
+            for n, array in zip(missing, executor.outputs, strict=True):
+                seen[n] = ValueStatistics.of(array.asnumpy())
     except mx.base.MXNetError as e:
         raise ModelLoadError(f"{label}: MXNet cannot run the model: {_first_line(e)}") from e
-    stats = {name: ValueStatistics.of(array) for name, array in zip(names, arrays, strict=True)}
-    return {k: v for k, v in stats.items() if v is not None}
+    return {k: v for k, v in seen.items() if v is not None}
+
+
+def _bind_arrays(mx: ModuleType, symbol: Any, constants: Mapping[str, onnx.TensorProto],
+                 inputs: Sequence[TensorSpec]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """NDArrays of the symbol's arguments (random data inputs, the weights) and auxiliary states,
+    made one at a time."""
+    from dlbricks._mxnet_bricks import to_ndarray
+
+    data = random_inputs(inputs)
+    arrays = {}
+    for name in (*symbol.list_arguments(), *symbol.list_auxiliary_states()):
+        value = data[name] if name in data else numpy_helper.to_array(constants[name])
+        arrays[name] = to_ndarray(mx, value)
+        del value
+    aux = set(symbol.list_auxiliary_states())
+    return {k: v for k, v in arrays.items() if k not in aux}, {k: v for k, v in arrays.items() if k in aux}
 
 
 @contextlib.contextmanager
@@ -495,15 +589,6 @@ def _unfused() -> Iterator[None]:
 def _var_dtype(sym: Any, var: str) -> str:
     code = sym.attr_dict().get(var, {}).get("__dtype__")
     return _MX_DTYPES.get(int(code), "float32") if code not in (None, "") else "float32"
-
-
-def _check_unique(nodes: Sequence[Mapping[str, Any]], label: str) -> None:
-    seen: set[str] = set()
-    for node in nodes:
-        if node["name"] in seen:
-            raise ModelLoadError(f"{label}: two nodes are named '{node['name']}'; give every node of the "
-                                 f"symbol a unique name.")
-        seen.add(node["name"])
 
 
 def _node_outputs(node: Mapping[str, Any], specs: Mapping[str, TensorSpec]) -> tuple[str, ...]:
@@ -566,6 +651,8 @@ def _positive_variables(nodes: Sequence[Mapping[str, Any]]) -> set[str]:
 
 def _constant(src: _Source, var: str, spec: TensorSpec, positive: bool) -> onnx.TensorProto:
     value = src.params.get(var)
+    if hasattr(value, "asnumpy"):
+        value = value.asnumpy()
     if value is None:
         seed = int.from_bytes(hashlib.sha256(f"{src.name}:{var}".encode()).digest()[:8], "little")
         value = synthetic_array(spec, "positive" if positive else "normal", seed)
@@ -576,12 +663,12 @@ def _constant(src: _Source, var: str, spec: TensorSpec, positive: bool) -> onnx.
 
 
 def _model_proto(name: str, layers: Sequence[LayerNode], inputs: Sequence[TensorSpec],
-                 outputs: Sequence[TensorSpec], tensors: Mapping[str, TensorSpec],
-                 constants: Mapping[str, onnx.TensorProto]) -> onnx.ModelProto:
+                 outputs: Sequence[TensorSpec], tensors: Mapping[str, TensorSpec]) -> onnx.ModelProto:
+    """The model's ONNX form, without its initializers (the caller adds them one by one)."""
     io = {s.name for s in (*inputs, *outputs)}
     graph = onnx.helper.make_graph(
         [la.proto for la in layers], name, [s.to_value_info() for s in inputs],
-        [s.to_value_info() for s in outputs], initializer=list(constants.values()),
+        [s.to_value_info() for s in outputs],
         value_info=[s.to_value_info() for n, s in tensors.items() if n not in io])
     return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid(MXNET_DOMAIN, MXNET_OPSET)],
                                   ir_version=IR_VERSION, producer_name="dlbricks-mxnet")

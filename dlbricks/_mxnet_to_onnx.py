@@ -23,14 +23,20 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from dlbricks._bricks import EXACT_MAX_ELEMENTS, POSITIVE_INPUTS, SEMANTIC_INPUTS, Brick, ConstantSpec
+from dlbricks._bricks import (
+    EXACT_MAX_ELEMENTS,
+    POSITIVE_INPUTS,
+    SEMANTIC_INPUTS,
+    Brick,
+    ConstantSpec,
+)
 from dlbricks._canonical import canonical_nodes, signature_of, value_digest
 from dlbricks._cost import node_flops
 from dlbricks._errors import UnrunnableBrickError
 from dlbricks._mxnet_frontend import MXNET_DOMAIN
 from dlbricks._types import TensorSpec, onnx_dtype_to_name
 
-__all__ = ["ONNX_OPSET", "CONVERTIBLE_OPS", "mxnet_brick_flops", "mxnet_brick_to_onnx"]
+__all__ = ["CONVERTIBLE_OPS", "ONNX_OPSET", "mxnet_brick_flops", "mxnet_brick_to_onnx"]
 
 ONNX_OPSET = 17
 IR_VERSION = 8
@@ -188,6 +194,57 @@ def _pooling(b: _Builder, node: onnx.NodeProto, attrs: dict[str, str]) -> None:
               **common)
 
 
+def _deconvolution(b: _Builder, node: onnx.NodeProto, attrs: dict[str, str]) -> None:
+    _layout(b, node, attrs)
+    kernel = _tuple(attrs.get("kernel"))
+    n = len(kernel)
+    pad = _tuple(attrs.get("pad"), (0,) * n)
+    inputs = list(node.input[:2]) if _bool(attrs.get("no_bias"), True) else list(node.input[:3])
+    extra = {}
+    if _tuple(attrs.get("target_shape"), (0,) * n) != (0,) * n:  # MXNet derives pads from it: ONNX too
+        extra["output_shape"] = list(b.specs[node.output[0]].shape[2:])
+    else:
+        extra["pads"] = list(pad) * 2
+        extra["output_padding"] = list(_tuple(attrs.get("adj"), (0,) * n))
+    b.add("ConvTranspose", inputs, list(node.output[:1]), kernel_shape=list(kernel),
+          strides=list(_tuple(attrs.get("stride"), (1,) * n)), dilations=list(_tuple(attrs.get("dilate"), (1,) * n)),
+          group=int(attrs.get("num_group", 1)), **extra)
+
+
+def _bilinear_resize(b: _Builder, node: onnx.NodeProto, attrs: dict[str, str]) -> None:
+    """Resize to the output's size (``like`` inputs give only their shape)."""
+    sizes = b.constant("sizes", np.array(b.specs[node.output[0]].shape, dtype=np.int64))
+    mode = "align_corners" if _bool(attrs.get("align_corners"), True) else "pytorch_half_pixel"
+    b.add("Resize", [node.input[0], "", "", sizes], [node.output[0]], mode="linear",
+          coordinate_transformation_mode=mode)
+
+
+def _adaptive_avg_pool(b: _Builder, node: onnx.NodeProto, attrs: dict[str, str]) -> None:
+    x, y = node.input[0], node.output[0]
+    size_in, size_out = b.specs[x].shape[2:], b.specs[y].shape[2:]
+    if all(o == 1 for o in size_out):
+        b.add("GlobalAveragePool", [x], [y])
+        return
+    if any(i % o for i, o in zip(size_in, size_out, strict=True)):
+        raise _unsupported(b, node, f"from {size_in} to {size_out} (not a whole factor)")
+    kernel = [i // o for i, o in zip(size_in, size_out, strict=True)]
+    b.add("AveragePool", [x], [y], kernel_shape=kernel, strides=kernel)
+
+
+def _embedding(b: _Builder, node: onnx.NodeProto, attrs: dict[str, str]) -> None:
+    """MXNet's indices are floats: cast, then gather rows of the weight."""
+    indices = b.fresh("idx")
+    b.add("Cast", [node.input[0]], [indices], to=onnx.TensorProto.INT64)
+    b.add("Gather", [node.input[1], indices], [node.output[0]], axis=0)
+
+
+def _layer_norm(b: _Builder, node: onnx.NodeProto, attrs: dict[str, str]) -> None:
+    if _bool(attrs.get("output_mean_var"), False):
+        raise _unsupported(b, node, "with output_mean_var")
+    b.add("LayerNormalization", list(node.input[:3]), [node.output[0]], axis=int(attrs.get("axis", -1)),
+          epsilon=_float(attrs.get("eps"), 1e-5))
+
+
 def _fully_connected(b: _Builder, node: onnx.NodeProto, attrs: dict[str, str]) -> None:
     x, w = node.input[0], node.input[1]
     bias = None if _bool(attrs.get("no_bias"), False) else node.input[2]
@@ -200,8 +257,12 @@ def _fully_connected(b: _Builder, node: onnx.NodeProto, attrs: dict[str, str]) -
             x = flat
         b.add("Gemm", [x, w] + ([bias] if bias else []), [y], transB=1)
         return
-    hidden, inner = b.consts[w].spec.shape
-    wt = b.derived(w, lambda v: np.ascontiguousarray(v.T), (inner, hidden))
+    if w in b.consts:
+        hidden, inner = b.consts[w].spec.shape
+        wt = b.derived(w, lambda v: np.ascontiguousarray(v.T), (inner, hidden))
+    else:  # a weight computed in the model: transposed in the brick
+        wt = b.fresh("wt")
+        b.add("Transpose", [w], [wt], perm=[1, 0])
     if bias is None:
         b.add("MatMul", [x, wt], [y])
         return
@@ -213,6 +274,25 @@ def _fully_connected(b: _Builder, node: onnx.NodeProto, attrs: dict[str, str]) -
 def _binary(onnx_op: str) -> Converter:
     def convert(b: _Builder, node: onnx.NodeProto, attrs: dict[str, str]) -> None:
         b.add(onnx_op, list(node.input[:2]), [node.output[0]])
+
+    return convert
+
+
+def _unary(onnx_op: str) -> Converter:
+    def convert(b: _Builder, node: onnx.NodeProto, attrs: dict[str, str]) -> None:
+        b.add(onnx_op, [node.input[0]], [node.output[0]])
+
+    return convert
+
+
+def _scalar(onnx_op: str, reverse: bool = False) -> Converter:
+    """``x op scalar`` (``scalar op x`` for MXNet's ``_r*_scalar``)."""
+
+    def convert(b: _Builder, node: onnx.NodeProto, attrs: dict[str, str]) -> None:
+        dtype = np.dtype(b.specs[node.input[0]].dtype)
+        scalar = b.constant("scalar", np.array(_float(attrs.get("scalar"), 0.0), dtype=dtype))
+        pair = [scalar, node.input[0]] if reverse else [node.input[0], scalar]
+        b.add(onnx_op, pair, [node.output[0]])
 
     return convert
 
@@ -279,6 +359,13 @@ _CONVERTERS: dict[str, Converter] = {
     "flatten": _flatten, "Dropout": _identity, "identity": _identity, "_copy": _identity,
     "softmax": _softmax, "SoftmaxOutput": _softmax_output, "clip": _clip, "Reshape": _reshape,
     "reshape": _reshape, "transpose": _transpose, "expand_dims": _expand_dims,
+    "Deconvolution": _deconvolution, "BilinearResize2D": _bilinear_resize,
+    "_contrib_BilinearResize2D": _bilinear_resize, "AdaptiveAvgPooling2D": _adaptive_avg_pool,
+    "_contrib_AdaptiveAvgPooling2D": _adaptive_avg_pool, "Embedding": _embedding, "LayerNorm": _layer_norm,
+    "relu": _unary("Relu"), "sigmoid": _unary("Sigmoid"), "tanh": _unary("Tanh"), "exp": _unary("Exp"),
+    "sqrt": _unary("Sqrt"), "elemwise_div": _binary("Div"), "broadcast_div": _binary("Div"),
+    "_plus_scalar": _scalar("Add"), "_minus_scalar": _scalar("Sub"), "_rminus_scalar": _scalar("Sub", True),
+    "_mul_scalar": _scalar("Mul"), "_div_scalar": _scalar("Div"), "_rdiv_scalar": _scalar("Div", True),
 }
 #: MXNet ops that :func:`mxnet_brick_to_onnx` converts (some only with certain attributes).
 CONVERTIBLE_OPS = frozenset(_CONVERTERS)
@@ -390,7 +477,14 @@ def _roles(nodes: tuple[onnx.NodeProto, ...]) -> tuple[set[str], set[str]]:
 
 def _infer(draft: Brick, original: Brick) -> dict[str, TensorSpec]:
     """Every tensor's spec by ONNX shape inference; the outputs must match the original brick's."""
-    model = draft.to_onnx(weights="synthetic")
+    exact = [c.value for c in draft.constants if c.exact and c.value is not None]
+    graph = onnx.helper.make_graph(  # weights as typed inputs: no values drawn for inference
+        list(draft.nodes), "infer",
+        [s.to_value_info() for s in draft.inputs]
+        + [c.spec.to_value_info() for c in draft.constants if not (c.exact and c.value is not None)],
+        [s.to_value_info() for s in draft.outputs], initializer=exact)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", ONNX_OPSET)],
+                                   ir_version=IR_VERSION)
     label = f"brick {original.signature[:12]} ({original.op_type})"
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)

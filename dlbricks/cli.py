@@ -8,18 +8,34 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
-from dlbricks._bricks import write_bricks
-from dlbricks._cliutil import DlbricksGroup, format_table, handle_errors, iter_models, model_options, parse_input_shapes
+from dlbricks._bricks import Brick, write_bricks
+from dlbricks._cliutil import (
+    DlbricksGroup,
+    format_table,
+    framework_of,
+    framework_option,
+    handle_errors,
+    infer_framework,
+    iter_models,
+    model_help,
+    model_options,
+    parse_input_shapes,
+)
 from dlbricks._decompose import GRANULARITIES, BrickSet, decompose
 from dlbricks._errors import InvalidArgumentError
+from dlbricks._mxnet_bricks import check_mxnet_runnable
 
 __all__ = ["main"]
+
+#: How ``decompose --check`` checks a brick in each framework: None if it runs, else the reason.
+CHECKS: dict[str, Callable[[Brick], str | None]] = {"onnxruntime": Brick.check_runnable,
+                                                    "mxnet": check_mxnet_runnable}
 
 @click.group(cls=DlbricksGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dlbricks")
@@ -31,7 +47,7 @@ def main() -> None:
     """
 
 
-@main.command("decompose")
+@main.command("decompose", help=f"Cut models into bricks and print the unique bricks.\n\n{model_help(stored=False)}")
 @model_options
 @click.option("--granularity", type=click.Choice(GRANULARITIES), default="layer", show_default=True)
 @click.option("--opt-level", type=click.Choice(("basic", "extended", "all")), default=None,
@@ -41,25 +57,25 @@ def main() -> None:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write each unique brick as DIR/<signature>_<op>.onnx.")
 @click.option("--check/--no-check", default=True, show_default=True,
-              help="Check that onnxruntime can run every brick.")
+              help="Check that the framework the bricks run in (--framework) can run every brick.")
+@framework_option
 @click.option("--no-weights", is_flag=True,
               help="With --out: synthetic weights and no names from the model, so that a proprietary "
                    "model's bricks can be measured elsewhere.")
 @handle_errors
 def decompose_cmd(models: tuple[str, ...], zoo: str | None, batch_size: int | None,
                   input_shape: tuple[str, ...], granularity: str, opt_level: str | None, as_json: bool,
-                  out: Path | None, check: bool, no_weights: bool) -> None:
-    """Cut models into bricks and print the unique bricks.
-
-    MODEL is an ONNX file or the name of a zoo model (see 'dlbricks zoo list').
-    """
+                  out: Path | None, check: bool, framework: str | None, no_weights: bool) -> None:
     if batch_size is not None and batch_size <= 0:
         raise InvalidArgumentError(f"--batch-size must be a positive int. Got {batch_size} instead.")
     shapes = parse_input_shapes(input_shape)
     bs = BrickSet()
+    own = {}
     for graph in iter_models(models, zoo, batch_size, shapes):
         bs.add(decompose(graph, granularity=granularity, opt_level=opt_level))
-    problems = {sig: b.check_runnable() for sig, b in bs.bricks.items()} if check else {}
+        own[graph.name] = framework_of(graph)
+    framework = infer_framework(framework, own)
+    problems = {sig: CHECKS[framework](b) for sig, b in bs.bricks.items()} if check else {}
     problems = {k: v for k, v in problems.items() if v is not None}
     if no_weights and out is None:
         raise InvalidArgumentError("--no-weights changes the bricks that --out writes; give --out DIR.")
@@ -72,7 +88,7 @@ def decompose_cmd(models: tuple[str, ...], zoo: str | None, batch_size: int | No
     for sig, reason in problems.items():
         brick = bs.bricks[sig]
         click.echo(f"Error: brick {sig[:12]} ({brick.op_type}) of {', '.join(bs.model_names(sig))} "
-                   f"is unrunnable in onnxruntime and will be skipped: {reason}", err=True)
+                   f"is unrunnable in {framework} and will be skipped: {reason}", err=True)
     if problems:
         sys.exit(2)
 

@@ -9,10 +9,19 @@ from pathlib import Path
 from typing import Any
 
 import click
-
-from dlbricks._cliutil import format_table, handle_errors, iter_models, parse_input_shapes
 from dlbricks.benchmarks_db import Store
 from dlbricks.generators import Budget, OrtConfig
+
+from dlbricks._cliutil import (
+    FRAMEWORKS,
+    format_table,
+    framework_of,
+    handle_errors,
+    infer_framework,
+    iter_models,
+    model_help,
+    parse_input_shapes,
+)
 
 from ._api import device_of, estimate, open_store, peaks_key, plan, threads_of, validate
 from ._calibrate import calibrate_peaks, merge_peaks
@@ -73,8 +82,33 @@ def _framework_config(framework: str, threads: int, opt_level: str, device: str 
 
 
 _framework_option = click.option(
-    "--framework", type=click.Choice(("onnxruntime", "mxnet")), default="onnxruntime", show_default=True,
-    help="mxnet: models run in MXNet (Gluon zoo names, the mxnet extra).")
+    "--framework", type=click.Choice(FRAMEWORKS), default=None,
+    help="The framework the model runs in. Default: its own (mxnet for an MXNet symbol file, a gluon_ zoo "
+         "model or a stored MXNet model; else onnxruntime).")
+
+
+def _framework(given: str | None, targets: list[Any], db: str) -> str:
+    """``--framework``, checked against the models' own, else theirs; a name not telling its framework
+    is looked up in the database."""
+    own = {}
+    for target in targets:
+        framework = framework_of(target)
+        if framework is None and isinstance(target, str) and os.path.isfile(db):
+            framework = _stored_framework(target, db)
+        own[getattr(target, "name", str(target))] = framework
+    return infer_framework(given, own)
+
+
+def _stored_framework(name: str, db: str) -> str | None:
+    """The framework of the model stored under ``name`` (None if there is none)."""
+    from dlbricks import InvalidArgumentError
+
+    with Store.open(db, create=False, readonly=True) as store:
+        try:
+            source = store.model(name).source
+        except InvalidArgumentError:
+            return None
+    return {"mxnet": "mxnet", "onnx": "onnxruntime"}.get(source.format) if source is not None else None
 
 
 def _ms(seconds: float | None) -> str:
@@ -104,7 +138,7 @@ def _print_estimate(est: Estimate, top: int) -> None:
 
 def _shape_options(fn: Any) -> Any:
     fn = click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=D,D,..",
-                      help="Concrete shape of a model input (repeatable).")(fn)
+                      help="Concrete shape of a model input (repeatable), e.g. data=1,3,224,224.")(fn)
     return click.option("--batch-size", type=click.IntRange(min=1), default=None,
                         help="Value of the symbolic batch dimension.")(fn)
 
@@ -119,7 +153,10 @@ def _model_arg(model: str, batch_size: int | None, input_shape: tuple[str, ...])
     return next(iter_models([model], None, batch_size, shapes))
 
 
-@click.command("estimate")
+@click.command("estimate", help=f"""Estimate MODEL's latency from the brick database.
+
+    {model_help()} Reads the database only, unless --on-missing measure (which may also create it).
+    """)
 @click.argument("model")
 @_config_options
 @_shape_options
@@ -132,15 +169,12 @@ def _model_arg(model: str, batch_size: int | None, input_shape: tuple[str, ...])
 @handle_errors
 def estimate_cmd(model: str, db: str, threads: int, opt_level: str, device: str, batch_size: int | None,
                  input_shape: tuple[str, ...], granularity: str, on_missing: str, as_json: bool, top: int,
-                 framework: str) -> None:
-    """Estimate MODEL's latency from the brick database (a file, or a stored or zoo model name).
-
-    Reads the database only, unless --on-missing measure (which may also create it).
-    """
+                 framework: str | None) -> None:
     measure = on_missing == "measure"
     if measure:
         Store.preflight(db)
     target = _model_arg(model, batch_size, input_shape)
+    framework = _framework(framework, [target], db)
     with Store.open(db, create=measure, readonly=not measure) as store:
         est = estimate(target, store, config=_framework_config(framework, threads, opt_level, device),
                        granularity=granularity, on_missing=on_missing)
@@ -150,23 +184,28 @@ def estimate_cmd(model: str, db: str, threads: int, opt_level: str, device: str,
         _print_estimate(est, top)
 
 
-@click.command("plan")
+@click.command("plan", help=f"""List MODEL's bricks that the database lacks: their predicted share and the time
+    to measure them.
+
+    {model_help()} Reads the database only; 'dlbricks estimate MODEL --on-missing measure' then measures
+    just those.
+    """)
 @click.argument("model")
 @_config_options
 @_shape_options
 @_granularity_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, help="Missing bricks to list.")
+@_framework_option
 @handle_errors
 def plan_cmd(model: str, db: str, threads: int, opt_level: str, device: str, batch_size: int | None,
-             input_shape: tuple[str, ...], granularity: str, as_json: bool, top: int) -> None:
-    """List MODEL's bricks that the database lacks: their predicted share and the time to measure them.
-
-    Reads the database only; 'dlbricks estimate MODEL --on-missing measure' then measures just those.
-    """
+             input_shape: tuple[str, ...], granularity: str, as_json: bool, top: int,
+             framework: str | None) -> None:
     target = _model_arg(model, batch_size, input_shape)
+    framework = _framework(framework, [target], db)
     with Store.open(db, create=False, readonly=True) as store:
-        result = plan(target, store, config=_config(threads, opt_level, device), granularity=granularity)
+        result = plan(target, store, config=_framework_config(framework, threads, opt_level, device),
+                      granularity=granularity)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
         return
@@ -179,7 +218,10 @@ def plan_cmd(model: str, db: str, threads: int, opt_level: str, device: str, bat
                             right={2, 3, 4, 5}))
 
 
-@click.command("validate")
+@click.command("validate", help=f"""Measure MODELs whole, store the runs, and compare with their estimates.
+
+    {model_help()}
+    """)
 @click.argument("models", nargs=-1, required=True)
 @_config_options
 @_shape_options
@@ -192,12 +234,11 @@ def plan_cmd(model: str, db: str, threads: int, opt_level: str, device: str, bat
 @handle_errors
 def validate_cmd(models: tuple[str, ...], db: str, threads: int, opt_level: str, device: str,
                  batch_size: int | None, input_shape: tuple[str, ...], per_brick: bool,
-                 top: int, granularity: str, framework: str, budget_name: str) -> None:
-    """Measure MODELs whole, store the runs, and compare with their estimates."""
+                 top: int, granularity: str, framework: str | None, budget_name: str) -> None:
     rows, validations = [], []
-    config = _framework_config(framework, threads, opt_level, device)
     Store.preflight(db)
     targets = [_model_arg(model, batch_size, input_shape) for model in models]
+    config = _framework_config(_framework(framework, targets, db), threads, opt_level, device)
     with Store.open(db) as store:
         for model in targets:
             v = validate(model, store, config=config, granularity=granularity,
@@ -316,13 +357,15 @@ def _print_evaluation(ev: Evaluation) -> None:
 @_target_ci_option
 @handle_errors
 def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, device: str, plot_dir: Path | None,
-                 quiet: bool, granularity: str, framework: str, budget_name: str, target_ci: float | None) -> None:
+                 quiet: bool, granularity: str, framework: str | None, budget_name: str,
+                 target_ci: float | None) -> None:
     """The main job: benchmark the suite's unique bricks, estimate every model, validate.
 
     Prints, per model, layers, unique bricks, measured and estimated latency, error, parallel
     estimate, lower bound and roofline; for the suite, the benchmarking time of bricks vs whole
     models and the error figures.
     """
+    framework = framework or "onnxruntime"
     config = _framework_config(framework, threads, opt_level, device)
     models = suite_models(suite, "mxnet") if framework == "mxnet" else suite_models(suite)
     say = (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))

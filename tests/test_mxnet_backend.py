@@ -19,7 +19,7 @@ mx = _mxnet.import_mxnet()
 
 MEASURED_NOISE = 0.05  # drift of this machine's speed between two measurements seconds apart
 
-from dlbricks.generators import (  # noqa: E402
+from dlbricks.generators import (
     Budget,
     Measurement,
     available_backends,
@@ -29,15 +29,16 @@ from dlbricks.generators import (  # noqa: E402
     get_backend,
     measure,
 )
-from dlbricks.generators._mxnet import (  # noqa: E402
+from dlbricks.generators._mxnet import (
     ACTIVATION_CORRELATION,
     MxnetBackend,
     MxnetConfig,
     activation_like,
 )
-from dlbricks.generators._ort import cold_copies  # noqa: E402
-from dlbricks._mxnet_frontend import LAYOUTS_ATTR  # noqa: E402
-from dlbricks.model_zoo._gluon import build_gluon  # noqa: E402
+from dlbricks.generators._ort import cold_copies
+from dlbricks.model_zoo._gluon import build_gluon
+
+from dlbricks._mxnet_frontend import LAYOUTS_ATTR
 
 
 @pytest.fixture(scope="module")
@@ -321,9 +322,9 @@ def test_validate_per_brick_profiles_the_model_in_mxnet(tmp_path) -> None:  # ty
     """`dlbricks validate --framework mxnet --per-brick`: every layer gets its in-model time from
     MXNet's profiler (run in a subprocess under the configuration's environment)."""
     from click.testing import CliRunner
+    from dlbricks.estimator import validate
 
     from dlbricks.cli import main
-    from dlbricks.estimator import validate
 
     db = str(tmp_path / "mx.db")
     v = validate(build_gluon("mobilenet0.25"), db, config=MxnetConfig(), budget=Budget.quick(), per_brick=True)
@@ -340,8 +341,11 @@ def test_validate_per_brick_profiles_the_model_in_mxnet(tmp_path) -> None:  # ty
                                           "--json"])
     assert estimated.exit_code == 0, estimated.output
     assert json.loads(estimated.output)["config_id"] == MxnetConfig().config_id
-    onnxruntime = CliRunner().invoke(main, ["estimate", "gluon_mobilenet0.25", "--db", db])
-    assert onnxruntime.exit_code == 2 and "no measurement" in onnxruntime.output  # other configuration
+    inferred = CliRunner().invoke(main, ["estimate", "gluon_mobilenet0.25", "--db", db, "--json"])
+    assert inferred.exit_code == 0 and inferred.output == estimated.output  # a gluon_ model runs in mxnet
+    onnxruntime = CliRunner().invoke(main, ["estimate", "gluon_mobilenet0.25", "--framework", "onnxruntime",
+                                            "--db", db])
+    assert onnxruntime.exit_code == 2 and "Use --framework mxnet" in onnxruntime.output
     fused = CliRunner().invoke(main, ["validate", "gluon_mobilenet0.25", "--framework", "mxnet",
                                       "--granularity", "fused", "--db", db, "--budget", "quick"])
     assert fused.exit_code == 2 and "take granularity 'layer'" in fused.output

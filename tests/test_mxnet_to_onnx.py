@@ -6,7 +6,6 @@ different orders, and the Gluon models' activations grow to a few hundred).
 
 from __future__ import annotations
 
-
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -19,11 +18,12 @@ from tests import _mxnet
 pytestmark = _mxnet.MARKS
 mx = _mxnet.import_mxnet()
 
-from dlbricks._mxnet_bricks import brick_to_symbol  # noqa: E402
-from dlbricks._mxnet_frontend import load_mxnet  # noqa: E402
-from dlbricks._mxnet_to_onnx import CONVERTIBLE_OPS, mxnet_brick_to_onnx  # noqa: E402
-from dlbricks.model_zoo import build  # noqa: E402
-from dlbricks.model_zoo._gluon import build_gluon  # noqa: E402
+from dlbricks.model_zoo import build
+from dlbricks.model_zoo._gluon import build_gluon
+
+from dlbricks._mxnet_bricks import brick_to_symbol
+from dlbricks._mxnet_frontend import load_mxnet
+from dlbricks._mxnet_to_onnx import CONVERTIBLE_OPS, mxnet_brick_to_onnx
 
 RTOL, ATOL = 1e-4, 1e-4
 MODELS = ("resnet18_v1", "resnet18_v2", "squeezenet1.0", "mobilenetv2_0.25", "densenet121", "inceptionv3",
@@ -152,3 +152,45 @@ def test_onnx_bricks_are_refused() -> None:
 def test_convertible_ops_cover_the_gluon_zoo() -> None:
     assert {"Convolution", "BatchNorm", "Activation", "Pooling", "FullyConnected", "elemwise_add", "Concat",
             "Flatten", "Dropout", "clip", "softmax", "SoftmaxOutput", "LeakyReLU", "Reshape"} <= CONVERTIBLE_OPS
+
+
+@pytest.mark.parametrize("make, shape", [
+    (lambda x: mx.sym.Deconvolution(x, num_filter=4, kernel=(4, 4), stride=(2, 2), pad=(1, 1), name="l"),
+     (1, 3, 8, 8)),
+    (lambda x: mx.sym.Deconvolution(x, num_filter=4, kernel=(3, 3), stride=(2, 2), adj=(1, 1), pad=(1, 1),
+                                    no_bias=False, name="l"), (1, 3, 5, 5)),
+    (lambda x: mx.sym.contrib.BilinearResize2D(x, height=11, width=14, name="l"), (1, 3, 6, 7)),
+    (lambda x: mx.sym.contrib.AdaptiveAvgPooling2D(x, output_size=(3, 2), name="l"), (1, 3, 9, 8)),
+    (lambda x: mx.sym.contrib.AdaptiveAvgPooling2D(x, output_size=1, name="l"), (1, 3, 7, 5)),
+    (lambda x: mx.sym.LayerNorm(x, name="l"), (2, 5, 16)),
+    (lambda x: mx.sym.relu(x, name="l"), (1, 3, 4, 4)),
+    (lambda x: 2.5 - x, (1, 3, 4, 4)),  # _rminus_scalar
+])
+def test_more_ops_convert_with_their_flops(make, shape) -> None:
+    """Deconvolution, BilinearResize2D, AdaptiveAvgPooling2D, LayerNorm... compute in ONNX what they
+    compute in MXNet, so that their FLOPs are those of the ONNX ops (known to the cost model)."""
+    brick = _one_layer(make(mx.sym.var("data")), shape)
+    converted = check_equivalent(brick)
+    assert brick.flops is not None and brick.flops == converted.flops > 0
+
+
+def test_embedding_and_fully_connected_with_a_computed_weight() -> None:
+    """An Embedding gathers rows (no FLOPs, its bytes); a FullyConnected whose weight is computed in
+    the model (an input of its brick) counts its multiply-adds."""
+    tokens, w = mx.sym.var("tokens"), mx.sym.var("wsrc")
+    emb = mx.sym.Embedding(tokens, input_dim=50, output_dim=16, name="emb")
+    fc = mx.sym.FullyConnected(emb, weight=mx.sym.relu(w, name="wr"), num_hidden=8, no_bias=True, flatten=False,
+                               name="fc")
+    graph = load_mxnet(fc, input_shapes={"tokens": (2, 6), "wsrc": (8, 16)})
+    bricks = {b.op_type: b for b in dlbricks.decompose(graph, weights="real").bricks.values()}
+    assert bricks["Embedding"].flops == 0 and bricks["Embedding"].bytes_moved > 50 * 16 * 4
+    assert bricks["FullyConnected"].flops == 2 * 2 * 6 * 16 * 8
+    fc_brick = bricks["FullyConnected"]
+    feeds = feeds_for(fc_brick)
+    for got, want in zip(run_ort(mxnet_brick_to_onnx(fc_brick), feeds), run_mxnet(fc_brick, feeds), strict=True):
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    emb_brick = bricks["Embedding"]
+    indices = [np.random.default_rng(0).integers(0, 50, size=(2, 6)).astype(np.float32)]
+    for got, want in zip(run_ort(mxnet_brick_to_onnx(emb_brick), indices), run_mxnet(emb_brick, indices),
+                         strict=True):
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
