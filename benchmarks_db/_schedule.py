@@ -406,16 +406,19 @@ class PairedWhole:
     ``sample()`` samples it now; ``result()`` samples it once more and pools every sample (median of
     their medians, see :func:`~dlbricks.generators.pool`), with the wall time of the first, standard
     measurement under ``budget``. A sample between bricks is measured under :func:`pair_budget`.
+    ``runner`` (a :class:`~dlbricks.generators.Runner` under ``config`` and ``budget``) holds the model
+    in a worker that outlives it, as one worker for a suite's whole models; default a worker of its own.
     """
 
     def __init__(self, graph: Any, config: Any, budget: Any, backend: str = "onnxruntime",
-                 say: Callable[[str], object] = lambda s: None) -> None:
+                 say: Callable[[str], object] = lambda s: None, runner: Any = None) -> None:
         from dlbricks.generators import Runner
 
         self._sample_budget = pair_budget()
         self._say = say
         self._name = graph.name
-        self._runner = Runner(backend, config, budget)
+        self._own = runner is None  # a runner given (one worker for every whole model) is left open
+        self._runner = Runner(backend, config, budget) if runner is None else runner
         say(f"{graph.name}: whole model")
         self._first = self._runner.hold(graph)
         self._runs = [self._first]
@@ -425,7 +428,10 @@ class PairedWhole:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._runner.close()
+        if self._own:
+            self._runner.close()
+        else:
+            self._runner.release(self._first.key)
 
     @property
     def samples(self) -> int:

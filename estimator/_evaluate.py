@@ -262,13 +262,15 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     configs = [bricks_cfg] + ([replace(config, cache="warm")] if lower_bound_sweep else [])
     whole_time = 0.0
     workers = _KeptRunners()
+    whole_runner = Runner(backend, whole_cfg, budget)  # one worker holds each model in turn
     turns = [_Turns(brickset, configs, target_ci)] + (
         [_Turns(layer_set, [bricks_cfg], target_ci)] if granularity == "both" else [])
     try:
         for name in models:
             dec = brickset.models[name]
             done = _measured(store.measurement(dec.model_key, system, whole_cfg.config_id, kind="model"))
-            paired = None if done else PairedWhole(load_model(build(name), name=name), whole_cfg, budget, backend, say)
+            paired = None if done else PairedWhole(load_model(build(name), name=name), whole_cfg, budget, backend,
+                                                   say, runner=whole_runner)
             with contextlib.nullcontext() if paired is None else paired as whole:
                 for turn in turns:
                     turn.measure(name, store, workers, backend, budget, system, whole, say)
@@ -280,6 +282,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
                     store.record_model(measured, system, budget=budget)
     finally:
         workers.close()
+        whole_runner.close()
     brick_records = store.measurements(system=system, config_id=bricks_cfg.config_id,
                                        signatures=list(brickset.bricks))
     brick_time = sum(r.wall_time_s or 0.0 for r in brick_records)

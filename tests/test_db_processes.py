@@ -94,3 +94,25 @@ def test_three_processes_share_one_file(tmp_path: Path) -> None:
     assert total == 8 + 24 + 8
     assert sum(measured) == total  # no brick was measured twice
     _check_complete(db)
+
+
+def test_paired_whole_models_take_turns_in_one_worker() -> None:
+    """A suite's whole models held in turn by one runner: each sampled and pooled, the worker kept
+    (one start and one floor for the suite), each model released when its turn ends."""
+    import dlbricks
+    from dlbricks.benchmarks_db import PairedWhole
+    from dlbricks.generators import Budget, OrtConfig, Runner
+    from tests._models import resnet_like
+
+    budget = Budget.quick()
+    graphs = [dlbricks.load_model(resnet_like(blocks, 8), batch_size=1, name=f"r{blocks}") for blocks in (1, 2)]
+    with Runner("onnxruntime", OrtConfig(), budget) as runner:
+        pids, results = [], []
+        for graph in graphs:
+            with PairedWhole(graph, OrtConfig(), budget, runner=runner) as whole:
+                assert whole.sample() and whole.samples == 2
+                results.append(whole.result())
+            pids.append(runner.worker_pid)
+        assert pids[0] is not None and pids[0] == pids[1]
+        assert all(r.ok and r.n >= budget.min_runs + 3 for r in results)
+        assert [r.key for r in results] == [g.key for g in graphs]
