@@ -8,7 +8,6 @@ warm-up and timed runs) against the same sum over the whole models.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import time
@@ -191,9 +190,10 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
 
     Bricks are measured once each in the estimate's configuration, and (``lower_bound_sweep``) once
     more with warm caches, the fastest state a brick can meet, for the lower bound. The suite runs
-    model by model: each model is measured whole, held in its own worker and sampled again every
+    model by model: each model is measured whole, held in a worker and sampled again every
     :data:`~dlbricks.benchmarks_db.PAIR_INTERVAL_S` seconds while its not yet measured bricks are
-    measured (:class:`~dlbricks.benchmarks_db.PairedWhole`, a paired design against the machine's drift); the benchmarking time of a model is its first measurement's. Its
+    measured (:class:`~dlbricks.benchmarks_db.PairedWhole`, a paired design against the machine's
+    drift); the benchmarking time of a model is its first measurement's. Its
     bricks that hold 5% or more of its time are measured at :data:`EVALUATE_MOMENTS` moments, and its
     bricks that an earlier model of the run measured are measured once more in its turn, each pooled
     (their wall time counts in the bricks' benchmarking time). A model whose turn ends before its whole
@@ -208,8 +208,6 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     and the whole models until their median's CI is within the same half-width (``budget`` with
     ``rel_ci = 2 * target_ci``). The lower-bound sweep measures each brick with the pilot budget.
     """
-    from dlbricks.model_zoo import build
-
     start = time.perf_counter()
     store = open_store(db)
     system = collect_system_info()
@@ -218,80 +216,119 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     if target_ci is not None:
         budget = replace(budget, rel_ci=2 * target_ci)
     config = config or OrtConfig()
-    bricks_cfg = whole_cfg = config
-    backend = backend_name(config)
-    get_backend(backend).check(config)  # before anything is stored: a missing provider is one line
+    get_backend(backend_name(config)).check(config)  # before anything is stored: a missing provider is one line
+    _check_granularity(granularity, config)
+    brickset, layer_set = _decompose_suite(models, store, granularity, config)
+    summary = brickset.summary()
+    say(f"{summary.models} models, {summary.layers} layers, {summary.unique_bricks} unique bricks")
+    _calibrate_once(store, system, config, say)
+    configs = [config] + ([replace(config, cache="warm")] if lower_bound_sweep else [])
+    turns = [_Turns(brickset, configs, target_ci)] + (
+        [_Turns(layer_set, [config], target_ci)] if granularity == "both" else [])
+    whole_time = _measure_suite(models, brickset, turns, store, system, config, budget, say)
+    brick_records = store.measurements(system=system, config_id=config.config_id, signatures=list(brickset.bricks))
+    rows, op_times = _rows(models, brickset, layer_set if granularity == "both" else None, store, system, config,
+                           say)
+    return Evaluation(rows=tuple(rows), op_times=tuple(sorted(op_times.items(), key=lambda kv: -kv[1])),
+                      layers=summary.layers, unique_bricks=summary.unique_bricks,
+                      brick_time_s=sum(r.wall_time_s or 0.0 for r in brick_records), whole_time_s=whole_time,
+                      model_latency_s=sum(r.measured_s for r in rows),
+                      unique_brick_latency_s=sum(r.median_s or 0.0 for r in brick_records if r.ok),
+                      system=system, config=config, elapsed_s=time.perf_counter() - start,
+                      granularity=next(iter(brickset.models.values())).granularity if brickset.models else "layer",
+                      layer_unique_bricks=layer_set.summary().unique_bricks if granularity == "both" else None,
+                      brick_setup_s=turns[0].setup_s, brick_timed_s=turns[0].timed_s, target_ci=target_ci,
+                      worst_ci=max(turns[0].cis) if turns[0].cis else None)
+
+
+def _check_granularity(granularity: str, config: Any) -> None:
+    """Refuse a granularity that is not one of :data:`GRANULARITIES`, or fused bricks without fusion."""
     if granularity not in GRANULARITIES:
         raise InvalidArgumentError(f"'granularity' must be one of {GRANULARITIES}. Got {granularity!r} instead.")
     if granularity != "layer" and (not isinstance(config, OrtConfig) or config.graph_optimization_level == "disable"):
         raise InvalidArgumentError(f"--granularity {granularity} needs an optimization level that fuses: "
                                    "--opt-level basic, extended or all.")
-    level = None if granularity == "layer" else config.graph_optimization_level  # type: ignore[union-attr]
+
+
+def _decompose_suite(models: Sequence[str], store: Store, granularity: str,
+                     config: Any) -> tuple[BrickSet, BrickSet]:
+    """Build and decompose each zoo model, storing it; the bricks of ``granularity`` and, with
+    "both", the layer bricks beside them (else an empty set)."""
+    from dlbricks.model_zoo import build
+
+    level = None if granularity == "layer" else config.graph_optimization_level
     brickset, layer_set = BrickSet(), BrickSet()
-    label = "layer"
     for name in models:
         graph = load_model(build(name), name=name)
         dec = decompose(graph, "layer" if granularity == "layer" else "fused", opt_level=level)
-        label = dec.granularity
         store.add_decomposition(dec, graph.source)
         brickset.add(dec)
         if granularity == "both":
             layer_dec = decompose(graph, "layer")
             store.add_decomposition(layer_dec, graph.source)
             layer_set.add(layer_dec)
-    summary = brickset.summary()
-    say(f"{summary.models} models, {summary.layers} layers, {summary.unique_bricks} unique bricks")
+    return brickset, layer_set
+
+
+def _calibrate_once(store: Store, system: SystemInfo, config: Any, say: Callable[[str], object]) -> None:
+    """Calibrate and store the peaks of ``config``'s backend and device unless the system has them."""
     stored = store.peaks(system)
     key = peaks_key(config)
-    if stored is None or key not in calibrated_backends(stored):
-        say(f"calibrating peak FLOP/s and bandwidth with {key} (roofline)")
-        cal_config = config if backend == "mxnet" else OrtConfig(
-            intra_op_num_threads=threads_of(config) or 1, device=config.device, device_id=config.device_id)
-        store.record_peaks(system, *merge_peaks(stored, key, calibrate_peaks(cal_config)))
-    # The estimate's configuration first (its time is what the speedup compares), then the warm
-    # sweep that gives each brick its fastest state for the lower bound. This machine's speed
-    # swings by 10-20% from one second to the next (neighbours' load), so the suite runs model by
-    # model, as a paired design: the model is measured whole (the measurement whose time the
-    # speedup counts) and kept prepared in its own worker, then sampled again every few seconds
-    # while its bricks are measured, and once more after them; its latency is the median over those
-    # samples, taken at the same moments as its bricks.
-    # A brick that an earlier model of the run measured is measured again in this model's turn (and
-    # context) and pooled, so that each model's bricks share its whole samples' moments.
-    # With granularity "both", the model's layer bricks are measured in its turn too (estimate
-    # configuration only), for the comparison column.
-    configs = [bricks_cfg] + ([replace(config, cache="warm")] if lower_bound_sweep else [])
+    if stored is not None and key in calibrated_backends(stored):
+        return
+    say(f"calibrating peak FLOP/s and bandwidth with {key} (roofline)")
+    cal_config = config if backend_name(config) == "mxnet" else OrtConfig(
+        intra_op_num_threads=threads_of(config) or 1, device=config.device, device_id=config.device_id)
+    store.record_peaks(system, *merge_peaks(stored, key, calibrate_peaks(cal_config)))
+
+
+def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_Turns], store: Store,
+                   system: SystemInfo, config: Any, budget: Budget, say: Callable[[str], object]) -> float:
+    """Measure the suite model by model; returns the whole models' benchmarking time.
+
+    The estimate's configuration first (its time is what the speedup compares), then the warm sweep
+    that gives each brick its fastest state for the lower bound. This machine's speed swings by
+    10-20% from one second to the next, so each model is measured whole (the measurement whose time
+    the speedup counts) and held in a worker, then sampled again every few seconds while its bricks
+    are measured, and once more after them (:class:`~dlbricks.benchmarks_db.PairedWhole`). A brick
+    that an earlier model of the run measured is measured again in this model's turn and pooled. With
+    granularity "both", the model's layer bricks are measured in its turn too."""
+    from dlbricks.model_zoo import build
+
+    backend = backend_name(config)
     whole_time = 0.0
     workers = _KeptRunners()
-    whole_runner = Runner(backend, whole_cfg, budget)  # one worker holds each model in turn
-    turns = [_Turns(brickset, configs, target_ci)] + (
-        [_Turns(layer_set, [bricks_cfg], target_ci)] if granularity == "both" else [])
+    whole_runner = Runner(backend, config, budget)  # one worker holds each model in turn
     try:
         for name in models:
             dec = brickset.models[name]
-            done = _measured(store.measurement(dec.model_key, system, whole_cfg.config_id, kind="model"))
-            paired = None if done else PairedWhole(load_model(build(name), name=name), whole_cfg, budget, backend,
-                                                   say, runner=whole_runner)
-            with contextlib.nullcontext() if paired is None else paired as whole:
+            if _measured(store.measurement(dec.model_key, system, config.config_id, kind="model")):
+                for turn in turns:
+                    turn.measure(name, store, workers, backend, budget, system, None, say)
+                continue
+            with PairedWhole(load_model(build(name), name=name), config, budget, backend, say,
+                             runner=whole_runner) as whole:
                 for turn in turns:
                     turn.measure(name, store, workers, backend, budget, system, whole, say)
-                if whole is not None:
-                    _top_up(store, dec, workers(backend, bricks_cfg, budget, False), system, bricks_cfg, budget,
-                            whole, say, turns[0])
-                    measured = whole.result()
-                    whole_time += measured.wall_time_s
-                    store.record_model(measured, system, budget=budget)
+                _top_up(store, dec, workers(backend, config, budget, False), system, config, budget, whole, say,
+                        turns[0])
+                measured = whole.result()
+                whole_time += measured.wall_time_s
+                store.record_model(measured, system, budget=budget)
     finally:
         workers.close()
         whole_runner.close()
-    brick_records = store.measurements(system=system, config_id=bricks_cfg.config_id,
-                                       signatures=list(brickset.bricks))
-    brick_time = sum(r.wall_time_s or 0.0 for r in brick_records)
-    unique_latency = sum(r.median_s or 0.0 for r in brick_records if r.ok)
+    return whole_time
+
+
+def _rows(models: Sequence[str], brickset: BrickSet, layer_set: BrickSet | None, store: Store, system: SystemInfo,
+          config: Any, say: Callable[[str], object]) -> tuple[list[EvaluationRow], dict[str, float]]:
+    """Each model's row (its estimate against its stored whole measurement) and the time per op type."""
     rows = []
     op_times: dict[str, float] = {}
     for name in models:
         dec = brickset.models[name]
-        measured = store.measurement(dec.model_key, system, whole_cfg.config_id, kind="model")
+        measured = store.measurement(dec.model_key, system, config.config_id, kind="model")
         if not _measured(measured):
             raise InvalidArgumentError(f"model '{name}' could not be measured whole: "
                                        f"{measured.error if measured else 'no measurement'}")
@@ -299,7 +336,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
         for c in est.breakdown:
             op_times[c.op_type] = op_times.get(c.op_type, 0.0) + c.total_s
         layer_est = (estimate(layer_set.models[name], store, system=system, config=config).sequential_s
-                     if granularity == "both" else None)
+                     if layer_set is not None else None)
         rows.append(EvaluationRow(
             model=name, layers=dec.layers, unique_bricks=len(dec.bricks),
             measured_s=measured.median_s or float("nan"), estimated_s=est.sequential_s,
@@ -307,15 +344,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
             ci_low_s=est.ci_low_s, ci_high_s=est.ci_high_s, layer_estimated_s=layer_est))
         say(f"{name}: measured {1e3 * rows[-1].measured_s:.2f} ms, estimated "
             f"{1e3 * est.sequential_s:.2f} ms ({100 * rows[-1].error:+.1f}%)")
-    return Evaluation(rows=tuple(rows), op_times=tuple(sorted(op_times.items(), key=lambda kv: -kv[1])),
-                      layers=summary.layers, unique_bricks=summary.unique_bricks,
-                      brick_time_s=brick_time, whole_time_s=whole_time,
-                      model_latency_s=sum(r.measured_s for r in rows), unique_brick_latency_s=unique_latency,
-                      system=system, config=config,
-                      elapsed_s=time.perf_counter() - start, granularity=label,
-                      layer_unique_bricks=layer_set.summary().unique_bricks if granularity == "both" else None,
-                      brick_setup_s=turns[0].setup_s, brick_timed_s=turns[0].timed_s, target_ci=target_ci,
-                      worst_ci=max(turns[0].cis) if turns[0].cis else None)
+    return rows, op_times
 
 
 def _target(target_ci: float | None) -> float | None:
