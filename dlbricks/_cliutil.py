@@ -35,6 +35,7 @@ __all__ = [
     "model_help",
     "model_options",
     "parse_input_shapes",
+    "parse_shape_sweep",
     "sigint_watch",
 ]
 
@@ -175,6 +176,71 @@ def parse_input_shapes(values: Sequence[str]) -> dict[str, tuple[int, ...]]:
                 f"e.g. --input-shape input_ids=1,128.")
         shapes[name] = parsed
     return shapes
+
+
+_BRACES = re.compile(r"\{([^{}]*)\}")
+
+
+def parse_shape_sweep(batch_size: str | None, input_shapes: Sequence[str],
+                      ) -> list[tuple[int | None, dict[str, tuple[int, ...]]]]:
+    """Parse ``--batch-size`` and ``--input-shape`` options that may sweep one dimension.
+
+    ``--batch-size 1,2,4,8`` sweeps the batch size; ``--input-shape input_ids=1,{64,128,256}`` sweeps
+    the dimension in braces. Braces in several options (``input_ids`` and ``attention_mask``) move
+    together, so they list as many values each. Returns one ``(batch_size, input_shapes)`` per point,
+    in the order given: a single one where nothing sweeps.
+
+    Raises
+    ------
+    InvalidArgumentError
+        On bad syntax, a value given twice, or both options sweeping.
+    """
+    batches = _batch_sizes(batch_size)
+    swept: dict[str, list[int]] = {}
+    for value in input_shapes:
+        groups = _BRACES.findall(value)
+        if len(groups) > 1 or value.count("{") != len(groups) or value.count("}") != len(groups):
+            raise InvalidArgumentError(f"--input-shape {value!r} is not NAME=D,D,.. with at most one {{D,D,..}} "
+                                       f"group of values, e.g. --input-shape input_ids=1,{{64,128,256}}.")
+        if groups:
+            swept[value] = _sweep_values(f"--input-shape {value!r}", groups[0])
+            try:
+                parse_input_shapes([_BRACES.sub(str(swept[value][0]), value)])
+            except InvalidArgumentError:
+                raise InvalidArgumentError(f"--input-shape {value!r} is not NAME=D,D,.. with positive integers "
+                                           f"and one {{D,D,..}} group, e.g. input_ids=1,{{64,128}}.") from None
+    counts = sorted({len(v) for v in swept.values()})
+    if len(counts) > 1:
+        raise InvalidArgumentError(f"the {{..}} groups of --input-shape list {' and '.join(map(str, counts))} "
+                                   "values; groups in several options move together, so give each as many.")
+    if swept and len(batches) > 1:
+        raise InvalidArgumentError("--batch-size and --input-shape {..} both sweep; sweep one dimension at a "
+                                   "time (give the batch in --input-shape).")
+    n = max(len(batches), *counts, 1)
+    return [(batches[i if len(batches) > 1 else 0],
+             parse_input_shapes([_BRACES.sub(str(swept[v][i]), v) if v in swept else v for v in input_shapes]))
+            for i in range(n)]
+
+
+def _batch_sizes(text: str | None) -> list[int | None]:
+    """``--batch-size N`` or ``N,N,..`` as a list (``[None]`` if not given)."""
+    if text is None:
+        return [None]
+    return list(_sweep_values(f"--batch-size {text!r}", text, example="--batch-size 1,2,4,8"))
+
+
+def _sweep_values(what: str, text: str, example: str = "--input-shape input_ids=1,{64,128,256}") -> list[int]:
+    """Comma-separated positive integers, none twice."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or any(v <= 0 for v in values):
+        raise InvalidArgumentError(f"{what} does not list positive integers separated by commas, e.g. {example}.")
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:
+        raise InvalidArgumentError(f"{what} lists {twice} twice; give each value once.")
+    return values
 
 
 def iter_models(models: Sequence[str], zoo: str | None, batch_size: int | None,

@@ -20,6 +20,7 @@ from ._estimate import (
 from ._evaluate import DEFAULT_SUITE, Evaluation, EvaluationRow, evaluate, measure_whole
 from ._predict import LatencyPredictor, OpModel, Prediction
 from ._profile import InModelTimes, in_model_times
+from ._sweep import SweepPoint, SweepShape, estimate_sweep, validate_sweep
 
 __all__ = [
     # estimating from a database
@@ -36,6 +37,11 @@ __all__ = [
     "in_model_times",
     "InModelTimes",
     "open_store",
+    # one model at several shapes
+    "estimate_sweep",
+    "validate_sweep",
+    "SweepShape",
+    "SweepPoint",
     # what a model lacks in a database
     "plan",
     "plan_decomposition",

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -21,11 +22,13 @@ from dlbricks._cliutil import (
     iter_models,
     model_help,
     parse_input_shapes,
+    parse_shape_sweep,
 )
 
 from ._api import device_of, estimate, open_store, peaks_key, plan, threads_of, validate
 from ._calibrate import calibrate_peaks, merge_peaks
 from ._estimate import ON_MISSING, Estimate
+from ._sweep import SweepPoint, SweepShape, estimate_sweep, validate_sweep
 from ._evaluate import (
     DEFAULT_TARGET_CI,
     EVALUATE_BUDGET,
@@ -143,10 +146,45 @@ def _shape_options(fn: Any) -> Any:
                         help="Value of the symbolic batch dimension.")(fn)
 
 
-def _model_arg(model: str, batch_size: int | None, input_shape: tuple[str, ...]) -> Any:
+def _sweep_options(fn: Any) -> Any:
+    """``--input-shape`` and ``--batch-size`` that may sweep one dimension (see ``parse_shape_sweep``)."""
+    fn = click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=D,D,..",
+                      help="Concrete shape of a model input (repeatable), e.g. data=1,3,224,224; braces sweep one "
+                           "dimension, e.g. input_ids=1,{64,128,256,512} (braces in several options move "
+                           "together).")(fn)
+    return click.option("--batch-size", "batch_size", default=None, metavar="N[,N,..]",
+                        help="Value of the symbolic batch dimension; a comma-separated list sweeps it, "
+                             "e.g. 1,2,4,8.")(fn)
+
+
+def _sweep_shapes(batch_size: str | None, input_shape: tuple[str, ...]) -> list[SweepShape] | None:
+    """The points of a sweep given in the options; None where they give one shape (or none)."""
+    points = parse_shape_sweep(batch_size, input_shape)
+    if len(points) < 2:
+        return None
+    return [SweepShape(batch, tuple(shapes.items())) for batch, shapes in points]
+
+
+def _print_sweep(points: Sequence[SweepPoint]) -> None:
+    est = points[0].estimate
+    click.echo(f"model {est.model}: {len(points)} shapes, granularity {est.granularity}, "
+               f"configuration {est.config_id}")
+    rows = [[p.shape.label, str(p.estimate.layers), str(p.estimate.unique_bricks), str(p.shared_bricks),
+             str(p.measured_bricks), _ms(p.estimate.sequential_s), _ms(p.estimate.lower_bound_s),
+             _ms(p.estimate.roofline_s), f"{100 * p.estimate.coverage:.1f}",
+             f"{100 * p.estimate.predicted_share:.1f}"] for p in points]
+    click.echo(format_table(["shape", "layers", "unique", "shared", "measured", "estimated ms", "lower bound ms",
+                             "roofline ms", "coverage %", "predicted %"], rows, right=set(range(1, 10))))
+    click.echo("shared: unique bricks an earlier shape also has (measured once); measured: bricks measured "
+               "for this shape")
+    for p in points:
+        if p.estimate.warning:
+            click.echo(f"  warning ({p.shape.label}): {p.estimate.warning}")
+
+
+def _model_arg(model: str, batch_size: int | None, shapes: dict[str, tuple[int, ...]]) -> Any:
     """A model file (or a zoo model given shapes) loaded with the shapes given; any other name as it is
     (a model stored in the database, or a zoo model, resolved by the library)."""
-    shapes = parse_input_shapes(input_shape)
     is_file = os.path.exists(model) or model.endswith((".onnx", ".json")) or os.sep in model
     if not is_file and batch_size is None and not shapes:
         return model
@@ -156,28 +194,44 @@ def _model_arg(model: str, batch_size: int | None, input_shape: tuple[str, ...])
 @click.command("estimate", help=f"""Estimate MODEL's latency from the brick database.
 
     {model_help()} Reads the database only, unless --on-missing measure (which may also create it).
+    With a sweep (--batch-size 1,2,4,8 or --input-shape input_ids=1,{{64,128,256}}), the model is
+    estimated at each shape and printed as one table; bricks that shapes share are measured once.
     """)
 @click.argument("model")
 @_config_options
-@_shape_options
+@_sweep_options
 @_granularity_option
 @click.option("--on-missing", type=click.Choice(ON_MISSING), default="error", show_default=True,
               help="Bricks without a measurement: refuse, predict, or measure now.")
+@click.option("--budget", "budget_name", type=click.Choice(tuple(_BUDGETS)), default=None,
+              help="Stopping rule for bricks measured by --on-missing measure. Default: the harness's own.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--top", type=int, default=15, show_default=True, help="Breakdown rows to print.")
 @_framework_option
 @handle_errors
-def estimate_cmd(model: str, db: str, threads: int, opt_level: str, device: str, batch_size: int | None,
-                 input_shape: tuple[str, ...], granularity: str, on_missing: str, as_json: bool, top: int,
-                 framework: str | None) -> None:
+def estimate_cmd(model: str, db: str, threads: int, opt_level: str, device: str, batch_size: str | None,
+                 input_shape: tuple[str, ...], granularity: str, on_missing: str, budget_name: str | None,
+                 as_json: bool, top: int, framework: str | None) -> None:
     measure = on_missing == "measure"
+    budget = None if budget_name is None else _BUDGETS[budget_name]()
+    sweep = _sweep_shapes(batch_size, input_shape)
     if measure:
         Store.preflight(db)
-    target = _model_arg(model, batch_size, input_shape)
+    if sweep is not None:
+        config = _framework_config(_framework(framework, [model], db), threads, opt_level, device)
+        with Store.open(db, create=measure, readonly=not measure) as store:
+            points = estimate_sweep(model, store, sweep, config=config, granularity=granularity,
+                                    on_missing=on_missing, budget=budget)
+        if as_json:
+            click.echo(json.dumps([p.to_dict() for p in points], indent=2))
+        else:
+            _print_sweep(points)
+        return
+    target = _model_arg(model, *parse_shape_sweep(batch_size, input_shape)[0])
     framework = _framework(framework, [target], db)
     with Store.open(db, create=measure, readonly=not measure) as store:
         est = estimate(target, store, config=_framework_config(framework, threads, opt_level, device),
-                       granularity=granularity, on_missing=on_missing)
+                       granularity=granularity, on_missing=on_missing, budget=budget)
     if as_json:
         click.echo(json.dumps(est.to_dict(), indent=2))
     else:
@@ -201,7 +255,7 @@ def estimate_cmd(model: str, db: str, threads: int, opt_level: str, device: str,
 def plan_cmd(model: str, db: str, threads: int, opt_level: str, device: str, batch_size: int | None,
              input_shape: tuple[str, ...], granularity: str, as_json: bool, top: int,
              framework: str | None) -> None:
-    target = _model_arg(model, batch_size, input_shape)
+    target = _model_arg(model, batch_size, parse_input_shapes(input_shape))
     framework = _framework(framework, [target], db)
     with Store.open(db, create=False, readonly=True) as store:
         result = plan(target, store, config=_framework_config(framework, threads, opt_level, device),
@@ -220,11 +274,12 @@ def plan_cmd(model: str, db: str, threads: int, opt_level: str, device: str, bat
 
 @click.command("validate", help=f"""Measure MODELs whole, store the runs, and compare with their estimates.
 
-    {model_help()}
+    {model_help()} A sweep (--batch-size 1,2,4,8 or --input-shape input_ids=1,{{64,128,256}}) validates
+    each model at each shape.
     """)
 @click.argument("models", nargs=-1, required=True)
 @_config_options
-@_shape_options
+@_sweep_options
 @click.option("--per-brick", is_flag=True,
               help="Also show each brick's time beside its layers' in-model time (the runtime's profiler).")
 @click.option("--top", type=int, default=15, show_default=True, help="Bricks to show with --per-brick.")
@@ -233,11 +288,28 @@ def plan_cmd(model: str, db: str, threads: int, opt_level: str, device: str, bat
 @_budget_option
 @handle_errors
 def validate_cmd(models: tuple[str, ...], db: str, threads: int, opt_level: str, device: str,
-                 batch_size: int | None, input_shape: tuple[str, ...], per_brick: bool,
+                 batch_size: str | None, input_shape: tuple[str, ...], per_brick: bool,
                  top: int, granularity: str, framework: str | None, budget_name: str) -> None:
     rows, validations = [], []
+    sweep = _sweep_shapes(batch_size, input_shape)
     Store.preflight(db)
-    targets = [_model_arg(model, batch_size, input_shape) for model in models]
+    if sweep is not None:
+        if per_brick:
+            raise click.UsageError("--per-brick takes one shape; leave it out of a sweep.")
+        config = _framework_config(_framework(framework, list(models), db), threads, opt_level, device)
+        with Store.open(db) as store:
+            for model in models:
+                for p in validate_sweep(model, store, sweep, config=config, granularity=granularity,
+                                        budget=_BUDGETS[budget_name]()):
+                    v = p.validation
+                    rows.append([v.estimate.model, p.shape.label, _ms(v.measured.median_s),
+                                 _ms(v.estimate.sequential_s), f"{100 * v.error:+.1f}", _ms(v.estimate.lower_bound_s),
+                                 _ms(v.estimate.roofline_s), "yes" if v.bounds_hold else "NO"])
+        click.echo(format_table(["model", "shape", "measured ms", "estimated ms", "error %", "lower bound ms",
+                                 "roofline ms", "bounds hold"], rows, right={2, 3, 4, 5, 6}))
+        return
+    batch, shapes = parse_shape_sweep(batch_size, input_shape)[0]
+    targets = [_model_arg(model, batch, shapes) for model in models]
     config = _framework_config(_framework(framework, targets, db), threads, opt_level, device)
     with Store.open(db) as store:
         for model in targets:
