@@ -350,7 +350,7 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
             click.echo(_cost_line(store, report, decompositions))
         if report.measured and report.failed == report.measured:
             raise DlbricksError(f"every measurement of this run failed, the first with: "
-                                f"{_first_failure(store, report, decompositions)} (is --backend {backend} the "
+                                f"{_first_failure(store, report, decompositions)} (is --framework {backend} the "
                                 "framework these models run in?)")
         if report.todo == 0 and not retry_failed:
             failed = _failed_count(store, report, decompositions)

@@ -301,7 +301,7 @@ def test_a_run_where_every_brick_failed_is_a_failure_with_its_reason(tmp_path: P
     assert result.exit_code == 2, result.output
     last = result.output.strip().splitlines()[-1]
     assert "every measurement of this run failed" in last and "Traceback" not in result.output
-    assert "--backend onnxruntime" in last
+    assert "--framework onnxruntime" in last
     with Store(db) as store:  # what was measured is kept: the failure is recorded
         assert [r.status for r in store.measurements()] == ["failed"]
 
