@@ -276,20 +276,21 @@ def decompose(model: ModelLike | ModelGraph, granularity: str = "layer", *, weig
     plan = fusion_groups(graph, level)
     by_name = {layer.name: layer for layer in graph.layers}
     groups = [tuple(by_name[n] for n in group) for group in plan.groups]
-    dec = _decompose_groups(graph, groups, f"fused:{level}", weights)
+    dec = _decompose_groups(graph, groups, f"fused:{level}", weights, plan.channels_last)
     sizes = tuple(graph.spec(t).nbytes for t in plan.reorder_tensors if t)
     return replace(dec, reorder_bytes=sizes)
 
 
 def _decompose_groups(graph: ModelGraph, groups: Sequence[tuple[LayerNode, ...]], granularity: str,
-                      weights: str) -> Decomposition:
+                      weights: str, channels_last: Sequence[bool] = ()) -> Decomposition:
     ranges = {s.name: s.value_range for s in graph.inputs if s.value_range is not None}
     bricks: dict[str, Brick] = {}
     occurrences: list[Occurrence] = []
     owner: dict[str, int] = {}
     instances: list[Brick] = []
     for index, group in enumerate(groups):
-        brick, inputs, outputs = _make_brick(graph, group, granularity, weights, ranges, bricks)
+        nhwc = index < len(channels_last) and channels_last[index]
+        brick, inputs, outputs = _make_brick(graph, group, granularity, weights, ranges, bricks, nhwc)
         bricks.setdefault(brick.signature, brick)
         if weights == "real":
             instances.append(brick)
@@ -332,7 +333,7 @@ def _group_interface(graph: ModelGraph, group: tuple[LayerNode, ...],
 
 def _make_brick(graph: ModelGraph, group: tuple[LayerNode, ...], granularity: str, weights: str,
                 model_ranges: Mapping[str, tuple[int, int]], seen: Mapping[str, Brick],
-                ) -> tuple[Brick, list[str], list[str]]:
+                channels_last: bool = False) -> tuple[Brick, list[str], list[str]]:
     inputs, constants, outputs = _group_interface(graph, group)
     protos = [la.proto for la in group]
     roles = _constant_roles(group, constants)
@@ -343,11 +344,17 @@ def _make_brick(graph: ModelGraph, group: tuple[LayerNode, ...], granularity: st
         used = {n for p in protos for n in p.input} | {n for la in group for n in la.implicit_inputs}
         constants = [c for c in constants if c in used] + list(unsigned)
         roles.update(dict.fromkeys(unsigned, (False, False, False, True)))  # zero points
+    nhwc = _channels_last_kernel(graph, group, inputs, outputs, retyped) if channels_last else None
+    if nhwc is not None:
+        protos, constants, unsigned = [nhwc], [], {}
     nodes = canonical_nodes(protos, inputs, constants, outputs)
 
     def spec_of(name: str) -> TensorSpec:
         spec = graph.spec(name)
-        return TensorSpec(name, spec.shape, "uint8") if name in retyped else spec
+        spec = TensorSpec(name, spec.shape, "uint8") if name in retyped else spec
+        if nhwc is not None:  # the kernel's NHWC layout
+            spec = TensorSpec(name, (spec.shape[0], *spec.shape[2:], spec.shape[1]), spec.dtype)
+        return spec
 
     in_specs = tuple(spec_of(n).renamed(f"in{i}").with_range(
         _input_range(graph, group, n, model_ranges)) for i, n in enumerate(inputs))
@@ -367,6 +374,8 @@ def _make_brick(graph: ModelGraph, group: tuple[LayerNode, ...], granularity: st
         sig_consts.append((spec.shape, spec.dtype, digest))
     domains = {la.domain for la in group} | {""}
     opsets = tuple(sorted((d, graph.opsets[d]) for d in domains if d in graph.opsets))
+    if nhwc is not None:
+        opsets = tuple(sorted({*opsets, (nhwc.domain, 1)}))
     signature = signature_of(
         granularity=granularity, nodes=nodes, opsets=dict(opsets),
         inputs=[(s.shape, s.dtype) for s in in_specs], constants=sig_consts,
@@ -383,6 +392,29 @@ def _make_brick(graph: ModelGraph, group: tuple[LayerNode, ...], granularity: st
     if brick.flops is None and all(la.domain == MXNET_DOMAIN for la in group):
         brick = replace(brick, flops=mxnet_brick_flops(brick))
     return brick, inputs, outputs
+
+
+def _channels_last_kernel(graph: ModelGraph, group: tuple[LayerNode, ...], inputs: Sequence[str],
+                          outputs: Sequence[str], retyped: set[str]) -> onnx.NodeProto | None:
+    """The one node that runs a group as the runtime does in an NHWC region of its model
+    (:data:`~dlbricks._fusion.CHANNELS_LAST_KERNELS`: DequantizeLinear -> MaxPool -> QuantizeLinear
+    on 8-bit values as an NhwcMaxPool), reading ``inputs[0]`` and writing ``outputs[0]`` in NHWC
+    layout; None if the group is not one 4-D 8-bit op between its DequantizeLinear and
+    QuantizeLinear, which then runs as its layers."""
+    from dlbricks._fusion import CHANNELS_LAST_KERNELS
+
+    ops = [la for la in group if la.op_type not in ("DequantizeLinear", "QuantizeLinear")]
+    kernel = next(((d, k) for (d, k), op in CHANNELS_LAST_KERNELS.items()
+                   if len(ops) == 1 and ops[0].op_type == op), None)
+    if kernel is None or len(inputs) != 1 or len(outputs) != 1:
+        return None
+    specs = [graph.spec(inputs[0]), graph.spec(outputs[0])]
+    types = ["uint8" if s.name in retyped else s.dtype for s in specs]
+    if any(len(s.shape) != 4 for s in specs) or types[0] != types[1] or types[0] not in ("int8", "uint8"):
+        return None
+    return onnx.helper.make_node(kernel[1], [inputs[0]], [outputs[0]], domain=kernel[0],
+                                 **{a.name: onnx.helper.get_attribute_value(a) for a in ops[0].proto.attribute
+                                    if a.name != "storage_order"})
 
 
 #: Suffix of the uint8 zero point that replaces an int8 one in :func:`_unsigned_pairs`.

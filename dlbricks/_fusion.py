@@ -30,6 +30,15 @@ that fused them; layers without producers join their first consumer's group. Eve
 exactly one group. If the groups' DAG has a cycle, the groups on it are split into single layers
 until it is acyclic, so that every group is convex and runs as one brick.
 
+Quantized (QDQ) models
+----------------------
+A kernel that runs a QDQ node unit takes the DequantizeLinear layers feeding its seed and the
+QuantizeLinear layers reading it: those onnxruntime folds into a quantized kernel (QLinearConv...)
+or drops around an op that then runs on the 8-bit values (MaxPool, Reshape, Transpose...). An 8-bit
+MaxPool after an NHWC QLinearConv runs as NhwcMaxPool (:data:`CHANNELS_LAST_KERNELS`); the plan marks
+its group (:attr:`FusionPlan.channels_last`) and its brick is that kernel on NHWC tensors, since the
+group's layers alone would run the NCHW 8-bit MaxPool.
+
 Layout reorders
 ---------------
 ReorderInput/ReorderOutput nodes (and Transposes inserted around NHWC kernels) convert tensors at
@@ -60,7 +69,8 @@ from dlbricks._errors import BackendError, InvalidArgumentError
 from dlbricks._graph import LayerNode, ModelGraph
 from dlbricks._ortutil import session_options
 
-__all__ = ["NCHWC_DOMAIN", "OPT_LEVELS", "REORDER_OPS", "FusionPlan", "fusion_groups", "optimized_model"]
+__all__ = ["CHANNELS_LAST_KERNELS", "NCHWC_DOMAIN", "OPT_LEVELS", "REORDER_OPS", "FusionPlan", "fusion_groups",
+           "kernel_origin", "optimized_model"]
 
 #: Graph optimization levels, as in ``OrtConfig.graph_optimization_level``.
 OPT_LEVELS = ("disable", "basic", "extended", "all")
@@ -69,6 +79,10 @@ NCHWC_DOMAIN = "com.microsoft.nchwc"
 NHWC_DOMAIN = "com.ms.internal.nhwc"
 #: The kernels onnxruntime inserts at level "all" to move tensors into and out of the NCHWc layout.
 REORDER_OPS = frozenset({"ReorderInput", "ReorderOutput"})
+#: Kernels (domain, op type) that onnxruntime runs for an op of the original model only where the
+#: op's input comes in NHWC layout from a neighbour (its transpose optimizer pushes the layout
+#: through an 8-bit MaxPool after an NHWC QLinearConv), with the original op they run.
+CHANNELS_LAST_KERNELS: Mapping[tuple[str, str], str] = {("com.microsoft", "NhwcMaxPool"): "MaxPool"}
 #: Original op types a kernel's seed may have, in order of preference, where not its own op type.
 _SEED_TYPES: Mapping[str, tuple[str, ...]] = {
     "Gemm": ("Gemm", "MatMul"),
@@ -89,6 +103,7 @@ _SEED_TYPES: Mapping[str, tuple[str, ...]] = {
     "QLinearGlobalAveragePool": ("GlobalAveragePool",),
     "QLinearAveragePool": ("AveragePool",),
     "QLinearWhere": ("Where",),
+    **{f"{domain}:{op}": (original,) for (domain, op), original in CHANNELS_LAST_KERNELS.items()},
     "MatMulIntegerToFloat": ("MatMulInteger", "MatMul"),
     "DynamicQuantizeMatMul": ("MatMulInteger", "MatMul"),
 }
@@ -104,6 +119,8 @@ _ADDED_ATTRIBUTES = frozenset({"activation", "activation_params", "alpha", "tran
 #: Prefix of the tensors that onnxruntime's InsertCastTransformer computes in float32 in place of
 #: the float16 originals of the same name (where the CPU provider has no float16 kernel).
 _PRECISION_FREE_PREFIX = "InsertedPrecisionFreeCast_"
+#: Suffixes onnxruntime appends to the names of nodes its transformers create from others.
+_TOKEN_SUFFIX = re.compile(r"(_token_\d+)+$")
 #: Channel block sizes of the NCHWc layout (AVX2, AVX-512): NCHWc weights pad channels to them.
 _NCHWC_BLOCKS = (8, 16)
 
@@ -127,6 +144,11 @@ class FusionPlan:
         a cost of the model, paid once per run, not of any group.
     reorder_tensors : tuple of str
         For each reorder, the original tensor it converts ("" where it has none).
+    channels_last : tuple of bool
+        For each group, whether its kernel is one that the runtime picks for an op in an NHWC
+        region of the model only (:data:`CHANNELS_LAST_KERNELS`: a MaxPool on the 8-bit output of
+        an NHWC QLinearConv runs as NhwcMaxPool), so that the group's own layers, run alone, would
+        run another kernel.
     """
 
     opt_level: str
@@ -134,6 +156,7 @@ class FusionPlan:
     kernels: tuple[str, ...]
     reorders: int
     reorder_tensors: tuple[str, ...] = ()
+    channels_last: tuple[bool, ...] = ()
 
     def layer_groups(self, graph: ModelGraph) -> tuple[tuple[LayerNode, ...], ...]:
         """The groups as :class:`LayerNode` tuples of ``graph``, ready for decomposition."""
@@ -195,6 +218,19 @@ def fusion_groups(model_graph: ModelGraph, opt_level: str, threads: int = 1) -> 
     """
     proto = _optimize(model_graph, opt_level, threads, weights=False)
     return _Mapper(model_graph, proto.graph).plan(opt_level)
+
+
+def kernel_origin(name: str) -> str:
+    """The node name an onnxruntime kernel name derives from: ``name`` without the
+    ``_token_<n>`` suffixes that the runtime's graph transformers append to the nodes they create
+    (``conv_token_63`` for the QLinearConv that replaced node ``conv``).
+
+    Examples
+    --------
+    >>> kernel_origin("features.0_token_63"), kernel_origin("a_token_1_token_2"), kernel_origin("conv")
+    ('features.0', 'a', 'conv')
+    """
+    return _TOKEN_SUFFIX.sub("", name)
 
 
 def _optimize(model_graph: ModelGraph, opt_level: str, threads: int, *, weights: bool) -> onnx.ModelProto:
@@ -395,7 +431,7 @@ class _Mapper:
         """The layer a kernel's name points to, if any: onnxruntime names an NCHWc kernel after the
         tensor it replaces (``<tensor>_nchwc``) and a fused one after its first node
         (``<node>/MatMulAddFusion``). Only a tie-breaker between equally good seeds."""
-        base = re.sub(r"/[^/]*Fusion.*$", "", re.sub(r"(_token_\d+)+$", "", node.name))
+        base = re.sub(r"/[^/]*Fusion.*$", "", kernel_origin(node.name))
         base = re.sub(r"_nchwc$", "", base)
         if base in self.dag:
             return base
@@ -464,18 +500,25 @@ class _Mapper:
                       and t not in self.init_dims for t in (*node.input, *node.output))
         seed = self.seeds[i] = self._seed(i) if renamed else None
         if seed is not None:
-            return {seed} | (self._qdq_unit(seed) if node.op_type in _QDQ_KERNELS else set())
+            return {seed} | self._qdq_unit(i, seed)
         if renamed and node.op_type in _VIEW_OPS and not node.domain:
             return set()
         return self._between(anchors, [a for o in node.output if (a := self._aliased(o)) is not None])
 
-    def _qdq_unit(self, seed: str) -> set[str]:
-        """The unassigned DequantizeLinear layers that feed ``seed`` and QuantizeLinear layers that
-        read it: what onnxruntime's QDQ fusions fold into one quantized kernel with the op."""
+    def _qdq_unit(self, i: int, seed: str) -> set[str]:
+        """The DequantizeLinear layers feeding ``seed`` and QuantizeLinear layers reading it that
+        kernel ``i`` runs with it: onnxruntime's QDQ transformers fold them into a quantized kernel
+        (DequantizeLinear -> Conv -> QuantizeLinear into QLinearConv) or drop them around an op
+        that runs on the 8-bit values directly (its DropQDQNodesRules: MaxPool, Resize, Reshape,
+        Transpose, Gather, Slice...).
+        A DequantizeLinear is taken if no kernel claimed it before (its own kernel would come
+        first), a QuantizeLinear if no kernel reading kernel ``i``'s outputs is a QuantizeLinear."""
         feeding = {p for p in self.dag.predecessors(seed)
                    if self.dag.nodes[p]["layer"].op_type == "DequantizeLinear"}
+        quantized = self.nodes[i].op_type in _QDQ_KERNELS or not any(
+            self.nodes[k].op_type == "QuantizeLinear" for k in self._successors(i))
         reading = {s for s in self.dag.successors(seed)
-                   if self.dag.nodes[s]["layer"].op_type == "QuantizeLinear"}
+                   if quantized and self.dag.nodes[s]["layer"].op_type == "QuantizeLinear"}
         return (feeding | reading) - self.group_of.keys()
 
     def _fold_leftovers(self, last_rank: int) -> None:
@@ -535,5 +578,7 @@ class _Mapper:
         kernels = tuple("+".join(_kernel_label(self.nodes[k]) for k in sorted(self.group_kernels[g]))
                         for g in ordered)
         tensors = tuple(self._aliased(self.nodes[i].input[0]) or "" for i in self.reorder)
+        channels_last = tuple(any((self.nodes[k].domain, self.nodes[k].op_type) in CHANNELS_LAST_KERNELS
+                                  for k in self.group_kernels[g]) for g in ordered)
         return FusionPlan(opt_level=opt_level, groups=groups, kernels=kernels,
-                          reorders=len(self.reorder), reorder_tensors=tensors)
+                          reorders=len(self.reorder), reorder_tensors=tensors, channels_last=channels_last)

@@ -1,8 +1,9 @@
 """Measuring a machine's peaks with the same harness as the bricks: FLOP/s and memory bandwidth.
 
 Peak FLOP/s: float32 MatMuls of several sizes and 3x3 convolutions (with onnxruntime, at the
-default level and in the NCHWc layout of level "all"); peak bandwidth: Adds (two reads, one write)
-and matrix-vector products (reading a weight matrix: what a fully connected layer does at batch 1)
+default level and in the NCHWc layout of level "all"); peak integer ops/s: 8-bit MatMulIntegers
+(onnxruntime on the CPU), which bound the bricks of quantized models; peak bandwidth: Adds (two
+reads, one write) and matrix-vector products (reading a weight matrix: what a fully connected layer does at batch 1)
 over working sets from cache-sized to DRAM-sized. Each peak is the best rate any size reached (from the fastest sample),
 so that per brick max(FLOPs / peak, bytes / peak) stays a floor that no measured run beats: a brick
 whose data fits in cache moves bytes faster than DRAM allows.
@@ -23,9 +24,21 @@ from dlbricks.generators import BackendConfig, Budget, Measurement, OrtConfig, b
 
 from ._estimate import Peaks
 
-__all__ = ["calibrate_peaks", "Calibration", "CONV_SHAPES", "GEMM_SIZES", "GEMM_SIZES_CUDA", "GEMV_SIZES",
-           "GEMV_SIZES_CUDA", "NCHWC_DEPTH", "STREAM_ELEMENTS", "STREAM_ELEMENTS_CUDA", "calibrated_backends",
-           "merge_peaks"]
+__all__ = [
+    "CONV_SHAPES",
+    "GEMM_SIZES",
+    "GEMM_SIZES_CUDA",
+    "GEMV_SIZES",
+    "GEMV_SIZES_CUDA",
+    "NCHWC_DEPTH",
+    "STREAM_ELEMENTS",
+    "STREAM_ELEMENTS_CUDA",
+    "Calibration",
+    "calibrate_peaks",
+    "calibrated_backends",
+    "int_gemm_model",
+    "merge_peaks",
+]
 
 GEMM_SIZES = (256, 512, 1024)
 #: 3x3 convolutions of ResNet-18 (channels in = out, height = width): oneDNN's convolutions in MXNet
@@ -58,6 +71,7 @@ class Calibration:
     conv: tuple[tuple[int, int, float], ...] = ()  # (channels, height = width, FLOP/s)
     conv_nchwc: tuple[tuple[int, int, float], ...] = ()  # the same at onnxruntime's level "all"
     gemv: tuple[tuple[int, float], ...] = ()  # (bytes of weights, bytes/s)
+    int_gemm: tuple[tuple[int, float], ...] = ()  # (size, integer ops/s): 8-bit GEMMs (onnxruntime)
 
 
 def _model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], output: onnx.ValueInfoProto,
@@ -75,6 +89,15 @@ def gemm_model(n: int, rows: int | None = None) -> onnx.ModelProto:
     return _model([helper.make_node("MatMul", ["x", "w"], ["y"])],
                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, n])],
                   helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, n]), [w])
+
+
+def int_gemm_model(n: int) -> onnx.ModelProto:
+    """``Y = A @ B`` in integers (MatMulInteger: uint8 n x n ``A``, int8 n x n ``B``, int32 ``Y``): the
+    8-bit GEMM that quantized models' ConvInteger, MatMulInteger and QLinearConv kernels run."""
+    w = numpy_helper.from_array(np.random.default_rng(0).integers(-128, 128, (n, n), dtype=np.int8), "w")
+    return _model([helper.make_node("MatMulInteger", ["x", "w"], ["y"])],
+                  [helper.make_tensor_value_info("x", TensorProto.UINT8, [n, n])],
+                  helper.make_tensor_value_info("y", TensorProto.INT32, [n, n]), [w])
 
 
 def conv_model(channels: int, size: int, depth: int = 1) -> onnx.ModelProto:
@@ -166,14 +189,21 @@ def calibrate_peaks(config: BackendConfig | None = None, budget: Budget | None =
                          budget=budget)
         nchwc = tuple((c, h, _rate(NCHWC_DEPTH * _conv_flops(c, h), m))
                       for (c, h), m in zip(CONV_SHAPES, runs, strict=True))
+    int_gemm: tuple[tuple[int, float], ...] = ()
+    if not mxnet and on_cpu:  # 8-bit GEMMs: what quantized bricks run (the float peak does not bound them)
+        runs = benchmark([int_gemm_model(n) for n in gemm_sizes], config=config, budget=budget)
+        int_gemm = tuple((n, _rate(2.0 * n ** 3, m)) for n, m in zip(gemm_sizes, runs, strict=True))
     flops = max([r for _, r in gemm] + [r for _, _, r in conv + nchwc])
     bandwidth = max(r for _, r in stream + gemv)
-    return Calibration(Peaks(flops, bandwidth), gemm, stream, conv, nchwc, gemv)
+    integer = max((r for _, r in int_gemm), default=None)
+    return Calibration(Peaks(flops, bandwidth, integer), gemm, stream, conv, nchwc, gemv, int_gemm)
 
 
 def merge_peaks(stored: Any, backend: str, calibration: Calibration) -> tuple[float, float, dict[str, Any]]:
     """The machine's peaks after calibrating ``backend``: the best of every backend calibrated so far
-    on the CPU, as ``(flops_per_s, bytes_per_s, details)`` for ``Store.record_peaks``. An accelerator's
+    on the CPU, as ``(flops_per_s, bytes_per_s, details)`` for ``Store.record_peaks``; ``details`` holds
+    each backend's calibration and, where one was measured, the integer peak (``int_ops_per_s``).
+    An accelerator's
     calibration (a ``backend`` key such as ``onnxruntime:cuda``, see ``peaks_key``) is kept in the
     details alone: a GPU's peaks would make every CPU roofline vanish.
 
@@ -189,10 +219,16 @@ def merge_peaks(stored: Any, backend: str, calibration: Calibration) -> tuple[fl
                             **stored.details}})
     backends[backend] = {"flops_per_s": calibration.peaks.flops_per_s,
                          "bytes_per_s": calibration.peaks.bytes_per_s,
+                         "int_ops_per_s": calibration.peaks.int_ops_per_s,
                          "gemm": calibration.gemm, "conv": calibration.conv, "stream": calibration.stream,
-                         "conv_nchwc": calibration.conv_nchwc, "gemv": calibration.gemv}
+                         "conv_nchwc": calibration.conv_nchwc, "gemv": calibration.gemv,
+                         "int_gemm": calibration.int_gemm}
     cpu = [b for key, b in backends.items() if ":" not in key] or list(backends.values())  # (a row needs peaks)
-    return (max(b["flops_per_s"] for b in cpu), max(b["bytes_per_s"] for b in cpu), {"backends": backends})
+    details: dict[str, Any] = {"backends": backends}
+    integer = [b["int_ops_per_s"] for b in cpu if b.get("int_ops_per_s")]
+    if integer:
+        details["int_ops_per_s"] = max(integer)
+    return (max(b["flops_per_s"] for b in cpu), max(b["bytes_per_s"] for b in cpu), details)
 
 
 def calibrated_backends(stored: Any) -> set[str]:

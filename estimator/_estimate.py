@@ -26,9 +26,20 @@ from dlbricks.generators import Budget, Measurement
 from ._compose import critical_path, sequential
 from ._predict import LatencyPredictor, Prediction, roofline_work
 
-__all__ = ["Estimate", "BrickContribution", "Peaks", "estimate_decomposition", "ON_MISSING",
-           "WARN_PREDICTED_SHARE", "WARN_FAR_SHARE", "Plan", "MissingBrick", "plan_decomposition",
-           "measure_time_s"]
+__all__ = [
+    "ON_MISSING",
+    "WARN_FAR_SHARE",
+    "WARN_PREDICTED_SHARE",
+    "BrickContribution",
+    "Estimate",
+    "MissingBrick",
+    "Peaks",
+    "Plan",
+    "computes_on_8bit",
+    "estimate_decomposition",
+    "measure_time_s",
+    "plan_decomposition",
+]
 
 ON_MISSING = ("error", "predict", "measure")
 #: An estimate with at least this share of its time predicted carries a warning.
@@ -39,22 +50,50 @@ WARN_FAR_SHARE = 0.1
 
 @dataclass(frozen=True, slots=True)
 class Peaks:
-    """Measured peaks of a machine: FLOP/s (float32 GEMM) and memory bandwidth in bytes/s."""
+    """Measured peaks of a machine: FLOP/s (float32 GEMM), memory bandwidth in bytes/s, and integer
+    ops/s (8-bit GEMM) where calibrated.
+
+    ``int_ops_per_s`` bounds the bricks that compute on 8-bit values (:func:`computes_on_8bit`:
+    quantized models' ConvInteger, MatMulInteger, QLinearConv, and the QuantizeLinear ->
+    DequantizeLinear units that the runtime fuses into them): integer kernels can beat the float
+    peak. Such a brick is charged at the higher of the two peaks, since it may run float kernels too.
+    """
 
     flops_per_s: float
     bytes_per_s: float
+    int_ops_per_s: float | None = None
+
+    def compute_peak(self, brick: Brick) -> float:
+        """The peak that bounds ``brick``'s arithmetic: the float one, or for a brick computing on
+        8-bit values the higher of the float and integer ones."""
+        if self.int_ops_per_s is None or not computes_on_8bit(brick):
+            return self.flops_per_s
+        return max(self.flops_per_s, self.int_ops_per_s)
 
     def roofline_s(self, brick: Brick) -> float:
-        """max(FLOPs / peak FLOP/s, weight bytes / peak bandwidth): time no run can beat.
+        """max(FLOPs / peak ops/s, weight bytes / peak bandwidth): time no run can beat.
 
         FLOPs over a convolution's zero padding are left out (no implementation must do them),
         and so are activations on the memory side: inside a model they live in the cache
         (MXNet's memory pool is 6-13 MB for the Gluon zoo; onnxruntime's arena reuses its
         buffers), and a layer moving them runs faster than the stream bandwidth (MobileNet's
-        ReLUs: 3-5x). Weights come from memory: each layer meets its own once per run.
+        ReLUs: 3-5x). Weights come from memory: each layer meets its own once per run. The peak
+        ops/s is :meth:`compute_peak`.
         """
         flops, weight_bytes = _roofline_work(brick)
-        return max(flops / self.flops_per_s, weight_bytes / self.bytes_per_s)
+        return max(flops / self.compute_peak(brick), weight_bytes / self.bytes_per_s)
+
+
+#: Element types of quantized values.
+_8BIT = frozenset({"int8", "uint8"})
+
+
+def computes_on_8bit(brick: Brick) -> bool:
+    """Whether a brick holds 8-bit tensors (inputs, weights, outputs) or quantizes or dequantizes:
+    a brick of a quantized model whose kernels may run integer arithmetic."""
+    specs = (*brick.inputs, *brick.outputs, *(c.spec for c in brick.constants))
+    return any(s.dtype in _8BIT for s in specs) or any(
+        op in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear") for op in brick.op_types)
 
 
 _roofline_work = roofline_work
@@ -331,16 +370,21 @@ def _reached(peaks: Peaks, dec: Decomposition, fastest: Mapping[str, float], pre
     within seconds: a calibration taken at another moment can sit below what a brick reached
     (the MXNet roofline of Inception-v3 rose 5% above its lower bound so). Only bricks of at least
     :data:`REACHED_MIN_S` count, so that the floor's uncertainty (a few microseconds) cannot inflate a
-    rate; predicted bricks do not count.
+    rate; predicted bricks do not count. A brick computing on 8-bit values (:func:`computes_on_8bit`)
+    raises the integer peak (set to the float one where none was calibrated), not the float one.
     """
-    flops, bandwidth = peaks.flops_per_s, peaks.bytes_per_s
+    flops, bandwidth, integer = peaks.flops_per_s, peaks.bytes_per_s, peaks.int_ops_per_s or peaks.flops_per_s
     for sig, brick in dec.bricks.items():
         seconds = fastest.get(sig, 0.0)
         if sig in predicted or seconds < REACHED_MIN_S:
             continue
         work, weight_bytes = _roofline_work(brick)
-        flops, bandwidth = max(flops, work / seconds), max(bandwidth, weight_bytes / seconds)
-    return Peaks(flops, bandwidth)
+        if computes_on_8bit(brick):
+            integer = max(integer, work / seconds)
+        else:
+            flops = max(flops, work / seconds)
+        bandwidth = max(bandwidth, weight_bytes / seconds)
+    return Peaks(flops, bandwidth, integer)
 
 
 def _lower_bounds(dec: Decomposition, alternatives: Mapping[str, Sequence[Measurement]],

@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from dlbricks import ModelGraph, random_inputs
-from dlbricks._fusion import REORDER_OPS
+from dlbricks._fusion import REORDER_OPS, kernel_origin
 from dlbricks._ortutil import session_options
 from dlbricks.generators import OrtConfig, kernel_medians
 
@@ -84,9 +84,14 @@ def in_model_times(graph: ModelGraph, config: OrtConfig | None = None, runs: int
 
 
 def _owner_of(kernel: str, owner: dict[str, str]) -> str | None:
-    """The layer a profiled kernel name belongs to: the node itself, a kernel named after a layer's
-    output (``<output>_nchwc``), or one named after a layer's node (``__dlb3/QuickGeluFusion/``)."""
-    found = owner.get(kernel) or owner.get(kernel.removesuffix(_NCHWC_SUFFIX))
-    if found is None and kernel.startswith("__dlb"):
-        found = owner.get(kernel.split("/", 1)[0])
+    """The layer a profiled kernel name belongs to: the node itself, a node a transformer replaced
+    (``__dlb3_token_63``: :func:`~dlbricks._fusion.kernel_origin`), a kernel named after a layer's
+    output (``<output>_nchwc``), or one named after a layer's node (``__dlb3/QuickGeluFusion/``,
+    ``__dlb3/duplicated``)."""
+    found = owner.get(kernel)
+    if found is None:
+        base = kernel_origin(kernel)
+        found = owner.get(base) or owner.get(base.removesuffix(_NCHWC_SUFFIX))
+        if found is None and base.startswith("__dlb"):
+            found = owner.get(base.split("/", 1)[0])
     return found

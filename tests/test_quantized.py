@@ -163,3 +163,127 @@ def test_float16_model_decomposes_and_its_bricks_run(granularity: str) -> None:
     session = ort.InferenceSession(conv.to_onnx().SerializeToString(), providers=["CPUExecutionProvider"])
     feeds = dlbricks.random_inputs(conv.inputs)
     assert np.isfinite(session.run(None, feeds)[0]).all()
+
+
+def _pooling_cnn() -> onnx.ModelProto:
+    """Conv -> Relu -> MaxPool, twice, then a Conv: quantized statically, each MaxPool follows a Conv."""
+    b = _models.Builder(4)
+    x = "x"
+    for c_in, c_out in ((3, 8), (8, 8)):
+        x = b.op1("Relu", [b.op1("Conv", [x, b.weight((c_out, c_in, 3, 3))], pads=[1, 1, 1, 1])])
+        x = b.op1("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2])
+    y = b.op1("Conv", [x, b.weight((4, 8, 1, 1))])
+    return b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+                   [(y, TensorProto.FLOAT)], "pooling_cnn")
+
+
+@pytest.fixture(scope="module")
+def pooling_qdq(tmp_path_factory: pytest.TempPathFactory) -> dlbricks.ModelGraph:
+    logging.getLogger().setLevel(logging.ERROR)
+    folder = tmp_path_factory.mktemp("pooling")
+    source, target = folder / "cnn.onnx", folder / "cnn_qdq.onnx"
+    onnx.save(_pooling_cnn(), source)
+    quantization.quantize_static(str(source), str(target), _RandomReader("x", (1, 3, 32, 32)),
+                                 quant_format=quantization.QuantFormat.QDQ)
+    return _load(str(target))
+
+
+def test_maxpool_between_qdq_pairs_is_one_brick_on_8bit_values(pooling_qdq: dlbricks.ModelGraph) -> None:
+    """onnxruntime drops the DequantizeLinear -> MaxPool -> QuantizeLinear pair around a MaxPool and
+    runs it on the 8-bit values: the pair is part of the MaxPool's group, and its brick runs no
+    DequantizeLinear or QuantizeLinear either."""
+    from dlbricks._fusion import fusion_groups
+
+    graph = pooling_qdq
+    plan = fusion_groups(graph, "all")
+    op_of = {la.name: la.op_type for la in graph.layers}
+    pools = [g for g in plan.groups if any(op_of[n] == "MaxPool" for n in g)]
+    assert len(pools) == 2
+    for group in pools:
+        assert sorted(op_of[n] for n in group) == ["DequantizeLinear", "MaxPool", "QuantizeLinear"]
+    dec = dlbricks.decompose(graph, "fused", opt_level="all")
+    bricks = [b for b in dec.bricks.values() if "MaxPool" in b.op_types]
+    assert bricks and all(b.inputs[0].dtype in ("uint8", "int8") for b in bricks)
+    for brick in bricks:
+        assert brick.check_runnable() is None
+        kernels = {n.op_type for n in optimized_model(dlbricks.load_model(brick.to_onnx()), "all").graph.node}
+        assert kernels & {"MaxPool", "NhwcMaxPool"} and not kernels & {"DequantizeLinear", "QuantizeLinear"}
+
+
+def test_maxpool_after_an_nhwc_qlinearconv_runs_as_the_models_nhwc_kernel(
+        pooling_qdq: dlbricks.ModelGraph) -> None:
+    """In the model, the 8-bit MaxPool after a QLinearConv meets an NHWC tensor and runs as
+    NhwcMaxPool; alone it would run the NCHW 8-bit MaxPool. Its brick is that NHWC kernel."""
+    from dlbricks._fusion import fusion_groups
+
+    optimized = optimized_model(pooling_qdq, "all")
+    assert "NhwcMaxPool" in {n.op_type for n in optimized.graph.node}
+    plan = fusion_groups(pooling_qdq, "all")
+    assert any(plan.channels_last) and len(plan.channels_last) == len(plan.groups)
+    dec = dlbricks.decompose(pooling_qdq, "fused", opt_level="all")
+    nhwc = [b for b in dec.bricks.values() if [n.op_type for n in b.nodes] == ["NhwcMaxPool"]]
+    assert nhwc
+    for brick in nhwc:
+        _, h, w, c = brick.inputs[0].shape
+        assert c == 8 and h == w  # channels last
+        session = ort.InferenceSession(brick.to_onnx().SerializeToString(), providers=["CPUExecutionProvider"])
+        (out,) = session.run(None, dlbricks.random_inputs(brick.inputs))
+        assert out.shape == brick.outputs[0].shape
+
+
+def test_kernels_renamed_by_transformers_are_attributed_in_the_model(pooling_qdq: dlbricks.ModelGraph) -> None:
+    """onnxruntime names the QLinearConv that replaces node ``n`` ``n_token_<k>``: its time belongs
+    to the group of ``n``'s layers, not to none."""
+    from dlbricks.estimator import in_model_times
+    from dlbricks.estimator._profile import _owner_of
+    from dlbricks.generators import OrtConfig
+
+    from dlbricks._fusion import fusion_groups, kernel_origin
+
+    assert kernel_origin("conv_token_63") == "conv" and kernel_origin("a_token_1_token_22") == "a"
+    assert _owner_of("__dlb3_token_63", {"__dlb3": "conv"}) == "conv"
+    assert _owner_of("__dlb3/duplicated", {"__dlb3": "dq"}) == "dq"
+    times = in_model_times(pooling_qdq, OrtConfig(graph_optimization_level="all"), runs=2, warmup=1)
+    plan = fusion_groups(pooling_qdq, "all")
+    qconv = [g for g, k in zip(plan.groups, plan.kernels, strict=True) if "QLinearConv" in k]
+    assert qconv
+    for group in qconv:
+        assert sum(times.layers.get(n, 0.0) for n in group) > 0, group
+
+
+def test_integer_bricks_are_bounded_by_the_integer_peak(quantized: dict[str, str]) -> None:
+    """8-bit kernels beat the float peak: a quantized brick's roofline uses the integer peak, and its
+    fast runs raise that peak, not the float one that bounds float bricks."""
+    from dlbricks.estimator import Peaks
+    from dlbricks.estimator._estimate import _reached, computes_on_8bit
+
+    dec = dlbricks.decompose(_load(quantized["cnn_dynamic"]))
+    conv = next(b for b in dec.bricks.values() if b.op_type == "ConvInteger")
+    mul = next(b for b in dec.bricks.values() if b.op_type == "Mul" and not computes_on_8bit(b))
+    assert computes_on_8bit(conv) and conv.flops
+    peaks = Peaks(flops_per_s=1e9, bytes_per_s=1e30, int_ops_per_s=4e9)
+    assert peaks.roofline_s(conv) == pytest.approx(Peaks(1e9, 1e30).roofline_s(conv) / 4)
+    assert peaks.roofline_s(mul) == Peaks(1e9, 1e30).roofline_s(mul)
+    seconds = 200e-6  # long enough to set a rate, at 10x the float peak
+    slow = Peaks(flops_per_s=conv.flops / seconds / 10, bytes_per_s=1e30)
+    fastest = {sig: (seconds if sig == conv.signature else 0.0) for sig in dec.bricks}
+    reached = _reached(slow, dec, fastest, set())
+    assert reached.flops_per_s == slow.flops_per_s
+    assert reached.int_ops_per_s == pytest.approx(conv.flops / seconds)
+    assert reached.roofline_s(conv) == pytest.approx(seconds) and reached.roofline_s(mul) == slow.roofline_s(mul)
+
+
+def test_integer_peak_is_measured_on_an_8bit_gemm() -> None:
+    from dlbricks.estimator import Calibration, Peaks
+    from dlbricks.estimator._calibrate import int_gemm_model, merge_peaks
+
+    model = int_gemm_model(32)
+    onnx.checker.check_model(model)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).integers(0, 256, (32, 32), dtype=np.uint8)
+    w = numpy_helper.to_array(model.graph.initializer[0])
+    (y,) = session.run(None, {"x": x})
+    assert np.array_equal(y, x.astype(np.int32) @ w.astype(np.int32))
+    cal = Calibration(Peaks(1e11, 1e10, 4e11), ((256, 1e11),), ((1 << 20, 1e10),), int_gemm=((256, 4e11),))
+    flops, _, details = merge_peaks(None, "onnxruntime", cal)
+    assert flops == 1e11 and details["int_ops_per_s"] == 4e11
