@@ -204,17 +204,18 @@ def _reorder_costs(dec: Decomposition, config: OrtConfig, store: Store, system: 
 
 def store_peaks(store: Store, system: Any, key: str = "onnxruntime") -> Peaks | None:
     """The peaks stored for a system by ``dlbricks calibrate``, if any: the CPU's (the best of every
-    framework calibrated on it), or an accelerator's own for a ``key`` of :func:`peaks_key` such as
-    ``onnxruntime:cuda``."""
+    framework calibrated on it, with the integer peak where one was measured), or an accelerator's
+    own for a ``key`` of :func:`peaks_key` such as ``onnxruntime:cuda``."""
     getter = getattr(store, "peaks", None)
     found = None if getter is None else getter(system)
     if found is None:
         return None
     backends = found.details.get("backends") or {}
     if ":" not in key:  # the CPU's: none where only an accelerator was calibrated
-        return Peaks(found[0], found[1]) if not backends or any(":" not in k for k in backends) else None
+        cpu = not backends or any(":" not in k for k in backends)
+        return Peaks(found[0], found[1], found.details.get("int_ops_per_s")) if cpu else None
     own = backends.get(key)
-    return None if own is None else Peaks(own["flops_per_s"], own["bytes_per_s"])
+    return None if own is None else Peaks(own["flops_per_s"], own["bytes_per_s"], own.get("int_ops_per_s"))
 
 
 @dataclass(frozen=True, slots=True)
