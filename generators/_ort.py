@@ -36,13 +36,9 @@ CACHE_STATES = ("cold-weights", "cold", "warm")
 #: How much data a brick's cold copies cycle through: what one run of the brick's model touches
 #: (:attr:`~dlbricks.BrickInContext.reuse_bytes`), or twice the last-level cache.
 COLD_SPANS = ("model", "cache")
-#: Most session copies of one brick. At 16 (session 1) a 1x1 convolution with 0.6 MB of weights cycled
-#: 13 MB, which stays in the last-level cache, so it ran 40% faster than in MobileNet-v2 (where its
-#: weights come from memory); a copy costs 0.06-0.2 ms to create. The same at level "all": there a
-#: cap of 16 once kept per-copy NCHWc reorder buffers from going cold; with the copies on one arena
-#: they stay warm, and EfficientNet-B0's fused 1x1 convolutions (0.3-0.9 MB of weights) ran 10-24%
-#: faster than inside the model with 16 copies and within 6% with 128 (interleaved runs), while
-#: ResNet-50's, whose weights span the cache with fewer copies anyway, did not change.
+#: Most session copies of one brick: enough for a small brick's copies to span twice the last-level
+#: cache (fewer leave its weights in the cache, faster than in its model; see "Enough copies" in
+#: docs/methodology.md).
 MAX_COLD_COPIES = 128
 #: Session copies of a brick on CUDA, in every cache state. Each copy has a CUDA execution provider of
 #: its own (stream, cuDNN and cuBLAS handles, arena), and running copies round-robin costs far more
