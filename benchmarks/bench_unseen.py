@@ -37,7 +37,16 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dlbricks
 from dlbricks.benchmarks_db import BenchOptions, Store, populate
-from dlbricks.estimator import Estimate, LatencyPredictor, Peaks, calibrate_peaks, estimate_decomposition
+from dlbricks.estimator import (
+    Estimate,
+    LatencyPredictor,
+    Peaks,
+    calibrate_peaks,
+    estimate_decomposition,
+    last_level_cache,
+    memory_rate,
+    merge_peaks,
+)
 from dlbricks.estimator._evaluate import measure_whole, suite_models
 from dlbricks.generators import Budget, Measurement, OrtConfig, collect_system_info, get_backend
 from dlbricks.model_zoo import build, get_model
@@ -237,12 +246,13 @@ def _whole(store: Store, graph: dlbricks.ModelGraph, dec: dlbricks.Decomposition
 
 
 def _peaks(store: Store, system: object, config: OrtConfig) -> Peaks:
-    """The machine's peaks: kept in the database, calibrated (and recorded) where they are not."""
+    """The machine's peaks: kept in the database, calibrated (and recorded, with the calibration's
+    details) where they are not, or where they were kept without details."""
     kept = store.peaks(system)
-    if kept is None:
-        found = calibrate_peaks(config, Budget(min_time=0.1, max_time=0.5)).peaks
-        store.record_peaks(system, found.flops_per_s, found.bytes_per_s)
-        return found
+    if kept is None or "backends" not in kept.details:
+        found = calibrate_peaks(config, Budget(min_time=0.1, max_time=0.5))
+        store.record_peaks(system, *merge_peaks(None, "onnxruntime", found))
+        return found.peaks
     return Peaks(kept.flops_per_s, kept.bytes_per_s)
 
 
@@ -279,7 +289,11 @@ def main() -> None:
 
     suite_bricks = {sig: brick for n in names for sig, brick in decs[n].bricks.items()}
     all_known = {s: m for n in names for s, m in measured[n].items()}
-    full = LatencyPredictor().fit_measurements([suite_bricks[s] for s in all_known], all_known, peaks=peaks)
+    llc = last_level_cache(None, system)
+    with Store(path) as store:
+        streamed = memory_rate(store, system, llc)
+    full = LatencyPredictor().fit_measurements([suite_bricks[s] for s in all_known], all_known, peaks=peaks,
+                                               cache_bytes=llc, memory_rate=streamed)
     reference = {n: _all_measured_error(decs[n], measured[n], whole[n], full, config.config_id, peaks) for n in to_run}
 
     def composition(models: Sequence[str]) -> float:
@@ -294,7 +308,8 @@ def main() -> None:
     for fam in held:
         rest = [n for n in names if family[n] != fam]
         known = {s: m for n in rest for s, m in measured[n].items()}
-        predictor = LatencyPredictor().fit_measurements([suite_bricks[s] for s in known], known, peaks=peaks)
+        predictor = LatencyPredictor().fit_measurements([suite_bricks[s] for s in known], known, peaks=peaks,
+                                                        cache_bytes=llc, memory_rate=streamed)
         for n in (n for n in names if family[n] == fam):
             rows["family"].append(_row(n, fam, decs[n], whole[n], known, predictor, config.config_id, peaks,
                                        composition([m for m in rest if m in reference]), reference[n]))

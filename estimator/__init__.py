@@ -4,8 +4,8 @@ Composition (sequential sum, critical path), Benanza-style lower bounds, rooflin
 of bricks never measured, and estimates with uncertainty, coverage and a per-brick breakdown.
 """
 
-from ._api import Validation, estimate, open_store, plan, validate
-from ._calibrate import Calibration, calibrate_peaks
+from ._api import Validation, estimate, last_level_cache, memory_rate, open_store, plan, validate
+from ._calibrate import Calibration, calibrate_peaks, merge_peaks
 from ._compose import combined_halfwidth, critical_path, sequential
 from ._estimate import (
     ON_MISSING,
@@ -25,6 +25,8 @@ from ._sweep import SweepPoint, SweepShape, estimate_sweep, validate_sweep
 __all__ = [
     # estimating from a database
     "estimate",
+    "last_level_cache",
+    "memory_rate",
     "validate",
     "Validation",
     "evaluate",
@@ -33,6 +35,7 @@ __all__ = [
     "DEFAULT_SUITE",
     "measure_whole",
     "calibrate_peaks",
+    "merge_peaks",
     "Calibration",
     "in_model_times",
     "InModelTimes",

@@ -117,7 +117,37 @@ def _predictor(store: Store, system: Any, config_id: str, peaks: Peaks | None = 
     records = [r for r in store.measurements(system=system, config_id=config_id, status="ok")]
     latency = {r.key: r.median_s - (r.floor_s or 0.0) for r in records if r.median_s is not None}
     bricks = [store.brick(sig) for sig in latency]
-    return LatencyPredictor().fit(bricks, latency, peaks=peaks)
+    cache = last_level_cache(store, system)
+    return LatencyPredictor().fit(bricks, latency, peaks=peaks, cache_bytes=cache,
+                                  memory_rate=memory_rate(store, system, cache))
+
+
+def memory_rate(store: Any, system: Any, cache_bytes: int | None) -> float | None:
+    """Bytes/s at which the calibrated matrix-vector product read weights larger than
+    ``cache_bytes`` again and again (the smallest such size calibrated on the CPU by
+    ``dlbricks calibrate``), or None where none was."""
+    getter = getattr(store, "peaks", None)
+    stored = None if getter is None or not cache_bytes else getter(system)
+    if stored is None:
+        return None
+    backends = stored.details.get("backends") or {}
+    sizes = sorted((size, -rate) for key, b in backends.items() if ":" not in key
+                   for size, rate in (b.get("gemv") or ()) if size > cache_bytes)
+    return -sizes[0][1] if sizes else None
+
+
+def last_level_cache(store: Any, system: Any) -> int | None:
+    """Bytes of the largest cache of ``system`` (a ``SystemInfo``, or a fingerprint stored in
+    ``store``), or None where it is not known."""
+    sizes = getattr(system, "cache_bytes", None)
+    if sizes is not None:
+        return max((size for _, size in sizes), default=None)
+    fingerprint = getattr(system, "fingerprint", system)
+    for record in getattr(store, "systems", lambda: [])():
+        if record.fingerprint == fingerprint:
+            found = (record.details or {}).get("cache_bytes") or {}
+            return max(found.values(), default=None)
+    return None
 
 
 def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = None,

@@ -527,25 +527,36 @@ class LatencyPredictor:
         self.alpha = alpha
 
     def fit_measurements(self, bricks: Iterable[Brick], measurements: Mapping[str, Any], *,
-                         peaks: Any = None) -> LatencyPredictor:
+                         peaks: Any = None, cache_bytes: int | None = None,
+                         memory_rate: float | None = None) -> LatencyPredictor:
         """Fit on ok measurements (``Measurement`` records), floor-corrected."""
         latency = {sig: m.median_s - (m.floor_s or 0.0) for sig, m in measurements.items()
                    if m.status == "ok" and m.median_s is not None}
-        return self.fit(bricks, latency, peaks=peaks)
+        return self.fit(bricks, latency, peaks=peaks, cache_bytes=cache_bytes, memory_rate=memory_rate)
 
-    def fit(self, bricks: Iterable[Brick], latency: Mapping[str, float], *, peaks: Any = None) -> LatencyPredictor:
+    def fit(self, bricks: Iterable[Brick], latency: Mapping[str, float], *, peaks: Any = None,
+            cache_bytes: int | None = None, memory_rate: float | None = None) -> LatencyPredictor:
         """Fit on the bricks whose signature has a measured, floor-corrected ``latency`` (seconds).
 
         ``peaks`` (``flops_per_s``, ``bytes_per_s``, as :class:`Peaks`), where calibrated, floor
         every prediction at the roofline; the rates the measured bricks reached raise them. Without
         them the reached rates only scale each brick's work (for the cap): a rate a set of bricks
         reached is no peak, and a roofline at it no floor.
+
+        ``cache_bytes``, the last-level cache of the machine the bricks ran on, tells which recurrent
+        layers keep their recurrent weights in the cache from step to step, and ``memory_rate``
+        (bytes/s) is how fast a loop reads weights larger than the cache again and again (the
+        calibrated matrix-vector product of that size, :func:`~dlbricks.estimator.memory_rate`);
+        without it, the rate measured bricks with weights larger than the cache reached (see
+        :meth:`_recurrent`).
         """
         measured = [b for b in bricks if b.signature in latency and latency[b.signature] > 0]
         self.training_ = (tuple(measured), dict(latency))
+        self.cache_bytes_ = cache_bytes
         self.rates_ = _reached_rates(measured, latency, peaks)
         self.data_rates_ = _reached_rates(measured, latency, None)
         self.floor_rates_ = self.rates_ if peaks is not None else None
+        self.memory_rate_ = memory_rate if memory_rate and cache_bytes else _memory_rate(measured, latency, cache_bytes)
         groups: dict[str, list[Brick]] = {}
         for brick in measured:
             for key in dict.fromkeys((brick.op_type, kernel_class(brick))):
@@ -564,7 +575,8 @@ class LatencyPredictor:
         if peaks is None or getattr(self, "floor_rates_", None) is not None or not hasattr(self, "training_"):
             return self
         clone = LatencyPredictor(min_bricks=self.min_bricks, neighbours=self.neighbours, alpha=self.alpha)
-        return clone.fit(*self.training_, peaks=peaks)
+        return clone.fit(*self.training_, peaks=peaks, cache_bytes=getattr(self, "cache_bytes_", None),
+                         memory_rate=getattr(self, "memory_rate_", None))
 
     def _fit_group(self, key: str, group: Sequence[Brick], latency: Mapping[str, float], k: int) -> OpModel:
         kind = "generic" if key == "*" else _kind(key)
@@ -613,11 +625,20 @@ class LatencyPredictor:
     def _recurrent(self, brick: Brick) -> tuple[float, Prediction] | None:
         """A recurrent layer predicted from its products (see :class:`Recurrence`), or None.
 
-        The input product is predicted by the class of matrix products; each step's product runs at
-        its roofline at the calibrated peaks (its weights stay in the cache from step to step; a
-        step of an LSTM of 650 units, 6.8 MB of ``R``, took 81 us against 80 us at the calibrated
-        bandwidth), and at most at the rate measured bricks read weights at (from memory). Without
-        calibrated peaks, the rates the measured bricks reached stand for them.
+        The input product is predicted by the class of matrix products. Each step reads the
+        recurrent weights ``R`` again:
+
+        - where ``R`` fits in the last-level cache (``cache_bytes`` given to :meth:`fit`), or the
+          cache is not known, a step runs at its roofline at the calibrated peaks (a step of an LSTM
+          of 650 units, 6.8 MB of ``R``, took 81 us against 80 us at the calibrated bandwidth), and
+          at most at the rate measured bricks read weights at;
+        - where it does not, a step reads ``R`` from memory at the memory rate given to :meth:`fit`
+          (a calibrated matrix-vector product larger than the cache, the same loop over the same
+          weights), else at the rate measured bricks with weights larger than the cache reached
+          (:func:`_memory_rate`), and never faster than from the cache. Between half the cache
+          and the cache, the interval reaches the memory rate.
+
+        Without calibrated peaks, the rates the measured bricks reached stand for them.
         """
         recurrence = Recurrence.of(brick)
         model = getattr(self, "models_", {}).get("gemm")
@@ -628,13 +649,29 @@ class LatencyPredictor:
         seconds, distance, _ = model._raw_terms(product.features(), product.descriptor(), work)
         width = model.log_halfwidth(distance)
         step, steps = recurrence.step(), recurrence.seq
-        fast = (self.floor_rates_ or self.data_rates_).product_s(step)
-        slow = max(self.data_rates_.product_s(step), fast)
+        cached = (self.floor_rates_ or self.data_rates_).product_s(step)
+        slow = max(self.data_rates_.product_s(step), cached)
+        fast, central = cached, cached
+        memory = self._streamed_s(step)
+        if memory is not None:
+            cache = float(self.cache_bytes_ or 0)
+            if step.weight_bytes > cache:
+                central = max(memory, cached)
+            if step.weight_bytes > cache / 2:
+                slow = max(slow, memory)
         floor = self.floor_rates_.roofline_s(brick) if self.floor_rates_ is not None else 0.0
-        total = max(seconds + steps * fast, floor)
+        total = max(seconds + steps * central, floor)
         low = max(seconds * math.exp(-width) + steps * fast, floor)
         high = max(seconds * math.exp(width) + steps * slow, total)
         return math.log(high / total), Prediction(total, low, high, model.op_type, distance, floor, False)
+
+    def _streamed_s(self, product: Product) -> float | None:
+        """A product's time with its weights streamed from memory at :func:`_memory_rate` (and its
+        FLOPs at the best rate), or None where the cache or that rate is not known."""
+        rate = getattr(self, "memory_rate_", None)
+        if rate is None or not getattr(self, "cache_bytes_", None):
+            return None
+        return max(product.weight_bytes / rate, product.flops / self.rates_.flops_per_s)
 
     def model_for(self, brick: Brick) -> OpModel | None:
         """The model that predicts a brick (see :meth:`prediction`), or None."""
@@ -645,6 +682,15 @@ class LatencyPredictor:
         """Predicted latency of a brick (seconds), or None when nothing was fitted."""
         found = self.prediction(brick)
         return None if found is None else found.seconds
+
+
+def _memory_rate(bricks: Sequence[Brick], latency: Mapping[str, float], cache_bytes: int | None) -> float | None:
+    """The fastest rate at which measured bricks whose weights exceed ``cache_bytes`` read them
+    (weight bytes / latency): weights from memory. None without such bricks or a cache size."""
+    if not cache_bytes:
+        return None
+    rates = [roofline_work(b)[1] / latency[b.signature] for b in bricks if roofline_work(b)[1] > cache_bytes]
+    return max(rates) if rates else None
 
 
 def _reached_rates(bricks: Sequence[Brick], latency: Mapping[str, float], peaks: Any) -> Rates:

@@ -60,3 +60,51 @@ def test_a_recurrent_layer_is_predicted_from_its_products() -> None:
     assert found.low_s >= predictor.floor_rates_.roofline_s(lstm)
     assert found.high_s >= product.seconds + 35 * 4 * 512 * 2048 / 2.5e10  # weights at the rate measured
     assert Recurrence.of(matmul_brick(8, 8, 8)) is None
+
+
+def test_recurrent_weights_larger_than_the_cache_are_read_from_memory() -> None:
+    """With the machine's last-level cache known, a step whose recurrent weights exceed it reads
+    them at the memory rate (given, or else the rate of measured bricks with weights larger than the
+    cache); one whose weights fit keeps the cached rate, and between half the cache and the cache the
+    interval reaches up to the memory rate."""
+    peaks = Peaks(flops_per_s=1e11, bytes_per_s=8e10)
+    bricks = [matmul_brick(r, d, c) for r in (1, 8, 32, 128) for d in (256, 512, 1024) for c in (512, 2048)]
+    latency = {b.signature: 2e-6 + max((b.flops or 0) / 8e10, b.constant_bytes / 2.5e10) for b in bricks}
+    small, large = lstm_brick(35, 512, 512), lstm_brick(35, 512, 1024)  # R: 4 MiB and 16 MiB
+    cache = 6 << 20
+
+    def steps(predictor: LatencyPredictor, lstm: dlbricks.Brick, hidden: int) -> float:
+        found, product = predictor.prediction(lstm), predictor.prediction(matmul_brick(35, 512, 4 * hidden))
+        assert found is not None and product is not None
+        return (found.seconds - product.seconds) / 35
+
+    unknown = LatencyPredictor().fit(bricks, latency, peaks=peaks)
+    given = LatencyPredictor().fit(bricks, latency, peaks=peaks, cache_bytes=cache, memory_rate=2e10)
+    learned = LatencyPredictor().fit(bricks, latency, peaks=peaks, cache_bytes=1 << 20)
+    r_large = 4 * 1024 * 4096
+    assert steps(unknown, large, 1024) == pytest.approx(r_large / 8e10, rel=0.02)
+    assert steps(given, large, 1024) == pytest.approx(r_large / 2e10, rel=0.02)
+    assert learned.memory_rate_ == pytest.approx(max(b.constant_bytes / latency[b.signature]
+                                                     for b in bricks if b.constant_bytes > 1 << 20))
+    assert steps(given, small, 512) == pytest.approx(4 * 512 * 2048 / 8e10, rel=0.02)
+    wide, read = given.prediction(small), given.prediction(large)
+    assert wide is not None and wide.high_s >= wide.seconds + 35 * (4 * 512 * 2048 / 2e10 - 4 * 512 * 2048 / 8e10)
+    assert read is not None and read.low_s < read.seconds
+
+
+def test_the_cache_and_memory_rate_come_from_the_database(tmp_path) -> None:
+    """The estimate's predictor learns the last-level cache from the stored system and the memory
+    rate from the calibrated matrix-vector product just larger than it."""
+    from dlbricks.benchmarks_db import Store
+    from dlbricks.estimator import Calibration, last_level_cache, memory_rate, merge_peaks
+    from dlbricks.generators import collect_system_info
+
+    system = collect_system_info()
+    cache = max(size for _, size in system.cache_bytes)
+    gemv = ((cache // 4, 8e10), (cache * 2, 3e10), (cache * 8, 2e10))
+    with Store(tmp_path / "b.db") as store:
+        assert memory_rate(store, system, cache) is None
+        store.record_peaks(system, *merge_peaks(None, "onnxruntime", Calibration(Peaks(1e11, 8e10), (), (), gemv=gemv)))
+        assert last_level_cache(store, system.fingerprint) == cache == last_level_cache(None, system)
+        assert memory_rate(store, system.fingerprint, cache) == 3e10
+        assert memory_rate(store, system, cache * 16) is None
