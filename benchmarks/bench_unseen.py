@@ -303,7 +303,8 @@ def main() -> None:
         return max(errors) if errors else 0.0
 
     rows: dict[str, list[Row]] = {"family": [], "variants": []}
-    print(f"\nleave-one-family-out (database: the suite less the family; predicting {time.perf_counter() - start:.0f} s)")
+    print("\nleave-one-family-out (database: the suite less the family; "
+          f"predicting {time.perf_counter() - start:.0f} s)")
     print(HEADER)
     for fam in held:
         rest = [n for n in names if family[n] != fam]
