@@ -330,9 +330,13 @@ class Rates:
         return max(product.flops / self.flops_per_s, product.weight_bytes / self.weight_bytes_per_s)
 
     def work_s(self, brick: Brick) -> float:
-        """max(FLOPs / FLOP rate, bytes moved / bandwidth): the brick's work at the best rates."""
-        flops, _ = roofline_work(brick)
-        return max(flops / self.flops_per_s, brick.bytes_moved / self.bytes_per_s, 1e-12)
+        """max(FLOPs / FLOP rate, bytes moved / bandwidth): the brick's work at the best rates.
+
+        The FLOPs include those over a convolution's zero padding: the roofline leaves them out,
+        but the kernels do them (an im2col GEMM multiplies the padding too). A dilated 3x3
+        convolution of DeepLabV3's head, dilation 36 on a 33x33 map, is nearly all padding and ran
+        as long as its dilation-12 twin; its cap from the work without padding held it to a third."""
+        return max((brick.flops or 0) / self.flops_per_s, brick.bytes_moved / self.bytes_per_s, 1e-12)
 
 
 @dataclass(frozen=True, slots=True)

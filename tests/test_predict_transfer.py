@@ -170,3 +170,27 @@ def test_estimate_warns_when_much_of_it_is_predicted() -> None:
     assert est.warn and "predicted" in (est.warning or "")
     assert est.ci_low_s < est.sequential_s < est.ci_high_s
     assert all(c.source == "predicted" and c.predictor for c in est.breakdown)
+
+
+def conv_brick(channels: int, size: int, dilation: int = 1) -> dlbricks.Brick:
+    """A 3x3 convolution, channels to channels on size x size, padded to keep its size."""
+    w = numpy_helper.from_array(np.zeros((channels, channels, 3, 3), np.float32), "w")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, size])
+    return _single(helper.make_node("Conv", ["x", "w"], ["y"], dilations=[dilation] * 2, pads=[dilation] * 4), [x], [w])
+
+
+def test_a_convolution_mostly_over_padding_costs_its_whole_product() -> None:
+    """An im2col convolution multiplies its zero padding too: a dilated convolution whose taps fall
+    mostly in the padding (DeepLabV3's head) is predicted as long as its undilated twin, though its
+    roofline leaves the padding out."""
+    bricks = [conv_brick(c, s) for c in (32, 64, 128, 256) for s in (14, 28, 56)]
+    latency = {b.signature: 2e-6 + (b.flops or 0) / 5e10 for b in bricks}
+    peaks = Peaks(flops_per_s=1e11, bytes_per_s=1e10)
+    predictor = LatencyPredictor().fit(bricks, latency, peaks=peaks)
+    dilated, twin = conv_brick(96, 28, dilation=24), conv_brick(96, 28)
+    assert dilated.padding_flops > 0.8 * (dilated.flops or 0)
+    assert peaks.roofline_s(dilated) < 0.2 * peaks.roofline_s(twin)
+    found, expected = predictor.prediction(dilated), predictor.prediction(twin)
+    assert found is not None and expected is not None
+    assert found.seconds == pytest.approx(expected.seconds, rel=0.1)
+    assert found.seconds >= peaks.roofline_s(dilated)
