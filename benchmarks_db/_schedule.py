@@ -392,10 +392,11 @@ class LocalRun:
 
 def pair_budget() -> Any:
     """The budget of one sample of a :class:`PairedWhole` model between bricks: no warm-up beyond
-    one call, at least three runs."""
+    one call, then runs until 20 ms have passed, one run at least (one run of a model of a second
+    or more, the drift averaged over the samples rather than within each)."""
     from dlbricks.generators import Budget
 
-    return Budget(warmup_time=0.0, min_time=0.02, min_runs=3, max_time=1.0, rel_ci=1.0)
+    return Budget(warmup_time=0.0, min_time=0.02, min_runs=1, max_time=1.0, rel_ci=1.0)
 
 
 class PairedWhole:
@@ -432,6 +433,11 @@ class PairedWhole:
             self._runner.close()
         else:
             self._runner.release(self._first.key)
+
+    @property
+    def median_s(self) -> float | None:
+        """The median of the first, standard measurement (None if it failed)."""
+        return self._first.median_s if self._first.ok else None
 
     @property
     def samples(self) -> int:

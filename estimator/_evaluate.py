@@ -60,6 +60,12 @@ WHOLE_WORKERS = 3
 #: goes on, a whole sample after each round of its dominant bricks measured again, until the whole
 #: model has this many samples (lstm_lm_medium: 6 samples spread 10.68-12.99 ms, estimate -10.8%).
 MIN_WHOLE_SAMPLES = 12
+#: Seconds of whole runs that are enough samples of a long model: one of 5 s (a segmentation model at
+#: 520x520) averages the machine's drift within each run, and twelve samples of it, each a warm-up
+#: run and a timed run, would take two minutes. A model gets ``WHOLE_SAMPLED_S / median`` samples,
+#: between :data:`MIN_LONG_SAMPLES` and :data:`MIN_WHOLE_SAMPLES`.
+WHOLE_SAMPLED_S = 6.0
+MIN_LONG_SAMPLES = 3
 
 
 #: The default suite of the MXNet path: Gluon vision models of several families.
@@ -197,8 +203,8 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     bricks that hold 5% or more of its time are measured at :data:`EVALUATE_MOMENTS` moments, and its
     bricks that an earlier model of the run measured are measured once more in its turn, each pooled
     (their wall time counts in the bricks' benchmarking time). A model whose turn ends before its whole
-    model has :data:`MIN_WHOLE_SAMPLES` samples goes on: its dominant bricks once more each, then a
-    whole sample, round after round (pooled likewise). Peaks are calibrated once per system.
+    model has :func:`whole_samples` samples (twelve, fewer for a model of over half a second) goes on:
+    its dominant bricks once more each, then a whole sample, round after round (pooled likewise). Peaks are calibrated once per system.
 
     With ``target_ci`` (a fraction, e.g. :data:`DEFAULT_TARGET_CI`; None, the default, for the rule
     above, every brick under ``budget``), the bricks
@@ -414,16 +420,17 @@ def _measure_again(store: Store, dec: Decomposition, signatures: Sequence[str], 
 
 def _top_up(store: Store, dec: Decomposition, runner: Any, system: Any, config: Any, budget: Budget,
             whole: PairedWhole, say: Callable[[str], object], turns: _Turns | None = None) -> None:
-    """Until ``whole`` has :data:`MIN_WHOLE_SAMPLES` samples: measure ``dec``'s dominant bricks once
+    """Until ``whole`` has :func:`whole_samples` samples: measure ``dec``'s dominant bricks once
     more each (in its context), then sample the whole model; store each dominant brick pooled with
     its stored measurement and its runs here (:func:`~dlbricks.benchmarks_db.remeasure`). With a
     ``target_ci`` (``turns``) the bricks already had their moments (``populate``'s allocation): only
     the whole model is sampled."""
-    if whole.samples >= MIN_WHOLE_SAMPLES:
+    wanted = whole_samples(whole.median_s)
+    if whole.samples >= wanted:
         return
     if turns is not None and turns.target_ci is not None:
-        say(f"{dec.model}: the whole model again until it has {MIN_WHOLE_SAMPLES} samples")
-        while whole.samples < MIN_WHOLE_SAMPLES and whole.sample():
+        say(f"{dec.model}: the whole model again until it has {wanted} samples")
+        while whole.samples < wanted and whole.sample():
             pass
         return
     medians = {r.key: r.median_s or 0.0 for r in store.measurements(
@@ -431,9 +438,18 @@ def _top_up(store: Store, dec: Decomposition, runner: Any, system: Any, config: 
     dominant = dominant_bricks(dec, medians)
     if not dominant:
         return
-    say(f"{dec.model}: {len(dominant)} dominant bricks again until the whole model has {MIN_WHOLE_SAMPLES} samples")
+    say(f"{dec.model}: {len(dominant)} dominant bricks again until the whole model has {wanted} samples")
     remeasure(store, dec, dominant, runner.measure, system, config.config_id, budget, rounds=None,
-              after_round=lambda _k: whole.sample() and whole.samples < MIN_WHOLE_SAMPLES)
+              after_round=lambda _k: whole.sample() and whole.samples < wanted)
+
+
+def whole_samples(median_s: float | None) -> int:
+    """Samples a held whole model of this median should have by the end of its turn: enough for
+    :data:`WHOLE_SAMPLED_S` seconds of runs, between :data:`MIN_LONG_SAMPLES` and
+    :data:`MIN_WHOLE_SAMPLES`."""
+    if not median_s or median_s <= 0:
+        return MIN_WHOLE_SAMPLES
+    return max(MIN_LONG_SAMPLES, min(MIN_WHOLE_SAMPLES, math.ceil(WHOLE_SAMPLED_S / median_s)))
 
 
 class _KeptRunners:
