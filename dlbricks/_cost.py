@@ -62,16 +62,6 @@ def _conv_at(weight: int, bias: int | None) -> FlopFn:
     return fn
 
 
-def _qgemm(attrs: Mapping[str, object], ins: Specs, outs: Specs) -> int | None:
-    """QGemm(A, a_scale, a_zero_point, B, b_scale, b_zero_point, C...): a Gemm with C at 6."""
-    a, y = ins[0], outs[0]
-    if a is None or y is None:
-        return None
-    k = a.shape[0] if attrs.get("transA", 0) else a.shape[-1]
-    bias = y.numel if len(ins) > 6 and ins[6] is not None else 0
-    return 2 * y.numel * k + bias
-
-
 def _dynamic_quantize_matmul(attrs: Mapping[str, object], ins: Specs, outs: Specs) -> int | None:
     """DynamicQuantizeMatMul: quantizes A (range and scale, 4 per element), then the product."""
     product = _matmul(attrs, ins, outs)
@@ -86,13 +76,21 @@ def _matmul(attrs: Mapping[str, object], ins: Specs, outs: Specs) -> int | None:
     return 2 * y.numel * a.shape[-1]
 
 
-def _gemm(attrs: Mapping[str, object], ins: Specs, outs: Specs) -> int | None:
-    a, y = ins[0], outs[0]
-    if a is None or y is None:
-        return None
-    k = a.shape[0] if attrs.get("transA", 0) else a.shape[-1]
-    bias = y.numel if len(ins) > 2 and ins[2] is not None else 0
-    return 2 * y.numel * k + bias
+def _gemm_with_bias_at(index: int) -> FlopFn:
+    """A Gemm's FLOPs, its bias C the input at ``index``: Gemm(A, B, C) at 2, QGemm(A, a_scale,
+    a_zero_point, B, b_scale, b_zero_point, C...) at 6."""
+    def fn(attrs: Mapping[str, object], ins: Specs, outs: Specs) -> int | None:
+        a, y = ins[0], outs[0]
+        if a is None or y is None:
+            return None
+        k = a.shape[0] if attrs.get("transA", 0) else a.shape[-1]
+        bias = y.numel if len(ins) > index and ins[index] is not None else 0
+        return 2 * y.numel * k + bias
+    return fn
+
+
+_gemm = _gemm_with_bias_at(2)
+_qgemm = _gemm_with_bias_at(6)
 
 
 def _pool(attrs: Mapping[str, object], ins: Specs, outs: Specs) -> int | None:
