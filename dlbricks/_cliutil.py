@@ -147,9 +147,13 @@ _SHAPES_HINT = re.compile(r"input_shapes=\{'([^']+)': \(([^)]*)\)\}")
 _BATCH_HINT = re.compile(r"\bbatch_size=(\w+)")
 
 
+_ON_MISSING_HINT = re.compile(r"on_missing='(\w+)'(?: or '(\w+)')?")
+
+
 def cli_advice(message: str) -> str:
     """``message`` with the library's Python-syntax advice in CLI syntax: ``input_shapes={'x': (...)}``
-    becomes ``--input-shape x=D,D,..``, ``batch_size=N`` becomes ``--batch-size N``."""
+    becomes ``--input-shape x=D,D,..``, ``batch_size=N`` becomes ``--batch-size N``,
+    ``on_missing='predict' or 'measure'`` becomes ``--on-missing predict or measure``."""
 
     def shapes(m: re.Match[str]) -> str:
         dims = m.group(2).replace(" ", "") if m.lastindex == 2 else "..."
@@ -158,6 +162,7 @@ def cli_advice(message: str) -> str:
     message = _BOTH_HINTS.sub(shapes, message)
     message = _SHAPES_HINT.sub(shapes, message)
     message = _BATCH_HINT.sub(r"--batch-size \1", message)
+    message = _ON_MISSING_HINT.sub(lambda m: "--on-missing " + " or ".join(v for v in m.group(1, 2) if v), message)
     return re.sub(r"(?<![-\w])input_shapes\b", "--input-shape", message)
 
 

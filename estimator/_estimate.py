@@ -249,7 +249,7 @@ def estimate_decomposition(
             why = f" ({failed} of them failed to measure)" if failed else ""
             todo = ("no predictor was given: pass a fitted LatencyPredictor" if on_missing == "predict"
                     else "benchmark them with 'dlbricks bench' (--retry-failed for failed ones), or "
-                         "estimate with --on-missing predict or measure (on_missing=)")
+                         "estimate with on_missing='predict' or 'measure'")
             raise InvalidArgumentError(
                 f"{len(missing)} of {len(dec.bricks)} bricks of '{dec.model}' have no measurement "
                 f"for configuration {config_id[:12]}{why} (first: {first.signature[:12]} {first.op_type}); "

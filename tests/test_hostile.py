@@ -13,7 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -339,6 +339,13 @@ def test_estimate_takes_the_shapes_its_error_suggests(work: Path) -> None:
     output, code = invoke("estimate", str(work / "sym.onnx"), "--input-shape", "x=2,8", "--db",
                           str(work / "good.db"), "--on-missing", "predict")
     assert code == 0 and "model sym:" in output and "predicted" in output, output
+
+
+def test_estimate_without_measurements_gives_the_cli_options(work: Path) -> None:
+    """A model with no measured brick: one line naming its options in CLI syntax, no Python keyword."""
+    line = _one_line_error(*invoke("estimate", str(work / "other.onnx"), "--batch-size", "1", "--db",
+                                   str(work / "good.db")))
+    assert "--on-missing predict or measure" in line and "on_missing" not in line, line
 
 
 def test_ctrl_c_in_any_command_exits_130(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
