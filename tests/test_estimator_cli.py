@@ -331,6 +331,7 @@ def test_a_short_turn_goes_on_with_its_dominant_bricks_until_the_whole_has_enoug
 
     class Whole:
         samples = 3
+        median_s = 0.01  # a short model: twelve samples
 
         def sample(self) -> bool:
             self.samples += 1
