@@ -131,9 +131,9 @@ def memory_rate(store: Any, system: Any, cache_bytes: int | None) -> float | Non
     if stored is None:
         return None
     backends = stored.details.get("backends") or {}
-    sizes = sorted((size, -rate) for key, b in backends.items() if ":" not in key
-                   for size, rate in (b.get("gemv") or ()) if size > cache_bytes)
-    return -sizes[0][1] if sizes else None
+    larger = [(size, rate) for key, b in backends.items() if ":" not in key
+              for size, rate in (b.get("gemv") or ()) if size > cache_bytes]
+    return min(larger, key=lambda p: (p[0], -p[1]))[1] if larger else None
 
 
 def last_level_cache(store: Any, system: Any) -> int | None:

@@ -204,7 +204,8 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     bricks that an earlier model of the run measured are measured once more in its turn, each pooled
     (their wall time counts in the bricks' benchmarking time). A model whose turn ends before its whole
     model has :func:`whole_samples` samples (twelve, fewer for a model of over half a second) goes on:
-    its dominant bricks once more each, then a whole sample, round after round (pooled likewise). Peaks are calibrated once per system.
+    its dominant bricks once more each, then a whole sample, round after round (pooled likewise).
+    Peaks are calibrated once per system.
 
     With ``target_ci`` (a fraction, e.g. :data:`DEFAULT_TARGET_CI`; None, the default, for the rule
     above, every brick under ``budget``), the bricks

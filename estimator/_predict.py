@@ -657,11 +657,10 @@ class LatencyPredictor:
         slow = max(self.data_rates_.product_s(step), cached)
         fast, central = cached, cached
         memory = self._streamed_s(step)
-        if memory is not None:
-            cache = float(self.cache_bytes_ or 0)
-            if step.weight_bytes > cache:
+        if memory is not None:  # the cache is known
+            if step.weight_bytes > self.cache_bytes_:
                 central = max(memory, cached)
-            if step.weight_bytes > cache / 2:
+            if step.weight_bytes > self.cache_bytes_ / 2:
                 slow = max(slow, memory)
         floor = self.floor_rates_.roofline_s(brick) if self.floor_rates_ is not None else 0.0
         total = max(seconds + steps * central, floor)
@@ -670,8 +669,8 @@ class LatencyPredictor:
         return math.log(high / total), Prediction(total, low, high, model.op_type, distance, floor, False)
 
     def _streamed_s(self, product: Product) -> float | None:
-        """A product's time with its weights streamed from memory at :func:`_memory_rate` (and its
-        FLOPs at the best rate), or None where the cache or that rate is not known."""
+        """A product's time with its weights read from memory at the predictor's memory rate (and
+        its FLOPs at the best rate), or None where the cache or that rate is not known."""
         rate = getattr(self, "memory_rate_", None)
         if rate is None or not getattr(self, "cache_bytes_", None):
             return None
