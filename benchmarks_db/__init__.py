@@ -16,6 +16,7 @@ True
 """
 
 from ._jobs import (
+    CONTEXT_RULES,
     BenchJob,
     BenchOptions,
     BenchProgress,
@@ -46,6 +47,7 @@ from ._schedule import (
     PAIR_INTERVAL_S,
     PairedWhole,
     dominant_bricks,
+    out_of_context,
     remeasure,
 )
 from ._sql import MERGE_RULES
@@ -61,6 +63,8 @@ __all__ = [
     "populate",
     "BenchOptions",
     "remeasure",
+    "out_of_context",
+    "CONTEXT_RULES",
     "PairedWhole",
     "PAIR_INTERVAL_S",
     "lease_for",

@@ -16,7 +16,10 @@ from ._store import Store
 if TYPE_CHECKING:
     from dlbricks.generators import Measurement
 
-__all__ = ["BenchOptions", "BenchProgress", "BenchReport", "BenchJob", "Executor", "lease_for"]
+__all__ = ["CONTEXT_RULES", "BenchOptions", "BenchProgress", "BenchReport", "BenchJob", "Executor", "lease_for"]
+
+#: What ``populate`` does with a stored brick measured in another model's context (``BenchOptions.contexts``).
+CONTEXT_RULES = ("measure", "reuse")
 
 #: Seconds a claim outlives the longest a measurement may take (worker start, floor, timeout).
 LEASE_MARGIN_S = 180.0
@@ -50,6 +53,12 @@ class BenchOptions:
         Store the raw samples of each measurement.
     lease_s : float, optional
         Claim duration; default :func:`lease_for` the budget.
+    contexts : {"measure", "reuse"}, default "measure"
+        ``"measure"``: a model's brick whose stored measurement was taken in a context unlike the
+        model's (another brick before it, another reuse distance: :meth:`dlbricks.BrickContext.same_as`)
+        is measured again in the model's context and stored for that model
+        (``Store.record(..., model=)``), which its estimates then use; ``"reuse"``: stored
+        measurements stand for every model. Runs here only, not on an executor.
     """
 
     backend: str = "onnxruntime"
@@ -61,8 +70,11 @@ class BenchOptions:
     retry_failed: bool = False
     keep_samples: bool = False
     lease_s: float | None = None
+    contexts: str = "measure"
 
     def __post_init__(self) -> None:
+        if self.contexts not in CONTEXT_RULES:
+            raise InvalidArgumentError(f"'contexts' must be one of {list(CONTEXT_RULES)}. Got {self.contexts!r}.")
         moments = self.moments
         if isinstance(moments, bool) or not isinstance(moments, int) or moments < 1:
             raise InvalidArgumentError(f"'moments' must be an int >= 1. Got {moments!r} instead.")
@@ -120,6 +132,7 @@ class BenchReport:
     ``systems`` lists the systems its nodes recorded under, ``nodes`` the nodes that measured,
     ``retried`` the items that a lost worker or node gave back to be measured again, and ``lost``
     the items given up after too many such losses (left unmeasured: a re-run measures them).
+    ``in_context`` counts bricks measured again in a model's context (``BenchOptions.contexts``).
     """
 
     system: str
@@ -143,6 +156,7 @@ class BenchReport:
     nodes: int = 0
     retried: int = 0
     lost: int = 0
+    in_context: int = 0
 
 
 def lease_for(budget: Any) -> float:
@@ -234,7 +248,8 @@ def _record_task(store: Store, task: _Task, m: Measurement, system: str, budget:
                  overhead_s: float | None) -> RecordOutcome:
     """Store a brick's or a whole model's measurement and drop this store's claim on it."""
     if task.kind == "brick":
-        return store.record(m, system, budget=budget, release=store.owner, overhead_s=overhead_s)
+        return store.record(m, system, budget=budget, release=store.owner, overhead_s=overhead_s,
+                            context=getattr(task.item, "context", None))
     return store.record_model(m, system, budget=budget, release=store.owner)
 
 

@@ -144,6 +144,7 @@ JOIN backends AS be ON be.config_id = m.config_id;
 #: Tables that a dlbricks database has (any other table means another application's file).
 DLBRICKS_TABLES = frozenset({"schema_migrations", "systems", "backends", "bricks", "models",
                              "model_bricks", "model_edges", "measurements", "model_measurements",
+                             "context_measurements",
                              "claims", "peaks", "model_reorders", "brick_overheads", "reorder_prices"})
 
 
@@ -211,12 +212,39 @@ def _m0004_fused_overheads(db: sqlite_utils.Database) -> None:
     db.executescript(_V4)
 
 
+_V5 = f"""
+ALTER TABLE measurements ADD COLUMN context TEXT CHECK (context IS NULL OR json_valid(context));
+ALTER TABLE model_measurements ADD COLUMN context TEXT CHECK (context IS NULL OR json_valid(context));
+ALTER TABLE model_bricks ADD COLUMN weights TEXT CHECK (weights IS NULL OR json_valid(weights));
+CREATE TABLE context_measurements (
+    id INTEGER PRIMARY KEY,
+    model TEXT NOT NULL REFERENCES models (key),
+    signature TEXT NOT NULL REFERENCES bricks (signature),
+    system TEXT NOT NULL REFERENCES systems (fingerprint),
+    config_id TEXT NOT NULL REFERENCES backends (config_id),
+    status TEXT NOT NULL CHECK (status IN ('ok', 'failed', 'timeout')),
+    error TEXT,{_STATS},
+    context TEXT CHECK (context IS NULL OR json_valid(context))
+);
+CREATE UNIQUE INDEX context_measurements_item ON context_measurements (model, signature, system, config_id);
+"""
+
+
+def _m0005_contexts(db: sqlite_utils.Database) -> None:
+    """The context a brick was measured in (``context``: the brick before it, its reuse distance),
+    the weights each occurrence reads (``model_bricks.weights``, by name: shared weights show), and
+    ``context_measurements``: a brick measured again in the context of another model that uses
+    it, where that context differs from the one its measurement was taken in."""
+    db.executescript(_V5)
+
+
 #: ``(name, migration)`` in order; migration ``i`` (0-based) brings the schema to version ``i + 1``.
 MIGRATIONS: tuple[tuple[str, Callable[[sqlite_utils.Database], None]], ...] = (
     ("0001_initial", _m0001_initial),
     ("0002_peaks", _m0002_peaks),
     ("0003_model_reorders", _m0003_model_reorders),
     ("0004_fused_overheads", _m0004_fused_overheads),
+    ("0005_contexts", _m0005_contexts),
 )
 
 #: The schema version this code writes and reads.

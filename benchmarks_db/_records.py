@@ -185,6 +185,7 @@ class MeasurementRecord:
     samples_s: tuple[float, ...] | None
     budget: Mapping[str, Any] | None
     created_at: str
+    context: str | None = None  # JSON of the dlbricks.BrickContext it was measured in (bricks)
 
     @property
     def ok(self) -> bool:
@@ -198,13 +199,13 @@ class MeasurementRecord:
         samples = json.loads(row["samples"]) if row["samples"] is not None else None
         budget = json.loads(row["budget"]) if row["budget"] is not None else None
         return cls(
-            id=row["id"], kind=kind, key=row["signature"] if kind == "brick" else row["model"],
+            id=row["id"], kind=kind, key=row["model"] if kind == "model" else row["signature"],
             system=row["system"], config_id=row["config_id"], runtime=row["runtime"],
             status=row["status"], error=row["error"], n=row["n"],
             **{name: row[name] for name in STAT_FIELDS},
             wall_time_s=row["wall_time_s"], converged=bool(row["converged"]), floor_s=row["floor_s"],
             samples_s=tuple(float(s) for s in samples) if samples is not None else None,
-            budget=budget, created_at=row["created_at"])
+            budget=budget, created_at=row["created_at"], context=row["context"] if "context" in row.keys() else None)
 
 
 class ClaimStatus(enum.Enum):

@@ -90,7 +90,8 @@ def model_rows(dec: Decomposition, source: ModelSource | None,
         model["source"] = to_json({"format": source.format, "path": source.path, "sha256": source.sha256})
     occurrences = [{"model": dec.model_key, "granularity": dec.granularity, "idx": o.index,
                     "signature": o.signature, "nodes": to_json(list(o.nodes)),
-                    "inputs": to_json(list(o.inputs)), "outputs": to_json(list(o.outputs))}
+                    "inputs": to_json(list(o.inputs)), "outputs": to_json(list(o.outputs)),
+                    "weights": to_json(list(o.weights))}
                    for o in dec.occurrences]
     edges = [{"model": dec.model_key, "granularity": dec.granularity, "src": int(a), "dst": int(b)}
              for a, b in dec.dag.edges]
@@ -121,10 +122,12 @@ def backend_row(config: Any, runtime: str, version: str | None, first_seen: str)
             "device": options.get("device"), "options": to_json(options), "first_seen": first_seen}
 
 
-def measurement_row(m: Measurement, item: str, system: str, budget: Any, created_at: str) -> Row:
-    """A ``measurements`` (``item="signature"``) or ``model_measurements`` (``"model"``) row."""
+def measurement_row(m: Measurement, item: str, system: str, budget: Any, created_at: str,
+                    context: str | None = None) -> Row:
+    """A ``measurements`` (``item="signature"``) or ``model_measurements`` (``"model"``) row;
+    ``context`` is the JSON of the context a brick was measured in."""
     row: Row = {item: m.key, "system": system, "config_id": m.config.config_id, "status": m.status,
-                "error": m.error, "n": m.n}
+                "error": m.error, "n": m.n, "context": context}
     row.update({name: getattr(m, name) for name in STAT_FIELDS})
     row.update({"wall_time_s": m.wall_time_s, "converged": int(bool(m.converged)), "floor_s": m.floor_s,
                 "samples": None if m.samples_s is None else json.dumps(list(m.samples_s)),

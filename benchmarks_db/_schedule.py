@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from dlbricks.generators import Measurement
 
 __all__ = ["DOMINANT_SHARE", "PAIR_INTERVAL_S", "LocalRun", "PairedWhole", "brick_shares", "dominant_bricks",
-           "drift_moments", "remeasure"]
+           "drift_moments", "out_of_context", "remeasure", "stored_context"]
 
 #: Share of its model's measured time (count x median over the sum) that makes a brick dominant.
 DOMINANT_SHARE = 0.05
@@ -97,10 +97,12 @@ def remeasure(store: Store, dec: Decomposition, signatures: Sequence[str], measu
     from dlbricks.generators import pool
 
     runs: dict[str, list[Any]] = {}
+    contexts: dict[str, Any] = {}
     for sig in signatures:
         stored = store.measurement(sig, system, config_id)
         if stored is not None and stored.ok:
             runs[sig] = [stored]
+            contexts[sig] = stored_context(store, sig, system, config_id)
     made, stopped, k = 0, False, 0
     while runs and (rounds is None or k < rounds) and not stopped:
         for sig in list(runs):
@@ -119,9 +121,39 @@ def remeasure(store: Store, dec: Decomposition, signatures: Sequence[str], measu
     for sig, measured in runs.items():
         if len(measured) > 1:
             pooled = pool(measured)
-            store.record(pooled, system, budget=budget, rule="replace",
+            store.record(pooled, system, budget=budget, rule="replace", context=contexts[sig],
                          overhead_s=None if overhead is None else overhead(dec.in_context(sig), pooled))
     return made, stopped
+
+
+def stored_context(store: Store, signature: str, system: Any, config_id: str) -> Any:
+    """The :class:`~dlbricks.BrickContext` the stored measurement of a brick was first taken in
+    (None where it has none, or none was stored)."""
+    from dlbricks import BrickContext
+
+    rows = store.measurements(system=system, config_id=config_id, signatures=[signature])
+    return BrickContext.from_json(rows[0].context) if rows else None
+
+
+def out_of_context(store: Store, dec: Decomposition, system: Any, config_id: str, cache_bytes: int) -> list[str]:
+    """The bricks of ``dec`` whose ok stored measurement was taken in a context unlike theirs in
+    ``dec`` (:meth:`dlbricks.BrickContext.same_as` on a cache of ``cache_bytes``) and that have no
+    measurement in ``dec``'s context yet. A measurement stored without its context is left alone,
+    as is a model not stored (its measurements in context could not be kept for it)."""
+    from dlbricks import BrickContext
+
+    if not store.has_model(dec.model_key):
+        return []
+    done = {r.key for r in store.context_measurements(dec.model_key, system=system, config_id=config_id,
+                                                      status="ok")}
+    out = []
+    for rec in store.measurements(system=system, config_id=config_id, signatures=list(dec.bricks), status="ok"):
+        stored = BrickContext.from_json(rec.context)
+        if stored is None or rec.key in done or rec.key in out:
+            continue
+        if not dec.in_context(rec.key).context.same_as(stored, cache_bytes):
+            out.append(rec.key)
+    return out
 
 
 def brick_shares(dec: Decomposition, measured: Mapping[str, Measurement]) -> list[Any]:
@@ -250,7 +282,8 @@ class LocalRun:
             self.tasks += cfg_tasks
             self.fresh[cfg.config_id] = {t.key for t in cfg_tasks if t.kind == "brick"}
         self.runners: dict[str, Any] = {}
-        self.counts = dict.fromkeys(("measured", "failed", "already", "held", "duplicates", "remeasured"), 0)
+        self.counts = dict.fromkeys(("measured", "failed", "already", "held", "duplicates", "remeasured",
+                                     "in_context"), 0)
         self.costs = _Costs()
         self.brick_budget = PILOT_BUDGET if options.target_ci is not None else None
         self.worst: list[float] = []
@@ -274,6 +307,8 @@ class LocalRun:
                 self._measure(done, task)
             if not interrupted:
                 interrupted = not self._dominant_again(len(self.tasks))
+            if not interrupted:
+                interrupted = not self._in_context()
             if not interrupted and self.options.target_ci is not None:
                 interrupted = not self._allocate()
         finally:
@@ -285,7 +320,7 @@ class LocalRun:
                            len(self.tasks), c["measured"], c["failed"], c["already"], c["held"], c["duplicates"],
                            interrupted, time.monotonic() - self.job.started, c["remeasured"], costs.wall_s,
                            costs.setup_s, costs.timed_s, self.options.target_ci,
-                           max(self.worst) if self.worst else None)
+                           max(self.worst) if self.worst else None, in_context=c["in_context"])
 
     def _measure(self, done: int, task: _Task) -> None:
         """Claim ``task``, measure it and record it (or count who has it)."""
@@ -347,6 +382,30 @@ class LocalRun:
                                after_each=after_each, overhead=lambda item, m: self._overhead(item, task.config, m))
         return not stopped
 
+    def _in_context(self) -> bool:
+        """With ``contexts="measure"``: each model's bricks whose stored measurement was taken in
+        another context (:func:`out_of_context`), measured again in the model's context and stored
+        for it; False if told to stop."""
+        if self.options.contexts != "measure":
+            return True
+        from dlbricks.generators import last_level_cache_bytes
+
+        cache = last_level_cache_bytes()
+        for cfg in self.job.configs:
+            for dec in self.decs:
+                for sig in out_of_context(self.job.store, dec, self.system, cfg.config_id, cache):
+                    if self.job.stopping():
+                        return False
+                    item = dec.in_context(sig)
+                    m = self.costs.measure(self._runner(cfg), item, None)
+                    self.job.store.record(m, self.system, budget=self.job.budget, rule="replace",
+                                          context=item.context, model=dec.model_key)
+                    self.counts["in_context"] += 1
+                    self._progress(len(self.tasks), "brick", sig, f"{item.op_type} (in {dec.model}'s context)",
+                                   cfg.config_id, m.status, m.median_s, RecordOutcome.INSERTED, None,
+                                   *self.costs.last)
+        return True
+
     def _allocate(self) -> bool:
         """With ``target_ci``: each model's further runs (:func:`_allocate_model`); False if told to stop."""
         total = len(self.tasks)
@@ -357,7 +416,9 @@ class LocalRun:
 
                 def record(m: Any, item: Any, c: Any = cfg) -> None:
                     self.job.store.record(m, self.system, budget=self.brick_budget, rule="replace",
-                                          overhead_s=self._overhead(item, c, m))
+                                          overhead_s=self._overhead(item, c, m),
+                                          context=stored_context(self.job.store, item.key, self.system,
+                                                                 c.config_id))
 
                 def progress(t: Any, m: Any, d: Decomposition = dec, c: Any = cfg) -> None:
                     self._progress(total, "brick", t.key, f"{t.op_type} (+{d.model})", c.config_id, m.status,

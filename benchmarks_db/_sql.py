@@ -36,10 +36,15 @@ Row = dict[str, Any]
 #: Write transactions retried this many times when the lock stays busy past the busy timeout.
 WRITE_ATTEMPTS = 8
 #: Measurement tables and the column naming the measured item.
-MEASUREMENT_TABLES = {"measurements": "signature", "model_measurements": "model"}
+MEASUREMENT_TABLES = {"measurements": "signature", "model_measurements": "model",
+                      "context_measurements": "signature"}
+#: The columns that, with system and config_id, identify a row of each measurement table: a brick
+#: measured in one model's context is a row per (model, brick).
+MEASUREMENT_KEYS = {"measurements": ("signature",), "model_measurements": ("model",),
+                    "context_measurements": ("model", "signature")}
 #: The columns written for a measurement (besides its item, system and config_id).
 MEASUREMENT_COLUMNS = ("status", "error", "n", *STAT_FIELDS, "wall_time_s", "converged", "floor_s",
-                       "samples", "budget", "created_at")
+                       "samples", "budget", "created_at", "context")
 #: When a new row replaces an existing row of the same (item, system, config_id); ``cur`` is the
 #: existing row, ``excluded`` the new one.
 MERGE_RULES: Mapping[str, str] = {
@@ -302,19 +307,19 @@ def model_reorders(db: sqlite_utils.Database, model: str, granularity: str) -> t
 
 @functools.cache
 def _upsert_sql(table: str, rule: str) -> str:
-    item = MEASUREMENT_TABLES[table]
-    cols = (item, "system", "config_id", *MEASUREMENT_COLUMNS)
+    keys = (*MEASUREMENT_KEYS[table], "system", "config_id")
+    cols = (*keys, *MEASUREMENT_COLUMNS)
     sets = ", ".join(f"{c} = excluded.{c}" for c in MEASUREMENT_COLUMNS)
     return (f"INSERT INTO {table} AS cur ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
-            f"ON CONFLICT ({item}, system, config_id) DO UPDATE SET {sets} WHERE {MERGE_RULES[rule]}")
+            f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {sets} WHERE {MERGE_RULES[rule]}")
 
 
 def upsert_measurement(db: sqlite_utils.Database, table: str, row: Row, rule: str) -> RecordOutcome:
     """Insert a measurement, or resolve a duplicate (item, system, config_id) by ``rule``."""
-    item = MEASUREMENT_TABLES[table]
-    key = (row[item], row["system"], row["config_id"])
-    existing = db.conn.execute(f"SELECT id FROM {table} WHERE {item} = ? AND system = ? AND "
-                               f"config_id = ?", key).fetchone()
+    names = (*MEASUREMENT_KEYS[table], "system", "config_id")
+    key = tuple(row[c] for c in names)
+    existing = db.conn.execute(f"SELECT id FROM {table} WHERE "
+                               f"{' AND '.join(f'{c} = ?' for c in names)}", key).fetchone()
     values = [*key, *(row[c] for c in MEASUREMENT_COLUMNS)]
     cursor = db.conn.execute(_upsert_sql(table, rule), values)
     if existing is None:
@@ -425,7 +430,7 @@ def brick_onnx(db: sqlite_utils.Database, signature: str) -> bytes | None:
 
 def occurrences(db: sqlite_utils.Database, model: str, granularity: str) -> list[Row]:
     """The occurrences of a model, in order."""
-    return list(db.query("SELECT idx, signature, nodes, inputs, outputs FROM model_bricks WHERE "
+    return list(db.query("SELECT idx, signature, nodes, inputs, outputs, weights FROM model_bricks WHERE "
                          "model = ? AND granularity = ? ORDER BY idx", (model, granularity)))
 
 
@@ -550,16 +555,16 @@ def copy_missing(db: sqlite_utils.Database, table: str) -> int:
 
 def merge_measurements(db: sqlite_utils.Database, table: str, rule: str) -> tuple[int, int, int]:
     """Merge ``src.table`` by ``rule``; return (added, replaced, kept)."""
-    item = MEASUREMENT_TABLES[table]
+    keys = (*MEASUREMENT_KEYS[table], "system", "config_id")
     total = db.conn.execute(f"SELECT COUNT(*) FROM src.{table}").fetchone()[0]
+    on = " AND ".join(f"t.{c} = s.{c}" for c in keys)
     clashes = db.conn.execute(
-        f"SELECT COUNT(*) FROM src.{table} AS s JOIN main.{table} AS t ON t.{item} = s.{item} AND "
-        f"t.system = s.system AND t.config_id = s.config_id").fetchone()[0]
-    cols = (item, "system", "config_id", *MEASUREMENT_COLUMNS)
+        f"SELECT COUNT(*) FROM src.{table} AS s JOIN main.{table} AS t ON {on}").fetchone()[0]
+    cols = (*keys, *MEASUREMENT_COLUMNS)
     sets = ", ".join(f"{c} = excluded.{c}" for c in MEASUREMENT_COLUMNS)
     cursor = db.conn.execute(
         f"INSERT INTO main.{table} AS cur ({', '.join(cols)}) SELECT {', '.join(cols)} FROM "
-        f"src.{table} WHERE true ON CONFLICT ({item}, system, config_id) DO UPDATE SET {sets} "
+        f"src.{table} WHERE true ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {sets} "
         f"WHERE {MERGE_RULES[rule]}")
     added = total - clashes
     replaced = max(cursor.rowcount, 0) - added

@@ -60,7 +60,7 @@ DEFAULT_BUSY_TIMEOUT_S = 30.0
 #: This machine's name, stored with claims: a claim of a dead process on this host is stale.
 HOST = socket.gethostname()
 #: How a measurement's item is named in each measurement table.
-_TABLES = {"brick": "measurements", "model": "model_measurements"}
+_TABLES = {"brick": "measurements", "model": "model_measurements", "context": "context_measurements"}
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -274,7 +274,8 @@ class Store:
 
     # ------------------------------------------------------------------------------ measurements
     def record(self, measurement: Measurement, system: Any, *, budget: Any = None, rule: str = "best",
-               release: str | None = None, overhead_s: float | None = None) -> RecordOutcome:
+               release: str | None = None, overhead_s: float | None = None, context: Any = None,
+               model: str | None = None) -> RecordOutcome:
         """Store the measurement of a brick and commit at once.
 
         There is at most one row per (brick, system, configuration). A duplicate is resolved by
@@ -293,8 +294,16 @@ class Store:
         overhead_s : float, optional
             What the brick's own run does that its model does not (``brick_overheads``), stored in
             the same transaction.
+        context : dlbricks.BrickContext, optional
+            The context the brick was measured in, stored with the row.
+        model : str, optional
+            A stored model (name or key) in whose context the brick was measured again: the row goes
+            to ``context_measurements``, for that model only (see :meth:`measurement`).
         """
-        return self._record("brick", [measurement], system, budget, rule, release, overhead_s)[0]
+        if model is not None:
+            return self._record("context", [measurement], system, budget, rule, release, None, context,
+                                self.model(model).key)[0]
+        return self._record("brick", [measurement], system, budget, rule, release, overhead_s, context)[0]
 
     def record_model(self, measurement: Measurement, system: Any, *, budget: Any = None,
                      rule: str = "best", release: str | None = None) -> RecordOutcome:
@@ -308,7 +317,8 @@ class Store:
 
     @_guard
     def _record(self, kind: str, items: Sequence[Measurement], system: Any, budget: Any, rule: str,
-                release: str | None, overhead_s: float | None = None) -> list[RecordOutcome]:
+                release: str | None, overhead_s: float | None = None, context: Any = None,
+                model: str | None = None) -> list[RecordOutcome]:
         if rule not in _sql.MERGE_RULES:
             raise InvalidArgumentError(f"'rule' must be one of {sorted(_sql.MERGE_RULES)}. Got {rule!r}.")
         table = _TABLES[kind]
@@ -316,7 +326,11 @@ class Store:
         key = self._system_key(system)
         backends = {m.config.config_id: _rows.backend_row(m.config, m.backend, None, _rows.now())
                     for m in items if m.config.config_id not in self._backends}
-        rows = [_rows.measurement_row(m, item, key, budget, _rows.now()) for m in items]
+        text = None if context is None else context.to_json()
+        rows = [_rows.measurement_row(m, item, key, budget, _rows.now(), text) for m in items]
+        if model is not None:
+            for row in rows:
+                row["model"] = model
 
         def tx() -> list[RecordOutcome]:
             _sql.insert_ignore(self._db, "backends", list(backends.values()))
@@ -408,6 +422,11 @@ class Store:
         return [ModelRecord.from_row(r) for r in _sql.select(self._db, "models", "name, key")]
 
     @_guard
+    def has_model(self, key: str) -> bool:
+        """Whether a model with exactly this key is stored."""
+        return self._db["models"].count_where("key = ?", [key]) > 0
+
+    @_guard
     def model(self, name_or_key: str) -> ModelRecord:
         """The model with this key, key prefix (6+ characters) or name.
 
@@ -465,7 +484,8 @@ class Store:
         """The occurrences of a model's bricks, in order."""
         key, granularity = self._model_granularity(model, granularity)
         return tuple(Occurrence(r["idx"], r["signature"], tuple(json.loads(r["nodes"])),
-                                tuple(json.loads(r["inputs"])), tuple(json.loads(r["outputs"])))
+                                tuple(json.loads(r["inputs"])), tuple(json.loads(r["outputs"])),
+                                tuple(json.loads(r["weights"] or "[]")))
                      for r in _sql.occurrences(self._db, key, granularity))
 
     @_guard
@@ -508,6 +528,16 @@ class Store:
         return [MeasurementRecord.from_row(r, "brick") for r in rows]
 
     @_guard
+    def context_measurements(self, model: str, *, system: Any = None, config_id: str | None = None,
+                             status: str | None = None) -> list[MeasurementRecord]:
+        """The bricks of ``model`` (a name or key) measured again in its context
+        (``record(..., model=)``), matching every filter given."""
+        rows = _sql.measurements(
+            self._db, "context_measurements", system=None if system is None else _rows.fingerprint_of(system),
+            model=self.model(model).key, config_id=config_id, status=status)
+        return [MeasurementRecord.from_row(r, "context") for r in rows]
+
+    @_guard
     def model_measurements(self, *, model: str | None = None, system: Any = None,
                            config_id: str | None = None,
                            status: str | None = None) -> list[MeasurementRecord]:
@@ -519,16 +549,19 @@ class Store:
 
     @_guard
     def measurement(self, key: str, system: Any, config_id: str, *,
-                    kind: str = "brick") -> Measurement | None:
+                    kind: str = "brick", model: str | None = None) -> Measurement | None:
         """The stored measurement of a brick (or, ``kind="model"``, a model) as a
-        ``dlbricks.generators.Measurement``, its configuration rebuilt; None if there is none."""
+        ``dlbricks.generators.Measurement``, its configuration rebuilt; None if there is none.
+        With ``model`` (a stored model's name or key), the brick's measurement in that model's
+        context (``record(..., model=)``), None if it has none."""
         from dlbricks.generators import Measurement
 
-        rows = _sql.measurements(self._db, _TABLES[kind], items=[key], system=_rows.fingerprint_of(system),
-                                 config_id=config_id)
+        table = _TABLES["context" if model is not None else kind]
+        rows = _sql.measurements(self._db, table, items=[key], system=_rows.fingerprint_of(system),
+                                 config_id=config_id, model=None if model is None else self.model(model).key)
         if not rows:
             return None
-        rec = MeasurementRecord.from_row(rows[0], kind)
+        rec = MeasurementRecord.from_row(rows[0], "context" if model is not None else kind)
         options = json.loads(self._db["backends"].get(config_id)["options"])
         data = {name: getattr(rec, name) for name in ("key", "status", "error", "n", *STAT_FIELDS,
                                                       "wall_time_s", "converged", "floor_s")}
@@ -637,8 +670,8 @@ class Store:
         """Copy another database's systems, backends, bricks, models and measurements into this one.
 
         Bricks, models, systems (with their peaks and reorder prices), backends and brick
-        overheads are copied when missing. A
-        measurement of the same (item, system, configuration) is resolved by ``rule``: ``"best"``
+        overheads are copied when missing. A measurement (bricks in a model's context included) of
+        the same (item, system, configuration) is resolved by ``rule``: ``"best"``
         (ok over failed, then more samples, then newer), ``"newest"``, or ``"keep"`` (this
         database's row stays).
         Claims are not copied. One transaction: a failure leaves this database unchanged.
@@ -657,6 +690,7 @@ class Store:
                            "model_edges", "model_reorders", "brick_overheads", "reorder_prices")}
                 bricks = _sql.merge_measurements(self._db, "measurements", rule)
                 models = _sql.merge_measurements(self._db, "model_measurements", rule)
+                _sql.merge_measurements(self._db, "context_measurements", rule)
                 return MergeReport(source, rule, copied["systems"], copied["backends"],
                                    copied["bricks"], copied["models"], *bricks, *models)
 

@@ -35,7 +35,7 @@ from dlbricks._decompose import GRANULARITIES, decompose
 from dlbricks._errors import DatabaseError, DlbricksError, InvalidArgumentError
 
 from ._export import FORMATS, check_output
-from ._jobs import BenchOptions, BenchProgress, BenchReport
+from ._jobs import CONTEXT_RULES, BenchOptions, BenchProgress, BenchReport
 from ._populate import populate
 from ._records import ClaimStatus
 from ._schedule import DOMINANT_SHARE
@@ -216,9 +216,11 @@ def _resume_hint(db_path: str, measured: int) -> str:
 
 
 def _summary(report: BenchReport, db_path: str) -> str:
+    again = (f"; {report.in_context} brick(s) measured again in a model's own context (their stored "
+             f"measurement was taken in another model's)" if report.in_context else "")
     if report.todo == 0:
         return (f"Nothing to measure: the {report.bricks} bricks are measured for system "
-                f"{report.system} and the {len(report.configs)} configuration(s). Database: {db_path}")
+                f"{report.system} and the {len(report.configs)} configuration(s){again}. Database: {db_path}")
     where = (f"on {report.nodes} Ray node(s), system(s) {report.system}," if report.systems
              else f"on system {report.system}")
     return (f"Measured {report.measured} item(s) ({report.failed} failed) {where} "
@@ -231,6 +233,7 @@ def _summary(report: BenchReport, db_path: str) -> str:
                if report.wall_s else "")
             + (f"; estimates to +-{100 * report.target_ci:g}% (widest +-{100 * (report.worst_ci or 0):.2f}%)"
                if report.target_ci else "")
+            + again
             + (f"; {report.retried} measured again after a lost node" if report.retried else "")
             + (f"; {report.lost} left unmeasured (lost too often: run again)" if report.lost else "")
             + f". Database: {db_path}")
@@ -273,6 +276,10 @@ def _summary(report: BenchReport, db_path: str) -> str:
                    "its noise. Default: every brick under --budget.")
 @click.option("--whole-model", is_flag=True, help="Also time each whole model (for validation).")
 @click.option("--keep-samples", is_flag=True, help="Store the raw samples of each measurement.")
+@click.option("--contexts", type=click.Choice(CONTEXT_RULES), default="measure", show_default=True,
+              help="measure: a model's brick stored from another model whose context differs (the brick "
+                   "before it, its reuse distance) is measured again in this model's context, for this "
+                   "model's estimates; reuse: every stored brick stands for every model.")
 @click.option("--system-id", envvar="DLBRICKS_SYSTEM_ID", default=None, metavar="ID",
               help="Record under this id instead of the machine's fingerprint (for tests, or to "
                    "label a machine); env DLBRICKS_SYSTEM_ID.")
@@ -292,8 +299,8 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
           threads: int | None, opt_level: str | None, device: str | None, budget_name: str,
           min_time: float | None, max_time: float | None, timeout: float | None,
           sweep: tuple[str, ...], retry_failed: bool, moments: int, target_ci: float | None, whole_model: bool,
-          keep_samples: bool, system_id: str | None, dry_run: bool, executor: str, address: str | None,
-          each_node: bool) -> None:
+          keep_samples: bool, contexts: str, system_id: str | None, dry_run: bool, executor: str,
+          address: str | None, each_node: bool) -> None:
     if batch_size is not None and batch_size <= 0:
         raise InvalidArgumentError(f"--batch-size must be a positive int. Got {batch_size} instead.")
     if system_id is not None and not system_id.strip():
@@ -330,7 +337,8 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
             try:
                 options = BenchOptions(backend=backend, budget=budget, target_ci=target_ci, moments=moments,
                                        whole_models=graphs if whole_model else (), store_models=False,
-                                       retry_failed=retry_failed, keep_samples=keep_samples)
+                                       retry_failed=retry_failed, keep_samples=keep_samples,
+                                       contexts="reuse" if executor == "ray" else contexts)
                 report = populate(store, decompositions, configs, options, system_id=system_id, executor=runner,
                                   progress=progress, should_stop=stop)
             except KeyboardInterrupt:

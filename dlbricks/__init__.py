@@ -4,7 +4,7 @@ The processor stage: load a model (:func:`load_model`), cut it into bricks (:fun
 collect the unique bricks of many models (:class:`BrickSet`).
 """
 
-from dlbricks._bricks import Brick, BrickInContext, ConstantSpec
+from dlbricks._bricks import Brick, BrickContext, BrickInContext, ConstantSpec
 from dlbricks._canonical import SIGNATURE_VERSION
 from dlbricks._decompose import (
     GRANULARITIES,
@@ -45,6 +45,7 @@ __all__ = [
     "Occurrence",
     "Brick",
     "BrickInContext",
+    "BrickContext",
     "ConstantSpec",
     "BrickSet",
     "BrickSetSummary",

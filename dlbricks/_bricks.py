@@ -37,6 +37,8 @@ __all__ = [
     "SEMANTIC_INPUTS",
     "SIGNATURE_KEY",
     "Brick",
+    "BrickContext",
+    "CONTEXT_SPAN_RATIO",
     "ConstantSpec",
     "value_is_hashed",
     "write_bricks",
@@ -99,7 +101,7 @@ SIGNATURE_KEY = "dlbricks.signature"
 #: Metadata key of the serialized ONNX model (base64) of the brick that runs before a brick in the
 #: model it was cut from (:class:`BrickInContext`).
 PREVIOUS_KEY = "dlbricks.previous"
-#: Metadata key of the bytes one run of the brick's model touches (:attr:`BrickInContext.reuse_bytes`).
+#: Metadata key of the brick's reuse distance in its model (:attr:`BrickInContext.reuse_bytes`).
 REUSE_KEY = "dlbricks.reuse_bytes"
 #: Metadata key of a brick's model whose synthetic weights are left to :func:`materialize`.
 DEFERRED_KEY = "dlbricks.deferred_weights"
@@ -498,17 +500,56 @@ def synthetic_array(spec: TensorSpec, kind: str, seed: int) -> np.ndarray:
     return values.astype(dtype, copy=False)
 
 
+#: Two contexts of a brick whose cold spans differ by less than this factor measure alike
+#: (:meth:`BrickContext.same_as`).
+CONTEXT_SPAN_RATIO = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class BrickContext:
+    """Where in a model a brick was measured: the signature of the brick that runs before it (None
+    where a model input feeds it) and the bytes touched between two runs of it there (its reuse
+    distance, :attr:`BrickInContext.reuse_bytes`). Stored with each measurement, so that a brick
+    measured in one model's context is not taken for another model whose context differs."""
+
+    previous: str | None = None
+    reuse_bytes: int | None = None
+
+    def same_as(self, other: BrickContext, cache_bytes: int) -> bool:
+        """Whether a measurement in ``other`` stands for one in this context on a machine whose
+        last-level cache holds ``cache_bytes``: the same previous brick, and cold spans (the reuse
+        distance, at most the cache; unknown counts as the cache) within :data:`CONTEXT_SPAN_RATIO`."""
+        if self.previous != other.previous:
+            return False
+        spans = sorted(max(1, min(cache_bytes, c.reuse_bytes or cache_bytes)) for c in (self, other))
+        return spans[1] <= CONTEXT_SPAN_RATIO * spans[0]
+
+    def to_json(self) -> str:
+        return json.dumps({"previous": self.previous, "reuse_bytes": self.reuse_bytes}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | None) -> BrickContext | None:
+        """The context stored as ``text`` (:meth:`to_json`); None for None (measured before contexts
+        were stored)."""
+        if not text:
+            return None
+        data = json.loads(text)
+        return cls(data.get("previous"), data.get("reuse_bytes"))
+
+
 @dataclass(frozen=True, slots=True)
 class BrickInContext:
     """A brick to benchmark together with its context in the model it was cut from.
 
     Its ONNX model is the brick's, carrying ``previous``'s model under :data:`PREVIOUS_KEY`; a
     backend that emulates a layer's context inside a model runs ``previous`` untimed before each
-    timed run (:func:`split_previous`). ``reuse_bytes`` (under :data:`REUSE_KEY`) is how many bytes
-    one run of the model touches, weights and live activations: inside a model run again and again,
-    that much data passes through the caches between two runs of the layer, so a backend's cold
-    copies of the brick span that much (:func:`reuse_bytes`). Its key is the brick's signature:
-    the context is part of how a configuration measures, not of what is measured.
+    timed run (:func:`split_previous`). ``reuse_bytes`` (under :data:`REUSE_KEY`) is the layer's
+    reuse distance, the bytes that pass through the caches between two reads of its weights inside
+    the model run again and again: what one run of the model touches, weights and live activations,
+    or less where other layers read the same weights (see
+    :meth:`~dlbricks.Decomposition.reuse_bytes`); a backend's cold copies of the brick span that much
+    (:func:`reuse_bytes`). Its key is the brick's signature: the context is part of how a
+    configuration measures, not of what is measured (:attr:`context` is stored beside it).
     """
 
     brick: Brick
@@ -522,6 +563,11 @@ class BrickInContext:
     @property
     def op_type(self) -> str:
         return self.brick.op_type
+
+    @property
+    def context(self) -> BrickContext:
+        """The context it is measured in, as stored with its measurement."""
+        return BrickContext(None if self.previous is None else self.previous.signature, self.reuse_bytes)
 
     def to_onnx(self) -> onnx.ModelProto:
         model = self.brick.to_onnx(deferred=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import takewhile
 
 import networkx as nx
 import numpy as np
@@ -34,6 +35,9 @@ from dlbricks._types import TensorSpec, runnable_ir_version
 __all__ = ["GRANULARITIES", "BrickSet", "BrickSetSummary", "Decomposition", "Occurrence", "decompose"]
 
 GRANULARITIES = ("layer", "fused")
+#: Constants at least this large are an occurrence's weights (:attr:`Occurrence.weights`); smaller
+#: ones (shapes, scalars), which many layers of a model name alike, are not taken for shared weights.
+SHARED_WEIGHT_BYTES = 4096
 #: Optimization level of the fused granularity when none is given: onnxruntime's default.
 DEFAULT_FUSION_LEVEL = "all"
 
@@ -41,13 +45,16 @@ DEFAULT_FUSION_LEVEL = "all"
 @dataclass(frozen=True, slots=True)
 class Occurrence:
     """One use of a brick in a model: its position in the model's brick DAG, the layers it covers,
-    and the model's tensors bound to the brick's inputs (``in0``...) and outputs (``out0``...)."""
+    the model's tensors bound to the brick's inputs (``in0``...) and outputs (``out0``...), and the
+    model's constants of :data:`SHARED_WEIGHT_BYTES` or more (its weights) that it reads, by name:
+    two occurrences that name one share it."""
 
     index: int
     signature: str
     nodes: tuple[str, ...]
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
+    weights: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -90,11 +97,43 @@ class Decomposition:
         return None if writer is None else self.bricks[writer.signature]
 
     def footprint_bytes(self) -> int:
-        """Bytes one run of the model touches: every occurrence's weights (rows read, for gathers)
-        and the most activation bytes alive at once (a tensor lives from the occurrence that writes
-        it, or the start for model inputs, to the last that reads it), as the runtime's memory
-        planner reuses the space of dead tensors."""
-        weights = sum(self.bricks[o.signature].constant_bytes for o in self.occurrences)
+        """Bytes one run of the model touches: every occurrence's weights (rows read, for gathers;
+        weights that an earlier occurrence read already are counted once) and the most activation
+        bytes alive at once (a tensor lives from the occurrence that writes it, or the start for
+        model inputs, to the last that reads it), as the runtime's memory planner reuses the space
+        of dead tensors."""
+        return self._weight_bytes(self.occurrences) + self._activation_peak()
+
+    def reuse_bytes(self, signature: str) -> int:
+        """The reuse distance of ``signature``'s first occurrence: the bytes touched between two
+        reads of its weights in the model run again and again. Where another occurrence reads the
+        same weights (a model that shares a layer's parameters), the weights of the occurrences
+        from one read to the next, the fewest going either way round, plus the activation peak;
+        else, and at most, :meth:`footprint_bytes`."""
+        footprint = self.footprint_bytes()
+        first = next((o for o in self.occurrences if o.signature == signature), None)
+        if first is None or not first.weights:
+            return footprint
+        mine = set(first.weights)
+        if not any(mine & set(o.weights) for o in self.occurrences if o.index != first.index):
+            return footprint
+        forward = self.occurrences[first.index + 1:] + self.occurrences[:first.index]
+        gaps = (list(takewhile(lambda o: not mine & set(o.weights), order)) for order in (forward, forward[::-1]))
+        return min(footprint, min(self._weight_bytes(gap) for gap in gaps) + self._activation_peak())
+
+    def _weight_bytes(self, occurrences: Sequence[Occurrence]) -> int:
+        """Weight bytes of ``occurrences``, an occurrence whose weights an earlier one of them read
+        counting none."""
+        seen: set[str] = set()
+        total = 0
+        for occ in occurrences:
+            if not (occ.weights and set(occ.weights) <= seen):
+                total += self.bricks[occ.signature].constant_bytes
+            seen.update(occ.weights)
+        return total
+
+    def _activation_peak(self) -> int:
+        """The most activation bytes alive at once in one run (see :meth:`footprint_bytes`)."""
         born: dict[str, int] = {}
         died: dict[str, int] = {}
         size: dict[str, int] = {}
@@ -112,12 +151,12 @@ class Decomposition:
         for name, start in born.items():
             change[start] += size[name]
             change[max(died[name], start) + 1] -= size[name]
-        return int(weights + (np.cumsum(change).max() if len(change) else 0))
+        return int(np.cumsum(change).max() if len(change) else 0)
 
     def in_context(self, signature: str) -> BrickInContext:
         """The brick ``signature`` as an item to benchmark with :meth:`previous` riding along and
-        :meth:`footprint_bytes` as its reuse distance."""
-        return BrickInContext(self.bricks[signature], self.previous(signature), self.footprint_bytes())
+        :meth:`reuse_bytes` as its reuse distance."""
+        return BrickInContext(self.bricks[signature], self.previous(signature), self.reuse_bytes(signature))
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,8 +333,10 @@ def _decompose_groups(graph: ModelGraph, groups: Sequence[tuple[LayerNode, ...]]
         bricks.setdefault(brick.signature, brick)
         if weights == "real":
             instances.append(brick)
+        read = tuple(dict.fromkeys(n for la in group for n in la.all_inputs
+                                   if graph.is_constant(n) and graph.spec(n).nbytes >= SHARED_WEIGHT_BYTES))
         occurrences.append(Occurrence(index, brick.signature, tuple(la.name for la in group),
-                                      tuple(inputs), tuple(outputs)))
+                                      tuple(inputs), tuple(outputs), read))
         for layer in group:
             owner[layer.name] = index
     dag = nx.DiGraph()

@@ -33,7 +33,8 @@ from dlbricks.generators import (
 from ._api import backend_name, estimate, open_store, peaks_key, threads_of
 from ._calibrate import calibrate_peaks, calibrated_backends, merge_peaks
 
-__all__ = ["DEFAULT_SUITE", "GRANULARITIES", "EvaluationRow", "Evaluation", "evaluate", "measure_whole", "pool", "suite_models",
+__all__ = ["DEFAULT_SUITE", "GRANULARITIES", "EvaluationRow", "Evaluation", "evaluate", "measure_whole", "pool",
+           "suite_models",
            "EVALUATE_BUDGET", "EVALUATE_MOMENTS", "WHOLE_WORKERS", "DEFAULT_TARGET_CI"]
 
 #: The default suite: models of every task, small enough to finish in minutes on 2 cores.
@@ -386,7 +387,7 @@ class _Turns:
         tick = lambda p: (say(_progress_line(p)), whole and whole.tick())  # noqa: E731
         if self.target_ci is not None:
             report = populate(store, [dec], self.configs[:1],
-                              BenchOptions(backend=backend, budget=budget, store_models=False,
+                              BenchOptions(backend=backend, budget=budget, store_models=False, contexts="reuse",
                                            moments=EVALUATE_MOMENTS, target_ci=self.target_ci),
                               system=system, runner_factory=workers, progress=tick)
             self.setup_s += report.setup_s
@@ -395,12 +396,13 @@ class _Turns:
                 self.cis.append(report.worst_ci)
             if self.configs[1:]:
                 populate(store, [dec], self.configs[1:],
-                         BenchOptions(backend=backend, budget=PILOT_BUDGET, store_models=False),
+                         BenchOptions(backend=backend, budget=PILOT_BUDGET, store_models=False, contexts="reuse"),
                          system=system, runner_factory=workers, progress=tick)
             self.earlier |= new
             return
         report = populate(store, [dec], self.configs,
-                          BenchOptions(backend=backend, budget=budget, store_models=False, moments=EVALUATE_MOMENTS),
+                          BenchOptions(backend=backend, budget=budget, store_models=False, contexts="reuse",
+                                       moments=EVALUATE_MOMENTS),
                           system=system, runner_factory=workers, progress=tick)
         self.setup_s += report.setup_s  # both configurations here; re-measurements below not counted
         self.timed_s += report.timed_s

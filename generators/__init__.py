@@ -22,7 +22,7 @@ from ._measurement import (
     spread_half_width,
 )
 from ._mxnet import MxnetBackend, MxnetConfig
-from ._ort import OrtBackend, OrtConfig, OrtPrepared
+from ._ort import OrtBackend, OrtConfig, OrtPrepared, last_level_cache_bytes
 from ._ort_kernels import ReorderCost, kernel_medians
 from ._protocols import Backend, BackendConfig, Benchmarkable, Prepared
 from ._registry import (
@@ -79,6 +79,7 @@ __all__ = [
     "OrtBackend",
     "OrtConfig",
     "OrtPrepared",
+    "last_level_cache_bytes",
     "kernel_medians",
     "ReorderCost",
     # MXNet (mxnet itself is imported only when a model runs)

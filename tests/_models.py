@@ -187,3 +187,16 @@ def unrunnable_model() -> onnx.ModelProto:
     out = b.op1("Sigmoid", [out])
     inp = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
     return b.model([inp], [(out, TensorProto.FLOAT)], "unrunnable")
+
+
+def matmul_stack(shared: bool, layers: int = 4, rows: int = 16, hidden: int = 64) -> onnx.ModelProto:
+    """``layers`` of MatMul -> Relu; with ``shared``, every MatMul reads one weight (cross-layer
+    parameter sharing, as in ALBERT), else each its own."""
+    b = Builder()
+    x = "x"
+    w = b.weight((hidden, hidden))
+    for _ in range(layers):
+        x = b.op1("Relu", [b.op1("MatMul", [x, w if shared else b.weight((hidden, hidden))])])
+    f32 = TensorProto.FLOAT
+    return b.model([helper.make_tensor_value_info("x", f32, [rows, hidden])], [(x, f32)],
+                   name="shared" if shared else "distinct")

@@ -45,7 +45,7 @@ def test_public_api_is_pinned() -> None:
         "BrickRecord", "ModelRecord", "MeasurementRecord", "Claim", "ClaimStatus", "RecordOutcome",
         "OpSummary", "Coverage", "DbStats", "MergeReport", "PeaksRecord", "dominant_bricks", "DOMINANT_SHARE",
         "Executor", "BenchJob", "RayExecutor", "NodeReport", "NodeRun", "BenchOptions", "remeasure", "PairedWhole",
-        "PAIR_INTERVAL_S"])
+        "PAIR_INTERVAL_S", "CONTEXT_RULES", "out_of_context"])
 
 
 # ----------------------------------------------------------------------------------- schema
@@ -80,11 +80,13 @@ def test_an_older_database_is_migrated_in_place(tmp_path) -> None:
     with pytest.raises(DatabaseError, match="to migrate it"):
         Store(path, readonly=True)
     with Store(path) as s:
-        assert s.schema_version == bdb.SCHEMA_VERSION == 4
+        assert s.schema_version == bdb.SCHEMA_VERSION == 5
         assert [x.fingerprint for x in s.systems()] == ["old"]
         assert s.peaks("old") is None
         names = [r[0] for r in s.db.execute("SELECT name FROM schema_migrations ORDER BY version")]
-        assert names == ["0001_initial", "0002_peaks", "0003_model_reorders", "0004_fused_overheads"]
+        assert names == ["0001_initial", "0002_peaks", "0003_model_reorders", "0004_fused_overheads",
+                         "0005_contexts"]
+        assert "context" in s.db["measurements"].columns_dict and s.db["context_measurements"].count == 0
         assert s.overheads("old", "cfg", ["sig"]) == {} and s.reorder_price("old", "cfg") is None
 
 

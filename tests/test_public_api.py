@@ -5,7 +5,8 @@ import dlbricks
 EXPECTED = {
     "load_model", "ModelGraph", "ModelSource", "LayerNode", "TensorSpec", "ValueStatistics", "decompose",
     "Decomposition",
-    "Occurrence", "Brick", "BrickInContext", "ConstantSpec", "BrickSet", "BrickSetSummary", "GRANULARITIES",
+    "Occurrence", "Brick", "BrickInContext", "BrickContext", "ConstantSpec", "BrickSet", "BrickSetSummary",
+    "GRANULARITIES",
     "SIGNATURE_VERSION", "random_inputs", "DlbricksError", "InvalidArgumentError", "ModelLoadError",
     "ShapeInferenceError", "UnrunnableBrickError", "BackendError", "BackendUnavailableError",
     "DatabaseError",

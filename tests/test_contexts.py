@@ -1,0 +1,122 @@
+"""A brick's context (the brick before it, its reuse distance) travels with its measurement: a model
+whose context differs gets the brick measured again in its own, and its estimates use that."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dlbricks
+from dlbricks import BrickContext, InvalidArgumentError
+from dlbricks.benchmarks_db import BenchOptions, Store, out_of_context, populate
+from dlbricks.estimator import estimate
+from dlbricks.generators import Budget, OrtConfig
+
+from . import _models
+
+QUICK = Budget.quick()
+MIB = 1 << 20
+
+
+def _decs(tmp_path: Path) -> tuple[dlbricks.Decomposition, dlbricks.Decomposition]:
+    paths = []
+    for shared in (False, True):
+        path = tmp_path / f"{'shared' if shared else 'distinct'}.onnx"
+        path.write_bytes(_models.matmul_stack(shared).SerializeToString())
+        paths.append(path)
+    return tuple(dlbricks.decompose(dlbricks.load_model(p)) for p in paths)  # type: ignore[return-value]
+
+
+def _matmul(dec: dlbricks.Decomposition) -> str:
+    return next(s for s, b in dec.bricks.items() if b.op_type == "MatMul")
+
+
+def test_shared_weights_count_once_and_are_read_again_one_layer_later(tmp_path: Path) -> None:
+    distinct, shared = _decs(tmp_path)
+    weight = 64 * 64 * 4
+    assert set(distinct.bricks) == set(shared.bricks)  # the same bricks: sharing is context, not signature
+    assert len({o.weights for o in shared.occurrences if o.weights}) == 1
+    assert len({o.weights for o in distinct.occurrences if o.weights}) == 4
+    assert distinct.footprint_bytes() - shared.footprint_bytes() == 3 * weight
+    sig = _matmul(shared)
+    # between two reads of the shared weight only a Relu runs: no weights, the activations alive
+    assert shared.reuse_bytes(sig) == shared.footprint_bytes() - weight
+    assert distinct.reuse_bytes(sig) == distinct.footprint_bytes()
+    assert shared.in_context(sig).context == BrickContext(None, shared.reuse_bytes(sig))
+
+
+def test_contexts_compare_by_previous_brick_and_cold_span() -> None:
+    a = BrickContext("p", 1 * MIB)
+    assert a.same_as(BrickContext("p", MIB + MIB // 4), cache_bytes=32 * MIB)
+    assert not a.same_as(BrickContext("q", MIB), cache_bytes=32 * MIB)
+    assert not a.same_as(BrickContext("p", 10 * MIB), cache_bytes=32 * MIB)
+    # both beyond the cache: their cold copies span the same bytes
+    assert BrickContext(None, 100 * MIB).same_as(BrickContext(None, 300 * MIB), cache_bytes=32 * MIB)
+    assert BrickContext(None, None).same_as(BrickContext(None, 64 * MIB), cache_bytes=32 * MIB)
+    assert BrickContext.from_json(a.to_json()) == a and BrickContext.from_json(None) is None
+    with pytest.raises(InvalidArgumentError, match="contexts"):
+        BenchOptions(contexts="sometimes")
+
+
+def test_bench_measures_a_brick_again_where_its_context_differs(tmp_path: Path) -> None:
+    distinct, shared = _decs(tmp_path)
+    cfg = OrtConfig()
+    with Store(tmp_path / "b.db") as store:
+        first = populate(store, [distinct], [cfg], BenchOptions(budget=QUICK))
+        assert first.in_context == 0 and first.measured == len(distinct.bricks)
+        system = first.system
+        sig = _matmul(distinct)
+        row = store.measurements(system=system, config_id=cfg.config_id, signatures=[sig])[0]
+        assert BrickContext.from_json(row.context) == distinct.in_context(sig).context
+
+        second = populate(store, [shared], [cfg], BenchOptions(budget=QUICK))
+        assert second.measured == 0 and second.in_context >= 1
+        again = {r.key: r for r in store.context_measurements("shared", system=system)}
+        assert sig in again and BrickContext.from_json(again[sig].context) == shared.in_context(sig).context
+        assert store.context_measurements("distinct", system=system) == []
+        assert out_of_context(store, shared, system, cfg.config_id, 32 * MIB) == []
+        assert populate(store, [shared], [cfg], BenchOptions(budget=QUICK)).in_context == 0  # done once
+
+        # the shared model's estimate uses its own context's time; the other model keeps the first
+        by_brick = {c.signature: c for c in estimate(shared, store, system=system).breakdown}
+        own = store.measurement(sig, system, cfg.config_id, model="shared")
+        assert by_brick[sig].latency_s == pytest.approx(own.median_s - (own.floor_s or 0.0))
+        first_m = store.measurement(sig, system, cfg.config_id)
+        other = {c.signature: c for c in estimate(distinct, store, system=system).breakdown}
+        assert other[sig].latency_s == pytest.approx(first_m.median_s - (first_m.floor_s or 0.0))
+
+
+def test_reuse_leaves_stored_bricks_for_every_model(tmp_path: Path) -> None:
+    distinct, shared = _decs(tmp_path)
+    with Store(tmp_path / "r.db") as store:
+        populate(store, [distinct], [OrtConfig()], BenchOptions(budget=QUICK))
+        report = populate(store, [shared], [OrtConfig()], BenchOptions(budget=QUICK, contexts="reuse"))
+        assert report.in_context == 0 and store.context_measurements("shared") == []
+
+
+def test_cli_bench_says_what_it_measured_again_and_merge_keeps_it(tmp_path: Path) -> None:
+    paths = []
+    for shared in (False, True):
+        path = tmp_path / f"{'shared' if shared else 'distinct'}.onnx"
+        path.write_bytes(_models.matmul_stack(shared).SerializeToString())
+        paths.append(str(path))
+    db = str(tmp_path / "c.db")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "dlbricks", *args], capture_output=True, text=True)
+
+    assert cli("bench", paths[0], "--db", db, "--budget", "quick").returncode == 0
+    out = cli("bench", paths[1], "--db", db, "--budget", "quick")
+    assert out.returncode == 0, out.stderr
+    assert "measured again in a model's own context" in out.stdout
+    merged = str(tmp_path / "m.db")
+    assert cli("db", "merge", db, "--out", merged).returncode == 0
+    with Store(merged) as store:
+        assert store.context_measurements("shared")
+    est = cli("estimate", paths[1], "--db", db, "--json")
+    assert est.returncode == 0, est.stderr
+    assert json.loads(est.stdout)
