@@ -84,7 +84,8 @@ def remeasure(store: Store, dec: Decomposition, signatures: Sequence[str], measu
               should_stop: Callable[[], bool] | None = None,
               after_each: Callable[[str, int, Any], object] | None = None,
               after_round: Callable[[int], bool] | None = None,
-              overhead: Callable[[Any, Any], float | None] | None = None) -> tuple[int, bool]:
+              overhead: Callable[[Any, Any], float | None] | None = None,
+              own_context: bool = False) -> tuple[int, bool]:
     """Measure ``signatures`` (bricks of ``dec`` with an ok stored measurement) again, round robin,
     each in ``dec``'s context, and store each pooled with its stored measurement (median of their
     medians, see :func:`~dlbricks.generators.pool`).
@@ -92,17 +93,24 @@ def remeasure(store: Store, dec: Decomposition, signatures: Sequence[str], measu
     ``measure(item)`` returns a measurement. At most ``rounds`` rounds (None: until ``after_round(k)``,
     called after round ``k``, returns False); ``should_stop()`` is checked before each measurement and
     ``after_each(signature, round, measurement)`` called after it; ``overhead(item, pooled)`` gives
-    the overhead stored with a pooled brick. Returns the measurements made and whether
-    ``should_stop`` ended the rounds (what was measured until then is pooled all the same)."""
+    the overhead stored with a pooled brick. With ``own_context``, a brick that ``dec``'s model has a
+    measurement of in its own context (``Store.record(..., model=)``) is pooled with that one and
+    stored there. Returns the measurements made and whether ``should_stop`` ended the rounds (what
+    was measured until then is pooled all the same)."""
     from dlbricks.generators import pool
 
+    own: set[str] = set()
+    if own_context and store.has_model(dec.model_key):
+        own = {r.key for r in store.context_measurements(dec.model_key, system=system, config_id=config_id,
+                                                         status="ok")}
     runs: dict[str, list[Any]] = {}
     contexts: dict[str, Any] = {}
     for sig in signatures:
-        stored = store.measurement(sig, system, config_id)
+        stored = store.measurement(sig, system, config_id, model=dec.model_key if sig in own else None)
         if stored is not None and stored.ok:
             runs[sig] = [stored]
-            contexts[sig] = stored_context(store, sig, system, config_id)
+            contexts[sig] = (dec.in_context(sig).context if sig in own
+                             else stored_context(store, sig, system, config_id))
     made, stopped, k = 0, False, 0
     while runs and (rounds is None or k < rounds) and not stopped:
         for sig in list(runs):
@@ -121,6 +129,10 @@ def remeasure(store: Store, dec: Decomposition, signatures: Sequence[str], measu
     for sig, measured in runs.items():
         if len(measured) > 1:
             pooled = pool(measured)
+            if sig in own:
+                store.record(pooled, system, budget=budget, rule="replace", context=contexts[sig],
+                             model=dec.model_key)
+                continue
             store.record(pooled, system, budget=budget, rule="replace", context=contexts[sig],
                          overhead_s=None if overhead is None else overhead(dec.in_context(sig), pooled))
     return made, stopped

@@ -285,11 +285,13 @@ class Validation:
 
 def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = None,
              config: OrtConfig | None = None, granularity: str = "layer", budget: Budget | None = None,
-             on_missing: str = "measure", per_brick: bool = False) -> Validation:
+             on_missing: str = "measure", per_brick: bool = False, paired: bool = False) -> Validation:
     """Measure the whole model with the same harness, store the run, and compare with the estimate.
 
     With ``per_brick``, also profile the model in its runtime (onnxruntime's profiler, or MXNet's
-    for an ``MxnetConfig``) to give each occurrence's in-model time.
+    for an ``MxnetConfig``) to give each occurrence's in-model time. With ``paired``, the model's
+    bricks are set beside the whole model at the same moments, as ``evaluate`` does
+    (:func:`_paired_whole`): bricks measured long before the model met another state of the machine.
     """
     store = open_store(db)
     system = _system_key(system)
@@ -308,7 +310,11 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     from ._evaluate import EVALUATE_BUDGET, measure_whole
 
     budget = budget or EVALUATE_BUDGET
-    whole = measure_whole(graph, config or OrtConfig(), budget, backend=backend_name(config or OrtConfig()))
+    if paired:
+        estimate(dec, store, system=system, config=config, on_missing=on_missing, budget=budget)  # bricks first
+        whole = _paired_whole(graph, dec, store, system, config or OrtConfig(), budget)
+    else:
+        whole = measure_whole(graph, config or OrtConfig(), budget, backend=backend_name(config or OrtConfig()))
     store.record_model(whole, system, budget=budget)
     if not whole.ok:
         raise InvalidArgumentError(f"model '{graph.name}' could not be measured whole: {whole.error}")
@@ -325,6 +331,29 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
         in_model = {o.index: sum(times.layers.get(n, 0.0) for n in o.nodes) for o in dec.occurrences}
         return Validation(est, whole, dec, in_model, times)
     return Validation(est, whole, dec, in_model)
+
+
+def _paired_whole(graph: ModelGraph, dec: Decomposition, store: Store, system: Any, config: Any,
+                  budget: Budget) -> Measurement:
+    """The model measured whole in a worker held while its dominant bricks (those that carry
+    :data:`~dlbricks.benchmarks_db.DOMINANT_SHARE` of its estimate) are measured again in its context,
+    round robin, the whole model sampled after each round, until it has ``whole_samples`` samples;
+    each dominant brick is stored pooled with its stored measurement (its measurement in the model's
+    context where it has one), and the whole model's samples pooled are returned."""
+    from dlbricks.benchmarks_db import PairedWhole, dominant_bricks, remeasure
+    from dlbricks.generators import Runner
+
+    from ._evaluate import whole_samples
+
+    measured = _lookup(store, dec, system, config.config_id)
+    dominant = dominant_bricks(dec, {k: m.median_s or 0.0 for k, m in measured.items() if m.ok})
+    backend = backend_name(config)
+    with PairedWhole(graph, config, budget, backend=backend) as whole, Runner(backend, config, budget) as runner:
+        wanted = whole_samples(whole.median_s)
+        if dominant and whole.median_s is not None:
+            remeasure(store, dec, dominant, runner.measure, system, config.config_id, budget, rounds=None,
+                      after_round=lambda _k: whole.sample() and whole.samples < wanted, own_context=True)
+        return whole.result()
 
 
 def _stored_graph(store: Store, name: str) -> ModelGraph | None:

@@ -283,19 +283,22 @@ def plan_cmd(model: str, db: str, threads: int, opt_level: str, device: str, bat
 @click.option("--per-brick", is_flag=True,
               help="Also show each brick's time beside its layers' in-model time (the runtime's profiler).")
 @click.option("--top", type=int, default=15, show_default=True, help="Bricks to show with --per-brick.")
+@click.option("--paired", is_flag=True,
+              help="Measure the model's dominant bricks again, in turn with samples of the whole model, and pool "
+                   "them (as evaluate does): the machine's drift since bench meets both alike.")
 @_granularity_option
 @_framework_option
 @_budget_option
 @handle_errors
 def validate_cmd(models: tuple[str, ...], db: str, threads: int, opt_level: str, device: str,
                  batch_size: str | None, input_shape: tuple[str, ...], per_brick: bool,
-                 top: int, granularity: str, framework: str | None, budget_name: str) -> None:
+                 top: int, paired: bool, granularity: str, framework: str | None, budget_name: str) -> None:
     rows, validations = [], []
     sweep = _sweep_shapes(batch_size, input_shape)
     Store.preflight(db)
     if sweep is not None:
-        if per_brick:
-            raise click.UsageError("--per-brick takes one shape; leave it out of a sweep.")
+        if per_brick or paired:
+            raise click.UsageError("--per-brick and --paired take one shape; leave them out of a sweep.")
         config = _framework_config(_framework(framework, list(models), db), threads, opt_level, device)
         with Store.open(db) as store:
             for model in models:
@@ -314,7 +317,7 @@ def validate_cmd(models: tuple[str, ...], db: str, threads: int, opt_level: str,
     with Store.open(db) as store:
         for model in targets:
             v = validate(model, store, config=config, granularity=granularity,
-                         budget=_BUDGETS[budget_name](), per_brick=per_brick)
+                         budget=_BUDGETS[budget_name](), per_brick=per_brick, paired=paired)
             validations.append(v)
             rows.append([v.estimate.model, _ms(v.measured.median_s), _ms(v.estimate.sequential_s),
                          f"{100 * v.error:+.1f}", _ms(v.estimate.lower_bound_s), _ms(v.estimate.roofline_s),

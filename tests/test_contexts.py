@@ -120,3 +120,28 @@ def test_cli_bench_says_what_it_measured_again_and_merge_keeps_it(tmp_path: Path
     est = cli("estimate", paths[1], "--db", db, "--json")
     assert est.returncode == 0, est.stderr
     assert json.loads(est.stdout)
+
+
+def test_paired_validate_measures_dominant_bricks_again_beside_the_whole_model(tmp_path: Path) -> None:
+    from dlbricks.estimator import validate
+
+    distinct, shared = _decs(tmp_path)
+    with Store(tmp_path / "p.db") as store:
+        system = populate(store, [distinct, shared], [OrtConfig()], BenchOptions(budget=QUICK)).system
+        sig = _matmul(shared)
+        before = store.measurement(sig, system, OrtConfig().config_id, model="shared")
+        first = store.measurement(sig, system, OrtConfig().config_id)
+        v = validate(tmp_path / "shared.onnx", store, system=system, budget=QUICK, paired=True)
+        assert v.measured.ok and v.measured.n >= 3  # samples of the whole model pooled
+        after = store.measurement(sig, system, OrtConfig().config_id, model="shared")
+        assert after.n > before.n  # pooled in the model's own context...
+        assert store.measurement(sig, system, OrtConfig().config_id).n == first.n  # ...not in the first model's
+        assert v.estimate.breakdown and abs(v.error) < 1.0
+
+
+def test_cli_paired_is_one_shape(tmp_path: Path) -> None:
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_models.matmul_stack(True).SerializeToString())
+    out = subprocess.run([sys.executable, "-m", "dlbricks", "validate", str(path), "--db", str(tmp_path / "x.db"),
+                          "--paired", "--batch-size", "1,2"], capture_output=True, text=True)
+    assert out.returncode == 2 and "--paired" in out.stderr and "Traceback" not in out.stderr
