@@ -3,6 +3,7 @@
 Usage (the mxnet environment, gluoncv installed)::
 
     python benchmarks/mxnet_corpus.py [--out DIR] [--models a,b,c] [--budget quick|default] [--db FILE]
+                                      [--contexts measure|reuse]
 
 Each model is built by GluonCV with random weights (``pretrained=False``: nothing is downloaded),
 hybridized and exported (``net.export``: ``NAME-symbol.json`` + ``NAME-0000.params``) into ``--out``
@@ -186,7 +187,7 @@ def dlbricks_command() -> list[str]:
 
 
 def measure_model(symbol: Path, shape: tuple[int, ...], db: Path, budget: str = "quick",
-                  dlbricks: list[str] | None = None) -> Row:
+                  dlbricks: list[str] | None = None, contexts: str = "measure") -> Row:
     """Decompose, bench and validate one export through the command line, as a user types it."""
     exe = dlbricks or dlbricks_command()
     model = symbol.name.removesuffix("-symbol.json")
@@ -199,7 +200,7 @@ def measure_model(symbol: Path, shape: tuple[int, ...], db: Path, budget: str = 
     row.layers, row.unique_bricks = summary["layers"], summary["unique_bricks"]
     row.decompose_rss_mb = rss / 1e6
     _, _, row.seconds["bench"] = _run([*exe, "bench", str(symbol), *shape_args, "--db", str(db),
-                                       "--budget", budget])
+                                       "--budget", budget, "--contexts", contexts])
     text, _, row.seconds["validate"] = _run([*exe, "validate", str(symbol), *shape_args, "--db", str(db),
                                              "--budget", budget])
     for key, value in parse_validate(text).items():
@@ -245,6 +246,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--budget", choices=("quick", "default"), default="quick")
     parser.add_argument("--db", type=Path, default=None, help="brick database (default: in the export folder)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    parser.add_argument("--contexts", choices=("measure", "reuse"), default="measure",
+                        help="bench's --contexts: reuse keeps bricks measured in an earlier model's context")
     args = parser.parse_args(argv)
     names = args.models.split(",") if args.models else list(MODELS)
     unknown = [n for n in names if n not in MODELS]
@@ -268,7 +271,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
                 print(f"skipped {name}: {rows[-1].skipped}", flush=True)
                 continue
             try:
-                rows.append(measure_model(symbol, shape, db, args.budget, exe))
+                rows.append(measure_model(symbol, shape, db, args.budget, exe, args.contexts))
                 rows[-1].base_rss_mb = base
             except RuntimeError as e:
                 rows.append(Row(model=name, shape="x".join(map(str, shape)), skipped=str(e)))
