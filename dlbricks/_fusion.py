@@ -37,7 +37,10 @@ QuantizeLinear layers reading it: those onnxruntime folds into a quantized kerne
 or drops around an op that then runs on the 8-bit values (MaxPool, Reshape, Transpose...). An 8-bit
 MaxPool after an NHWC QLinearConv runs as NhwcMaxPool (:data:`CHANNELS_LAST_KERNELS`); the plan marks
 its group (:attr:`FusionPlan.channels_last`) and its brick is that kernel on NHWC tensors, since the
-group's layers alone would run the NCHW 8-bit MaxPool.
+group's layers alone would run the NCHW 8-bit MaxPool. In a model quantized with uint8 activations
+and int8 weights every QLinearConv runs NHWC (``channels_last``), on tensors the runtime names
+afresh between two layout Transposes: a kernel's seed is then found through the QuantizeLinear and
+DequantizeLinear layers that read the original tensor it reads.
 
 Layout reorders
 ---------------
@@ -110,6 +113,8 @@ _SEED_TYPES: Mapping[str, tuple[str, ...]] = {
 #: Kernels that run a QDQ node unit: the DequantizeLinear layers feeding their seed and the
 #: QuantizeLinear layers reading its output are part of the kernel.
 _QDQ_KERNELS = frozenset(op for op in _SEED_TYPES if op.startswith("QLinear") or op == "QGemm")
+#: The layers of a QDQ model that quantize and dequantize activations around the ops between them.
+_QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 #: Position of the weight of a kernel whose weight is not its second input.
 _WEIGHT_POSITION: Mapping[str, int] = {"QLinearConv": 3}
 #: Ops that only change a tensor's shape: where one has no original counterpart, it is a helper.
@@ -253,6 +258,13 @@ def _optimize(model_graph: ModelGraph, opt_level: str, threads: int, *, weights:
                                f"{opt_level!r}: {e}") from e
 
 
+def _is_channels_last(node: onnx.NodeProto) -> bool:
+    """A kernel on NHWC tensors: of the internal NHWC domain, one of :data:`CHANNELS_LAST_KERNELS`, or
+    a quantized kernel with ``channels_last`` set (as the saved optimized graph writes QLinearConv)."""
+    return (node.domain == NHWC_DOMAIN or (node.domain, node.op_type) in CHANNELS_LAST_KERNELS
+            or any(a.name == "channels_last" and a.i for a in node.attribute))
+
+
 def _is_reorder(node: onnx.NodeProto, nhwc_tensors: set[str]) -> bool:
     """A layout conversion: an NCHWc reorder, or a Transpose next to an NHWC kernel."""
     if node.domain == NCHWC_DOMAIN and node.op_type in REORDER_OPS:
@@ -308,7 +320,7 @@ class _Mapper:
             for name in layer.all_inputs:
                 self.readers.setdefault(name, []).append(layer.name)
         originals = {s.name for s in graph.inputs} | set(self.producer)
-        nhwc = {t for n in self.nodes if n.domain == NHWC_DOMAIN for t in (*n.input, *n.output)}
+        nhwc = {t for n in self.nodes if _is_channels_last(n) for t in (*n.input, *n.output)}
         self.reorder = [i for i, n in enumerate(self.nodes) if _is_reorder(n, nhwc)]
         self.reorders = frozenset(self.reorder)
         self.classes = UnionFind(t for n in self.nodes for t in (*n.input, *n.output) if t)
@@ -386,7 +398,7 @@ class _Mapper:
         that computes it (or of what that kernel reads, if it has no seed)."""
         alias = self._aliased(tensor)
         if alias is not None:
-            return dict.fromkeys(self.readers.get(alias, ()), 0)
+            return self._readers(alias)
         maker = self._maker(tensor)
         if maker is None:
             return {}
@@ -395,6 +407,21 @@ class _Mapper:
             self.reaches[maker] = (nx.single_source_shortest_path_length(self.dag, seed) if seed
                                    else _closest(self._reach(t) for t in self.nodes[maker].input if t))
         return self.reaches[maker]
+
+    def _readers(self, tensor: str) -> dict[str, int]:
+        """The layers reading an original tensor (distance 0) and, through the QuantizeLinear and
+        DequantizeLinear layers among them, the layers those feed (one further each): the seed of a
+        quantized kernel reads the DequantizeLinear of the 8-bit tensor the kernel reads."""
+        out: dict[str, int] = {}
+        frontier = [(name, 0) for name in self.readers.get(tensor, ())]
+        while frontier:
+            name, distance = frontier.pop(0)
+            if name in out:
+                continue
+            out[name] = distance
+            if self.dag.nodes[name]["layer"].op_type in _QDQ_OPS:
+                frontier += [(s, distance + 1) for s in self.dag.successors(name)]
+        return out
 
     def _bound(self, i: int) -> set[str] | None:
         """Layers upstream of the anchored outputs of kernel ``i`` or of its successors."""

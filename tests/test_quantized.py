@@ -287,3 +287,28 @@ def test_integer_peak_is_measured_on_an_8bit_gemm() -> None:
     cal = Calibration(Peaks(1e11, 1e10, 4e11), ((256, 1e11),), ((1 << 20, 1e10),), int_gemm=((256, 4e11),))
     flops, _, details = merge_peaks(None, "onnxruntime", cal)
     assert flops == 1e11 and details["int_ops_per_s"] == 4e11
+
+
+def test_nhwc_qlinearconvs_of_a_prepared_model_are_one_group_each(tmp_path) -> None:
+    """Quantized as the onnxruntime tools advise (``quant_pre_process``, uint8 activations, int8
+    weights), every QLinearConv runs on NHWC tensors that the runtime names afresh, between two layout
+    Transposes at the model's edges: each kernel still finds its Conv (through the QuantizeLinear and
+    DequantizeLinear layers around it) instead of the whole body falling into one group."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    from dlbricks._fusion import fusion_groups
+
+    logging.getLogger().setLevel(logging.ERROR)
+    source, prepared, target = tmp_path / "cnn.onnx", tmp_path / "pre.onnx", tmp_path / "qdq.onnx"
+    onnx.save(_pooling_cnn(), source)
+    quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
+    quantization.quantize_static(str(prepared), str(target), _RandomReader("x", (1, 3, 32, 32)),
+                                 quant_format=quantization.QuantFormat.QDQ,
+                                 activation_type=quantization.QuantType.QUInt8,
+                                 weight_type=quantization.QuantType.QInt8)
+    graph = _load(str(target))
+    plan = fusion_groups(graph, "all")
+    op_of = {la.name: la.op_type for la in graph.layers}
+    convs = [[n for n in g if op_of[n] == "Conv"] for g in plan.groups]
+    assert sum(len(c) for c in convs) == 3 and max(len(c) for c in convs) == 1
+    assert plan.reorders >= 2  # the Transposes into and out of NHWC are the model's, not a brick's
