@@ -20,6 +20,7 @@ from ._estimate import (
 from ._evaluate import DEFAULT_SUITE, Evaluation, EvaluationRow, evaluate, measure_whole
 from ._predict import LatencyPredictor, OpModel, Prediction
 from ._profile import InModelTimes, in_model_times
+from ._queue import QueueTimes, queue_critical_path, queue_latency
 from ._sweep import SweepPoint, SweepShape, estimate_sweep, validate_sweep
 
 __all__ = [
@@ -61,5 +62,8 @@ __all__ = [
     "Prediction",
     "sequential",
     "critical_path",
+    "queue_latency",
+    "queue_critical_path",
+    "QueueTimes",
     "combined_halfwidth",
 ]
