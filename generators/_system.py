@@ -51,6 +51,12 @@ class SystemInfo:
     onnxruntime_version : str or None
     gpu_name, gpu_driver : str or None
         From ``nvidia-smi`` when it exists; ``gpu_count`` GPUs were found.
+    gpu_memory_bytes : int or None
+        The first GPU's memory (``nvidia-smi``).
+    cuda_version, cudnn_version : str or None
+        What the onnxruntime build was made for (``onnxruntime.capi.build_and_package_info``; a CPU
+        build has neither). These three enter the fingerprint only when known, so that a machine
+        without a GPU keeps the fingerprint it had before they were collected.
     """
 
     cpu_model: str
@@ -70,6 +76,9 @@ class SystemInfo:
     gpu_name: str | None
     gpu_driver: str | None
     gpu_count: int
+    gpu_memory_bytes: int | None = None
+    cuda_version: str | None = None
+    cudnn_version: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict of every field, plus ``fingerprint``."""
@@ -83,6 +92,9 @@ class SystemInfo:
         data = self._fields()
         total = self.memory_total_bytes
         data["memory_total_bytes"] = None if total is None else round(total / GIB)
+        for name in _OPTIONAL_FIELDS:
+            if data[name] is None:
+                del data[name]
         text = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -91,6 +103,10 @@ class SystemInfo:
         data["cpu_isa"] = list(self.cpu_isa)
         data["cache_bytes"] = {name: size for name, size in self.cache_bytes}
         return data
+
+
+#: Fields that enter the fingerprint only when known (see :class:`SystemInfo`).
+_OPTIONAL_FIELDS = ("gpu_memory_bytes", "cuda_version", "cudnn_version")
 
 
 def collect_system_info() -> SystemInfo:
@@ -103,7 +119,8 @@ def collect_system_info() -> SystemInfo:
     True
     """
     cpuinfo = _read_text("/proc/cpuinfo")
-    gpu_name, gpu_driver, gpu_count = _nvidia_gpus()
+    gpu_name, gpu_driver, gpu_count, gpu_memory = _nvidia_gpus()
+    cuda, cudnn = _onnxruntime_cuda()
     return SystemInfo(
         cpu_model=_cpu_model(cpuinfo),
         architecture=platform.machine(),
@@ -122,6 +139,9 @@ def collect_system_info() -> SystemInfo:
         gpu_name=gpu_name,
         gpu_driver=gpu_driver,
         gpu_count=gpu_count,
+        gpu_memory_bytes=gpu_memory,
+        cuda_version=cuda,
+        cudnn_version=cudnn,
     )
 
 
@@ -237,11 +257,22 @@ def _onnxruntime_version() -> str | None:
     return str(onnxruntime.__version__)
 
 
-def _nvidia_gpus() -> tuple[str | None, str | None, int]:
-    """Name and driver of the first NVIDIA GPU, and how many there are (via nvidia-smi)."""
-    out = _run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
+def _nvidia_gpus() -> tuple[str | None, str | None, int, int | None]:
+    """Name, driver and memory (bytes) of the first NVIDIA GPU, and how many there are (via nvidia-smi)."""
+    out = _run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader,nounits"])
     rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
     if not rows:
-        return None, None, 0
-    name, driver = (rows[0] + ["", ""])[:2]
-    return name or None, driver or None, len(rows)
+        return None, None, 0, None
+    name, driver, memory = (rows[0] + ["", "", ""])[:3]
+    mib = int(memory) if memory.isdigit() else None
+    return name or None, driver or None, len(rows), None if mib is None else mib * 2**20
+
+
+def _onnxruntime_cuda() -> tuple[str | None, str | None]:
+    """The CUDA and cuDNN versions the imported onnxruntime was built for (None for a CPU build)."""
+    try:
+        from onnxruntime.capi import build_and_package_info as info
+    except ImportError:
+        return None, None
+    cuda, cudnn = getattr(info, "cuda_version", None), getattr(info, "cudnn_version", None)
+    return (str(cuda) if cuda else None), (str(cudnn) if cudnn else None)
