@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from mxnet_corpus import dlbricks_command, parse_validate  # the same command line, the same validate table
 
 
 @dataclass
@@ -48,12 +48,6 @@ class Row:
     failed: str | None = None
 
 
-def dlbricks_command() -> list[str]:
-    """The ``dlbricks`` command of this Python's environment (``python -m dlbricks`` without one)."""
-    script = Path(sys.executable).with_name("dlbricks")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "dlbricks"]
-
-
 def _run(args: list[str]) -> tuple[str, float]:
     """Run ``args``; its output (stdout and stderr) and wall seconds.
 
@@ -69,31 +63,6 @@ def _run(args: list[str]) -> tuple[str, float]:
         raise RuntimeError(f"{Path(args[0]).name} {args[1]} exited {done.returncode}: "
                            f"{lines[-1] if lines else ''}")
     return done.stdout, time.perf_counter() - start
-
-
-def _number(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
-def parse_validate(text: str) -> dict[str, object]:
-    """The figures of the (one) model row of ``dlbricks validate``'s table.
-
-    The table's head names its columns (``model  measured ms  estimated ms  error %  lower bound ms
-    roofline ms  bounds hold``); the model's name may hold spaces, so the figures are read from the right.
-    A figure printed ``-`` (no roofline without a calibration) is ``None``.
-    """
-    lines = text.splitlines()
-    head = next(i for i, line in enumerate(lines) if "measured ms" in line and "bounds hold" in line)
-    row = next(line for line in lines[head + 1:] if line.strip() and not set(line.strip()) <= set("-+| "))
-    measured, estimated, error, lower, roof, hold = row.split()[-6:]
-    err = _number(error.rstrip("%"))
-    return {"measured_ms": _number(measured), "estimate_ms": _number(estimated),
-            "error": None if err is None else err / 100.0, "lower_bound_ms": _number(lower),
-            "roofline_ms": _number(roof), "bounds_hold": hold.lower() == "yes"}
 
 
 def opt_flags(opt_level: str) -> list[str]:

@@ -161,7 +161,7 @@ def out_of_context(store: Store, dec: Decomposition, system: Any, config_id: str
     out = []
     for rec in store.measurements(system=system, config_id=config_id, signatures=list(dec.bricks), status="ok"):
         stored = BrickContext.from_json(rec.context)
-        if stored is None or rec.key in done or rec.key in out:
+        if stored is None or rec.key in done:
             continue
         if not dec.in_context(rec.key).context.same_as(stored, cache_bytes):
             out.append(rec.key)
