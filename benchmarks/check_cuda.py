@@ -2,7 +2,8 @@
 
 Prepares a Conv brick on the device (inputs and outputs bound on the GPU, synchronized), checks the
 session runs on CUDAExecutionProvider and the output shape, then benchmarks a few zoo bricks and one
-whole model on CUDA in a worker, printing their medians. No CI lane has a GPU: run this by hand, then
+whole model on CUDA in a worker, printing their medians and their launch-queue times (the host's
+time to issue a run, the device's to run it: ``dlbricks.generators._cuda``). No CI lane has a GPU: run this by hand, then
 ``dlbricks evaluate --device cuda`` for the main job there.
 
     python benchmarks/check_cuda.py
@@ -17,8 +18,12 @@ from __future__ import annotations
 import onnxruntime as ort
 
 import dlbricks
-from dlbricks.generators import Budget, OrtBackend, OrtConfig, benchmark, collect_system_info
+from dlbricks.generators import Budget, OrtBackend, OrtConfig, benchmark, calibrate_floor, collect_system_info
 from dlbricks.model_zoo import build
+
+
+def _us(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{1e6 * seconds:.1f}"
 
 
 def main() -> None:
@@ -33,11 +38,16 @@ def main() -> None:
     assert prepared.session.get_providers()[0] == "CUDAExecutionProvider", prepared.session.get_providers()
     assert tuple(prepared.outputs()[0].shape) == conv.outputs[0].shape
     print("CUDA brick prepared, bound on the device, ran:", conv.op_type, conv.outputs[0])
+    floor = calibrate_floor(config, Budget.quick())
+    print(f"floor {_us(floor.floor_s)} us; host floor {_us(floor.host_floor_s)} us (a run with no node)")
     bricks = list(dec.bricks.values())[:10]
+    print("  brick                status   median us   host us  device us  warm us  (host, device: launch queue)")
     for brick, m in zip(bricks, benchmark(bricks, config=config, budget=Budget.quick()), strict=True):
-        print(f"  {brick.op_type:20s} {m.status:7s} median {1e6 * (m.median_s or 0):9.1f} us")
+        print(f"  {brick.op_type:20s} {m.status:7s} {_us(m.median_s):>10} {_us(m.host_s):>9} {_us(m.device_s):>10} "
+              f"{_us(m.device_warm_s):>8}")
     (whole,) = benchmark([dlbricks.load_model(build("resnet18_v1"))], config=config, budget=Budget.quick())
-    print(f"resnet18_v1 whole model on CUDA: {whole.status} median {1e3 * (whole.median_s or 0):.3f} ms")
+    print(f"resnet18_v1 whole model on CUDA: {whole.status} median {1e3 * (whole.median_s or 0):.3f} ms, host "
+          f"{_us(whole.host_s)} us, device {_us(whole.device_s)} us cold, {_us(whole.device_warm_s)} us warm")
 
 
 if __name__ == "__main__":

@@ -238,6 +238,19 @@ def _m0005_contexts(db: sqlite_utils.Database) -> None:
     db.executescript(_V5)
 
 
+_V6 = "\n".join(f"ALTER TABLE {table} ADD COLUMN {column} REAL;"
+                for table in ("measurements", "model_measurements", "context_measurements")
+                for column in ("host_s", "device_s", "device_warm_s", "host_floor_s"))
+
+
+def _m0006_queue_times(db: sqlite_utils.Database) -> None:
+    """The times of an accelerator's launch queue with each measurement (None elsewhere): the host's
+    time to issue one run (``host_s``), the device's time to run it with a cold L2 cache
+    (``device_s``) and after itself (``device_warm_s``), and the host time of a run with no node
+    (``host_floor_s``)."""
+    db.executescript(_V6)
+
+
 #: ``(name, migration)`` in order; migration ``i`` (0-based) brings the schema to version ``i + 1``.
 MIGRATIONS: tuple[tuple[str, Callable[[sqlite_utils.Database], None]], ...] = (
     ("0001_initial", _m0001_initial),
@@ -245,6 +258,7 @@ MIGRATIONS: tuple[tuple[str, Callable[[sqlite_utils.Database], None]], ...] = (
     ("0003_model_reorders", _m0003_model_reorders),
     ("0004_fused_overheads", _m0004_fused_overheads),
     ("0005_contexts", _m0005_contexts),
+    ("0006_queue_times", _m0006_queue_times),
 )
 
 #: The schema version this code writes and reads.

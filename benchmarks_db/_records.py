@@ -31,10 +31,13 @@ __all__ = [
     "DbStats",
     "MergeReport",
     "PeaksRecord",
+    "QUEUE_FIELDS",
     "STAT_FIELDS",
 ]
 
 #: The statistics columns shared by ``measurements`` and ``model_measurements`` (seconds).
+#: The launch-queue columns of the measurement tables (seconds; None off accelerators).
+QUEUE_FIELDS = ("host_s", "device_s", "device_warm_s", "host_floor_s")
 STAT_FIELDS = ("min_s", "median_s", "mean_s", "p90_s", "p99_s", "std_s", "iqr_s", "ci_low_s",
                "ci_high_s")
 
@@ -186,6 +189,10 @@ class MeasurementRecord:
     budget: Mapping[str, Any] | None
     created_at: str
     context: str | None = None  # JSON of the dlbricks.BrickContext it was measured in (bricks)
+    host_s: float | None = None  # launch queue (accelerators): see dlbricks.generators.Measurement
+    device_s: float | None = None
+    device_warm_s: float | None = None
+    host_floor_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -205,7 +212,8 @@ class MeasurementRecord:
             **{name: row[name] for name in STAT_FIELDS},
             wall_time_s=row["wall_time_s"], converged=bool(row["converged"]), floor_s=row["floor_s"],
             samples_s=tuple(float(s) for s in samples) if samples is not None else None,
-            budget=budget, created_at=row["created_at"], context=row["context"] if "context" in row.keys() else None)
+            budget=budget, created_at=row["created_at"], context=row["context"] if "context" in row.keys() else None,
+            **{name: row[name] for name in QUEUE_FIELDS if name in row.keys()})
 
 
 class ClaimStatus(enum.Enum):

@@ -16,7 +16,7 @@ from dlbricks._decompose import Decomposition
 from dlbricks._errors import InvalidArgumentError
 from dlbricks._graph import ModelSource
 
-from ._records import STAT_FIELDS
+from ._records import QUEUE_FIELDS, STAT_FIELDS
 
 if TYPE_CHECKING:
     from dlbricks.generators import Measurement
@@ -133,4 +133,5 @@ def measurement_row(m: Measurement, item: str, system: str, budget: Any, created
                 "samples": None if m.samples_s is None else json.dumps(list(m.samples_s)),
                 "budget": None if budget is None else to_json(budget.to_dict()),
                 "created_at": created_at})
+    row.update({name: getattr(m, name, None) for name in QUEUE_FIELDS})
     return row

@@ -25,7 +25,7 @@ import sqlite_utils
 from dlbricks._errors import DatabaseError
 
 from ._migrations import APPLICATION_ID, DLBRICKS_TABLES, MIGRATIONS, SCHEMA_VERSION
-from ._records import STAT_FIELDS, RecordOutcome
+from ._records import QUEUE_FIELDS, STAT_FIELDS, RecordOutcome
 
 __all__ = ["connect", "write", "check_health", "damaged", "is_damage", "is_full", "integrity_lines",
            "foreign_key_problems", "brick_blobs", "open_for_check", "preflight", "MERGE_RULES", "MEASUREMENT_TABLES"]
@@ -44,7 +44,7 @@ MEASUREMENT_KEYS = {"measurements": ("signature",), "model_measurements": ("mode
                     "context_measurements": ("model", "signature")}
 #: The columns written for a measurement (besides its item, system and config_id).
 MEASUREMENT_COLUMNS = ("status", "error", "n", *STAT_FIELDS, "wall_time_s", "converged", "floor_s",
-                       "samples", "budget", "created_at", "context")
+                       "samples", "budget", "created_at", "context", *QUEUE_FIELDS)
 #: When a new row replaces an existing row of the same (item, system, config_id); ``cur`` is the
 #: existing row, ``excluded`` the new one.
 MERGE_RULES: Mapping[str, str] = {

@@ -29,6 +29,7 @@ from dlbricks.benchmarks_db import _export, _rows, _sql
 
 from ._migrations import DLBRICKS_TABLES
 from ._records import (
+    QUEUE_FIELDS,
     STAT_FIELDS,
     BackendRecord,
     BrickRecord,
@@ -564,7 +565,8 @@ class Store:
         rec = MeasurementRecord.from_row(rows[0], "context" if model is not None else kind)
         options = json.loads(self._db["backends"].get(config_id)["options"])
         data = {name: getattr(rec, name) for name in ("key", "status", "error", "n", *STAT_FIELDS,
-                                                      "wall_time_s", "converged", "floor_s")}
+                                                      "wall_time_s", "converged", "floor_s",
+                                                      *QUEUE_FIELDS)}
         data.update(backend=rec.runtime, config=options, config_id=config_id,
                     samples_s=None if rec.samples_s is None else list(rec.samples_s))
         return Measurement.from_dict(data)

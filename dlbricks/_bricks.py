@@ -203,10 +203,13 @@ class Brick:
         return sum(c.spec.nbytes for c in self.constants) - self._gathered_excess([c.spec for c in self.constants])
 
     def _gathered_excess(self, specs: Sequence[TensorSpec]) -> int:
-        """Bytes of a gather's data tensor, among ``specs``, that the gather does not read."""
-        if len(self.nodes) != 1 or self.nodes[0].op_type not in GATHERS or not self.nodes[0].input:
+        """Bytes of a gather's data tensor, among ``specs``, that the gather does not read (the
+        tensor itself, or the constant that Identity nodes of the brick hand to it)."""
+        ops = [n for n in self.nodes if n.op_type != "Identity"]
+        if len(ops) != 1 or ops[0].op_type not in GATHERS or not ops[0].input:
             return 0
-        data = [s for s in specs if s.name == self.nodes[0].input[0]]
+        source = _identity_source(self.nodes, ops[0].input[0])
+        data = [s for s in specs if s.name == source]
         return max(data[0].nbytes - sum(s.nbytes for s in self.outputs), 0) if data else 0
 
     @property
@@ -430,6 +433,15 @@ def _read_at(brick: Brick, positions: Mapping[str, frozenset[int]]) -> set[str]:
     names = {c.spec.name for c in brick.constants}
     return {name for node in brick.nodes for i, name in enumerate(node.input)
             if name in names and i in positions.get(node.op_type, frozenset())}
+
+
+def _identity_source(nodes: Sequence[onnx.NodeProto], name: str) -> str:
+    """The tensor that ``name`` copies through a chain of Identity nodes among ``nodes`` (``name``
+    itself where no Identity writes it)."""
+    writers = {n.output[0]: n for n in nodes if n.op_type == "Identity" and n.output and n.input}
+    while name in writers:
+        name = writers[name].input[0]
+    return name
 
 
 def _anonymous_nodes(brick: Brick) -> tuple[onnx.NodeProto, ...]:

@@ -26,6 +26,7 @@ from dlbricks._canonical import canonical_nodes, signature_of, value_digest
 from dlbricks._cost import node_flops
 from dlbricks._errors import InvalidArgumentError
 from dlbricks._graph import LayerNode, ModelGraph
+from dlbricks._identities import join_constant_identities
 from dlbricks._mxnet_frontend import MXNET_DOMAIN
 from dlbricks._mxnet_to_onnx import mxnet_brick_flops
 from dlbricks._onnx_frontend import ModelLike, load_model
@@ -280,7 +281,10 @@ def decompose(model: ModelLike | ModelGraph, granularity: str = "layer", *, weig
     granularity : {"layer", "fused"}
         ``"layer"``: one node per brick. ``"fused"``: one brick per kernel that onnxruntime runs at
         ``opt_level`` (the layers it fuses into one kernel form one brick, read from its optimized
-        graph); the decomposition's granularity is then ``"fused:<opt_level>"``.
+        graph); the decomposition's granularity is then ``"fused:<opt_level>"``. At both, an
+        Identity that hands a constant to one layer (a weight shared between layers, as TorchScript
+        exports it) is in that layer's brick, the constant with it (see
+        :func:`~dlbricks._identities.join_constant_identities`).
     opt_level : {"basic", "extended", "all"}, optional
         For ``granularity="fused"`` (default ``"all"``).
     weights : {"synthetic", "real"}
@@ -308,14 +312,15 @@ def decompose(model: ModelLike | ModelGraph, granularity: str = "layer", *, weig
     if granularity == "layer":
         if opt_level is not None:
             raise InvalidArgumentError("'opt_level' applies to granularity='fused' only.")
-        return _decompose_groups(graph, [(layer,) for layer in graph.layers], granularity, weights)
+        groups, _ = join_constant_identities(graph, [(layer,) for layer in graph.layers])
+        return _decompose_groups(graph, groups, granularity, weights)
     from dlbricks._fusion import fusion_groups
 
     level = opt_level or DEFAULT_FUSION_LEVEL
     plan = fusion_groups(graph, level)
-    by_name = {layer.name: layer for layer in graph.layers}
-    groups = [tuple(by_name[n] for n in group) for group in plan.groups]
-    dec = _decompose_groups(graph, groups, f"fused:{level}", weights, plan.channels_last)
+    groups, kept = join_constant_identities(graph, plan.layer_groups(graph))
+    channels_last = tuple(plan.channels_last[i] for i in kept) if plan.channels_last else ()
+    dec = _decompose_groups(graph, groups, f"fused:{level}", weights, channels_last)
     sizes = tuple(graph.spec(t).nbytes for t in plan.reorder_tensors if t)
     return replace(dec, reorder_bytes=sizes)
 

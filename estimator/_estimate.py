@@ -25,6 +25,7 @@ from dlbricks.generators import Budget, Measurement
 
 from ._compose import critical_path, sequential
 from ._predict import LatencyPredictor, Prediction, roofline_work
+from ._queue import QueueTimes, queue_critical_path, queue_latency
 
 __all__ = [
     "ON_MISSING",
@@ -280,19 +281,26 @@ def _compose(dec: Decomposition, latency: Mapping[str, float], halfwidth: Mappin
     predicted_set = set(predicted)
     roof = None
     if peaks is not None:
-        peaks = _reached(peaks, dec, _lower_bounds(dec, alternatives, latency, floor_s, overhead)[2],
-                         predicted_set)
+        queued = _queue_times(dec, latency, alternatives)
+        fastest = (_lower_bounds(dec, alternatives, latency, floor_s, overhead)[2] if queued is None
+                   else _queued_lower_bounds(dec, queued, alternatives, floor_s)[2])
+        peaks = _reached(peaks, dec, fastest, predicted_set)
         roof = {sig: peaks.roofline_s(b) for sig, b in dec.bricks.items()}
     predictions = {sig: _above(p, roof[sig]) if roof else p for sig, p in predictions.items()}
     latency.update({sig: p.seconds for sig, p in predictions.items()})
     node_latency = {o.index: latency[o.signature] + floor_s for o in dec.occurrences}
     seq = sequential(dec.dag, node_latency, floor_s)
     par = critical_path(dec.dag, node_latency, floor_s)
+    queue = _queue_times(dec, latency, alternatives)
+    if queue is not None:
+        seq, par = _queued(dec, queue, floor_s)
     counts = dec.counts()
     down, up = _interval(counts, halfwidth, predictions)
     systematic = composition_error * seq
     down, up = math.hypot(down, systematic), math.hypot(up, systematic)
     lower = _lower_bounds(dec, alternatives, latency, floor_s, overhead)
+    if queue is not None:
+        lower = _queued_lower_bounds(dec, queue, alternatives, floor_s)
     total_work = seq - floor_s
     breakdown = tuple(sorted((
         _contribution(sig, b, counts[sig], latency[sig], total_work, halfwidth.get(sig, 0.0),
@@ -398,6 +406,51 @@ def _lower_bounds(dec: Decomposition, alternatives: Mapping[str, Sequence[Measur
         if value is not None:
             value = max(value - overhead.get(sig, 0.0), 0.0)
         fastest[sig] = min(value, latency[sig]) if value is not None else latency[sig]
+    node = {o.index: fastest[o.signature] + floor_s for o in dec.occurrences}
+    return sequential(dec.dag, node, floor_s), critical_path(dec.dag, node, floor_s), fastest
+
+
+def _queue_times(dec: Decomposition, latency: Mapping[str, float],
+                 measured: Mapping[str, Sequence[Measurement]]) -> dict[str, QueueTimes] | None:
+    """Each brick's times in an accelerator's launch queue, where every measured brick has them
+    (``host_s``: a CUDA measurement), else None. The host's time is its issue time less the host
+    floor; the device's, its kernels' time with a cold L2 cache (the weights of a layer come from
+    memory, one run of the model after they were last read). A brick whose host waits for its
+    kernels (no ``device_s``), a predicted one, and a view (its kernels aliased away inside a model)
+    are counted as blocking, for their latency, as in the sequential sum."""
+    own = {sig: ms[0] for sig, ms in measured.items() if ms}
+    if not own or any(m.host_s is None for m in own.values()):
+        return None
+    times = {}
+    for sig in dec.bricks:
+        m = own.get(sig)
+        if m is None or m.host_s is None or m.device_s is None or latency[sig] == 0.0:
+            times[sig] = QueueTimes(latency[sig], 0.0, blocking=True)
+        else:
+            times[sig] = QueueTimes(max(m.host_s - (m.host_floor_s or 0.0), 0.0), m.device_s)
+    return times
+
+
+def _queued(dec: Decomposition, queue: Mapping[str, QueueTimes], floor_s: float) -> tuple[float, float]:
+    """Sequential and parallel estimates through the launch queue: the occurrences issued in the
+    model's order into one stream, and with independent ones overlapping on the device; plus the
+    floor once."""
+    seq = queue_latency([queue[o.signature] for o in dec.occurrences])
+    order = [o.index for o in dec.occurrences]
+    par = queue_critical_path(dec.dag, {o.index: queue[o.signature] for o in dec.occurrences}, order)
+    return floor_s + seq, floor_s + min(par, seq)
+
+
+def _queued_lower_bounds(dec: Decomposition, queue: Mapping[str, QueueTimes],
+                         alternatives: Mapping[str, Sequence[Measurement]], floor_s: float,
+                         ) -> tuple[float, float, dict[str, float]]:
+    """Benanza's lower bound through the launch queue: every kernel at its fastest measured device
+    time (a run after itself, in any configuration measured), none waiting for its host; a blocking
+    brick at its queue time. Sequential (one stream) and parallel (the DAG's critical path)."""
+    fastest: dict[str, float] = {}
+    for sig, t in queue.items():
+        devices = [d for m in alternatives.get(sig, ()) for d in (m.device_warm_s, m.device_s) if d is not None]
+        fastest[sig] = t.host_s + t.device_s if t.blocking else min([t.device_s, *devices])
     node = {o.index: fastest[o.signature] + floor_s for o in dec.occurrences}
     return sequential(dec.dag, node, floor_s), critical_path(dec.dag, node, floor_s), fastest
 

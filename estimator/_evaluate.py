@@ -103,6 +103,7 @@ class EvaluationRow:
     ci_low_s: float
     ci_high_s: float
     layer_estimated_s: float | None = None  # layer bricks at the same level (granularity "both")
+    algorithm_gap_s: float | None = None  # with the algorithm sweep: default kernels' device time over the best's
 
     @property
     def error(self) -> float:
@@ -192,7 +193,7 @@ def measure_whole(graph: ModelGraph, config: Any, budget: Budget, workers: int =
 def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, config: Any = None,
              budget: Budget | None = None, lower_bound_sweep: bool = True,
              granularity: str = "layer", say: Callable[[str], object] = lambda s: None,
-             target_ci: float | None = None) -> Evaluation:
+             target_ci: float | None = None, algorithm_sweep: bool = False) -> Evaluation:
     """Run the main job over zoo models (names) and return the table.
 
     Bricks are measured once each in the estimate's configuration, and (``lower_bound_sweep``) once
@@ -215,6 +216,11 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     target asks for, in the model's turn and context (see :func:`~dlbricks.benchmarks_db.populate`),
     and the whole models until their median's CI is within the same half-width (``budget`` with
     ``rel_ci = 2 * target_ci``). The lower-bound sweep measures each brick with the pilot budget.
+
+    With ``algorithm_sweep`` (CUDA only), the bricks whose kernels cuDNN or cuBLAS choose
+    (:data:`ALGORITHM_OPS`) are measured once more in each configuration of
+    :func:`algorithm_configs` (pilot budget): the lower bound takes each at its fastest, and each row
+    gets the gap between the estimate's kernels and the best ones found.
     """
     start = time.perf_counter()
     store = open_store(db)
@@ -226,6 +232,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     config = config or OrtConfig()
     get_backend(backend_name(config)).check(config)  # before anything is stored: a missing provider is one line
     _check_granularity(granularity, config)
+    sweep = algorithm_configs(config) if algorithm_sweep else []
     brickset, layer_set = _decompose_suite(models, store, granularity, config)
     summary = brickset.summary()
     say(f"{summary.models} models, {summary.layers} layers, {summary.unique_bricks} unique bricks")
@@ -234,9 +241,14 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     turns = [_Turns(brickset, configs, target_ci)] + (
         [_Turns(layer_set, [config], target_ci)] if granularity == "both" else [])
     whole_time = _measure_suite(models, brickset, turns, store, system, config, budget, say)
+    if sweep:
+        _sweep_algorithms(brickset, sweep, store, system, backend_name(config), say)
     brick_records = store.measurements(system=system, config_id=config.config_id, signatures=list(brickset.bricks))
     rows, op_times = _rows(models, brickset, layer_set if granularity == "both" else None, store, system, config,
                            say)
+    if sweep:
+        rows = [replace(r, algorithm_gap_s=algorithm_gap_s(brickset.models[r.model], store, system, config, sweep))
+                for r in rows]
     return Evaluation(rows=tuple(rows), op_times=tuple(sorted(op_times.items(), key=lambda kv: -kv[1])),
                       layers=summary.layers, unique_bricks=summary.unique_bricks,
                       brick_time_s=sum(r.wall_time_s or 0.0 for r in brick_records), whole_time_s=whole_time,
@@ -247,6 +259,65 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
                       layer_unique_bricks=layer_set.summary().unique_bricks if granularity == "both" else None,
                       brick_setup_s=turns[0].setup_s, brick_timed_s=turns[0].timed_s, target_ci=target_ci,
                       worst_ci=max(turns[0].cis) if turns[0].cis else None)
+
+
+#: Ops whose kernels a library chooses among algorithms (cuDNN's convolution search, cuBLAS with or
+#: without TF32): the bricks that the algorithm sweep measures again.
+ALGORITHM_OPS = frozenset({"Conv", "ConvTranspose", "FusedConv", "MatMul", "Gemm", "FusedMatMul", "FusedGemm",
+                           "Attention", "MultiHeadAttention"})
+
+
+def algorithm_configs(config: Any) -> list[OrtConfig]:
+    """The configurations of the algorithm sweep beside ``config`` (CUDA): each cuDNN convolution
+    algorithm search (EXHAUSTIVE, HEURISTIC, DEFAULT) with TF32 as configured, and the configured
+    search with TF32 off.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If ``config`` is not an onnxruntime configuration on CUDA.
+    """
+    if not isinstance(config, OrtConfig) or config.device != "cuda":
+        raise InvalidArgumentError("the algorithm sweep varies cuDNN's convolution search and TF32, which only "
+                                   "CUDA has: add --device cuda, or leave --sweep out.")
+    options = dict(config.provider_options)
+    searches = [replace(config, cudnn_conv_algo_search=a) for a in ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")
+                if a != config.cudnn_conv_algo_search]
+    no_tf32 = replace(config, provider_options={**options, "use_tf32": "0"})
+    return [*searches, *([no_tf32] if options.get("use_tf32") != "0" else [])]
+
+
+def _sweep_algorithms(brickset: BrickSet, configs: Sequence[OrtConfig], store: Store, system: Any, backend: str,
+                      say: Callable[[str], object]) -> None:
+    """Measure the bricks of :data:`ALGORITHM_OPS` in each of ``configs`` (pilot budget) and store them."""
+    bricks = [b for b in brickset.bricks.values() if ALGORITHM_OPS & set(b.op_types)]
+    for cfg in configs:
+        todo = set(store.unmeasured(system, cfg.config_id, [b.signature for b in bricks]))
+        say(f"algorithm sweep: {len(todo)} bricks, cudnn_conv_algo_search {cfg.cudnn_conv_algo_search}, "
+            f"use_tf32 {dict(cfg.provider_options).get('use_tf32', 'default')}")
+        chosen = [b for b in bricks if b.signature in todo]
+        for m in benchmark(chosen, backend=backend, config=cfg, budget=PILOT_BUDGET):
+            store.record(m, system, budget=PILOT_BUDGET)
+
+
+def algorithm_gap_s(dec: Decomposition, store: Store, system: Any, config: Any, sweep: Sequence[Any]) -> float:
+    """Seconds per run of ``dec`` by which its kernels under ``config`` are slower than the fastest
+    of ``sweep`` and ``config``: each occurrence's device time after itself (its latency where there
+    is none) under ``config``, less the least of them over the configurations."""
+    def device(m: Measurement | None) -> float | None:
+        if m is None or not m.ok:
+            return None
+        return m.device_warm_s if m.device_warm_s is not None else m.device_s
+
+    gap = 0.0
+    counts = dec.counts()
+    for sig in dec.bricks:
+        own = device(store.measurement(sig, system, config.config_id))
+        if own is None:
+            continue
+        others = [device(store.measurement(sig, system, c.config_id)) for c in sweep]
+        gap += counts[sig] * max(own - min([own, *(t for t in others if t is not None)]), 0.0)
+    return gap
 
 
 def _check_granularity(granularity: str, config: Any) -> None:

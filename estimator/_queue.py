@@ -30,6 +30,7 @@ class QueueTimes:
 
     host_s: float
     device_s: float
+    blocking: bool = False  # the host waits for the device before issuing it (it reads a result)
 
     def __post_init__(self) -> None:
         if not (self.host_s >= 0 and self.device_s >= 0):
@@ -40,11 +41,12 @@ class QueueTimes:
 def queue_latency(times: Sequence[QueueTimes], *, blocking: bool = False) -> float:
     """Seconds from the first issue to the end of the last kernel, occurrences issued in order into
     one in-order stream: occurrence ``i`` is issued once the host has issued ``0..i-1`` (and, with
-    ``blocking``, once their kernels ended: the sequential sum of host and device times), and runs
-    when it is issued and the device is free."""
+    ``blocking`` or where its own ``blocking`` is set, once their kernels ended: with ``blocking``
+    the sequential sum of host and device times), and runs when it is issued and the device is
+    free."""
     host = device = 0.0
     for t in times:
-        host = (max(host, device) if blocking else host) + t.host_s
+        host = (max(host, device) if blocking or t.blocking else host) + t.host_s
         device = max(host, device) + t.device_s
     return max(host, device)
 
@@ -62,6 +64,8 @@ def queue_critical_path(dag: nx.DiGraph, times: Mapping[int, QueueTimes], order:
     for node in order:
         if any(p not in ended for p in dag.predecessors(node)):
             raise InvalidArgumentError(f"'order' issues occurrence {node} before one it depends on.")
+        if times[node].blocking:
+            host = max([host, *ended.values()])
         host += times[node].host_s
         start = max([host, *(ended[p] for p in dag.predecessors(node))])
         ended[node] = start + times[node].device_s

@@ -384,7 +384,11 @@ def _print_evaluation(ev: Evaluation) -> None:
             for r in ev.rows]
     header = ["model", "layers", "unique", "measured ms", "estimated ms", "error %", "parallel ms",
               "lower bound ms", "roofline ms", "bounds"] + (["layer est. ms", "layer error %"] if both else [])
-    click.echo(format_table(header, rows, right=set(range(1, 9)) | ({10, 11} if both else set())))
+    if any(r.algorithm_gap_s is not None for r in ev.rows):
+        header.append("algorithm gap ms")
+        for row, r in zip(rows, ev.rows, strict=True):
+            row.append(_ms(r.algorithm_gap_s))
+    click.echo(format_table(header, rows, right=set(range(1, len(header))) - {9}))
     s = ev.system
     click.echo("")
     runtime = (f"mxnet {ev.config.mxnet_version}" if hasattr(ev.config, "mxnet_version")
@@ -430,10 +434,13 @@ def _print_evaluation(ev: Evaluation) -> None:
 @_framework_option
 @_budget_option
 @_target_ci_option
+@click.option("--sweep", "algorithm_sweep", is_flag=True,
+              help="CUDA: measure convolutions and matrix products again under each cuDNN algorithm search and "
+                   "with TF32 off; the lower bound takes the fastest, and each model shows the gap.")
 @handle_errors
 def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, device: str, plot_dir: Path | None,
                  quiet: bool, granularity: str, framework: str | None, budget_name: str,
-                 target_ci: float | None) -> None:
+                 target_ci: float | None, algorithm_sweep: bool) -> None:
     """The main job: benchmark the suite's unique bricks, estimate every model, validate.
 
     Prints, per model, layers, unique bricks, measured and estimated latency, error, parallel
@@ -447,7 +454,8 @@ def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, device: str,
     Store.preflight(db)
     with open_store(db) as store:
         ev = evaluate(models, store, config=config, budget=_BUDGETS[budget_name](),
-                      granularity=granularity, say=say, target_ci=target_ci or None)
+                      granularity=granularity, say=say, target_ci=target_ci or None,
+                      algorithm_sweep=algorithm_sweep)
     _print_evaluation(ev)
     if plot_dir is not None:
         from ._plot import plot_evaluation

@@ -15,7 +15,8 @@ from dlbricks._errors import DlbricksError, InvalidArgumentError
 from ._protocols import BackendConfig
 from ._registry import get_backend
 
-__all__ = ["STATUSES", "Measurement", "OpaqueConfig", "combine", "pool", "relative_half_width", "spread_half_width"]
+__all__ = ["QUEUE_FIELDS", "STATUSES", "Measurement", "OpaqueConfig", "combine", "pool", "relative_half_width",
+           "spread_half_width"]
 
 STATUSES = ("ok", "failed", "timeout")
 
@@ -30,7 +31,13 @@ _FLOAT_FIELDS = (
     "ci_low_s",
     "ci_high_s",
     "floor_s",
+    "host_s",
+    "device_s",
+    "device_warm_s",
+    "host_floor_s",
 )
+#: Fields of a measurement on an accelerator (None elsewhere): what its launch queue needs.
+QUEUE_FIELDS = ("host_s", "device_s", "device_warm_s", "host_floor_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +72,12 @@ class Measurement:
     median with 95% confidence. ``wall_time_s`` is everything spent on the item: preparing the
     session, warming up and the timed runs. ``floor_s`` is the per-call cost of an empty model
     under the same configuration, which the estimator subtracts per brick.
+
+    On CUDA a measurement also holds the times of the launch queue (:data:`QUEUE_FIELDS`, medians,
+    None elsewhere): ``host_s`` the calling thread's time to issue one run, ``device_s`` the kernels
+    alone with a cold L2 cache (None where the host waits for them), ``device_warm_s`` the kernels
+    of a run that follows itself, and ``host_floor_s`` the host time of a run with no node (a
+    floor measurement's, extrapolated like ``floor_s``), which the estimator subtracts per brick.
     """
 
     key: str
@@ -86,6 +99,10 @@ class Measurement:
     config: BackendConfig
     floor_s: float | None
     samples_s: tuple[float, ...] | None = None
+    host_s: float | None = None
+    device_s: float | None = None
+    device_warm_s: float | None = None
+    host_floor_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -114,7 +131,7 @@ class Measurement:
             If a field is missing or has the wrong type.
         """
         names = [f.name for f in fields(cls)]
-        missing = [name for name in names if name not in data and name != "samples_s"]
+        missing = [name for name in names if name not in data and name not in ("samples_s", *QUEUE_FIELDS)]
         if missing:
             raise InvalidArgumentError(f"A Measurement dict lacks the fields {missing}.")
         values = {name: data.get(name) for name in names}

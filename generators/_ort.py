@@ -327,6 +327,24 @@ class OrtPrepared:
         on_cuda = device == "cuda"
         self.run = round_robin([_one_run(s, b, on_cuda) for s, b in zip(self._sessions, bindings, strict=True)])
 
+    def queue_times(self) -> Any:
+        """On CUDA, the host's time to issue one run and the device's time to run it
+        (:class:`~dlbricks.generators._cuda.QueueSample`, see :mod:`~dlbricks.generators._cuda`);
+        None on the CPU, or where the CUDA driver cannot be reached from here."""
+        if self._config.device != "cuda" or self.binding is None:
+            return None
+        from ._cuda import NO_SYNC_ENTRY, cuda_probe
+
+        probe = cuda_probe(self._config.device_id)
+        if probe is None:
+            return None
+        options = self._ort.RunOptions()
+        options.add_run_config_entry(NO_SYNC_ENTRY, "1")
+        try:
+            return probe.measure(functools.partial(self.session.run_with_iobinding, self.binding, options))
+        except RuntimeError:  # a driver call or an unsynchronized run refused: the latency stands alone
+            return None
+
     def outputs(self) -> list[np.ndarray]:
         """The bound outputs of the last run, copied to host memory."""
         return list(self.binding.copy_outputs_to_cpu())
@@ -610,7 +628,8 @@ def _use_global_pools(ort: ModuleType, options: Any, config: OrtConfig) -> bool:
 
 
 def _providers(config: OrtConfig) -> list[Any]:
-    """The provider list: CPU alone, or CUDA with its options then CPU as fallback."""
+    """The provider list: CPU alone, or CUDA with its options (and this process's stream, where the
+    driver can be reached: :func:`~dlbricks.generators._cuda.cuda_probe`) then CPU as fallback."""
     if config.device == "cpu":
         return ["CPUExecutionProvider"]
     cuda_options = {
@@ -618,6 +637,11 @@ def _providers(config: OrtConfig) -> list[Any]:
         "cudnn_conv_algo_search": config.cudnn_conv_algo_search,
         **dict(config.provider_options),
     }
+    from ._cuda import cuda_probe
+
+    probe = cuda_probe(config.device_id)
+    if probe is not None:  # the stream whose runs the probe times (queue_times)
+        cuda_options["user_compute_stream"] = str(probe.stream_handle)
     return [("CUDAExecutionProvider", cuda_options), "CPUExecutionProvider"]
 
 

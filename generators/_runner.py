@@ -369,7 +369,10 @@ class Runner:
             return self._failure(key, "failed", str(reply), start, floor_s), None
         measurement, timing = reply
         wall = time.perf_counter() - start
-        return dataclasses.replace(measurement, wall_time_s=wall), timing
+        measurement = dataclasses.replace(measurement, wall_time_s=wall)
+        if kind != "floor" and measurement.host_s is not None and self._floor is not None:
+            measurement = dataclasses.replace(measurement, host_floor_s=self._floor.host_floor_s)
+        return measurement, timing
 
     def _replace_worker(self) -> None:
         """Kill the current worker; the next request starts a fresh one."""
