@@ -16,8 +16,12 @@ Each model
     weighted by 1/latency so that it minimises *relative* error), corrected by the measured/linear
     ratio of the brick's nearest measured neighbours in a space of log shapes (a GEMM by its rows,
     columns, depth, batch and weight bytes, as the BLAS runs it: a pointwise convolution's rows are
-    its output channels; a convolution by the GEMM it runs and its kernel; other ops by their log
-    sizes), the way nn-Meter predicts kernels from shape features.
+    its output channels; a convolution by the GEMM it runs, its kernel and its log stride; other ops
+    by their log sizes), the way nn-Meter predicts kernels from shape features. In a class other
+    than the matrix products, a neighbour of another op type counts :data:`OP_PENALTY` further
+    away: the class shares the linear model (element-wise ops by bytes moved), but the
+    measured/linear ratio is the op's own kernel (Clip and Pow of the same bytes ran 3x apart); in
+    the class of matrix products MatMul, Gemm and pointwise convolutions run the same GEMM.
 
 Physics
     A prediction never falls below the brick's roofline (FLOPs off the zero padding at the peak
@@ -82,6 +86,10 @@ FAR_DISTANCE = 3.0
 EXTRAPOLATION = math.log(1.25)
 #: A prediction may exceed the slowest rate measured bricks of its class ran at by this factor.
 CAP_SLACK = 1.5
+#: In a class model other than the matrix products', a training brick of another op type lies
+#: ``OP_PENALTY * sqrt(2)`` further (in standardized descriptor units) than one of the brick's own:
+#: Clip and Pow move the same bytes at rates 3x apart, while MatMul and Gemm run the same GEMM.
+OP_PENALTY = 2.0
 #: Bricks whose floor-corrected time is at least this long show rates the machine reached.
 REACHED_MIN_S = 100e-6
 
@@ -130,11 +138,39 @@ def kernel_class(brick: Brick) -> str:
 
 
 def features(brick: Brick) -> np.ndarray:
-    """Features of a brick: [1, FLOPs, bytes moved, output elements, im2col elements, groups]."""
+    """Features of a brick: [1, FLOPs, bytes moved, output elements, im2col elements, contiguous
+    runs, groups]."""
     flops = float(brick.flops or 0)
     outputs = float(sum(s.numel for s in brick.outputs))
     return np.array([1.0, flops, float(brick.bytes_moved), outputs, float(im2col_elements(brick)),
-                     float(conv_groups(brick))])
+                     float(contiguous_runs(brick)), float(conv_groups(brick))])
+
+
+def contiguous_runs(brick: Brick) -> int:
+    """The contiguous runs of memory a brick of one Split, Concat or Transpose copies (1 for others).
+
+    A copy costs its bytes plus a fixed time per run: a Split of ``[1, 8732, 4]`` into pairs along
+    its last axis copies 17464 runs of 8 bytes and took 44 us for 280 KB, a Split of ``[1, 232, 14,
+    14]`` in halves along its channels two runs of 91 KB and 4.7 us for 360 KB. Split and Concat
+    copy one run per piece and per index before their axis; a Transpose one per index before the
+    trailing dimensions it keeps in place.
+    """
+    node = brick.nodes[0]
+    if len(brick.nodes) != 1 or node.op_type not in ("Split", "Concat", "Transpose") or not brick.inputs:
+        return 1
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    whole = brick.inputs[0].shape if node.op_type != "Concat" else (brick.outputs[0].shape if brick.outputs else ())
+    if not whole:
+        return 1
+    if node.op_type == "Transpose":
+        perm = list(attrs.get("perm") or reversed(range(len(whole))))
+        kept = len(perm)
+        while kept and perm[kept - 1] == kept - 1:
+            kept -= 1
+        return max(math.prod(whole[:kept]), 1)
+    axis = int(attrs.get("axis", 0)) % len(whole)
+    pieces = len(brick.outputs) if node.op_type == "Split" else len(node.input)
+    return max(pieces * math.prod(whole[:axis]), 1)
 
 
 def conv_groups(brick: Brick) -> int:
@@ -189,7 +225,7 @@ def descriptor(brick: Brick, kind: str = "auto") -> np.ndarray:
     ``kind`` ``"gemm"``: log rows, columns, depth, batch and weight bytes of the product it runs
     (a convolution's rows are its output channels: onnxruntime multiplies its weights by its input).
     ``"conv"``: the GEMM a convolution runs, log M (output channels per group), N (output pixels),
-    K (input channels per group times kernel area), log kernel area, stride and log group; the rate
+    K (input channels per group times kernel area), log kernel area, log stride and log group; the rate
     of a GEMM depends on its three sizes, not only on their product. ``"generic"``: log FLOPs,
     input, output and weight bytes, the number of inputs, log input and output channels and log
     output size past dimension 1. ``"auto"`` picks by :func:`kernel_class`.
@@ -214,7 +250,7 @@ def descriptor(brick: Brick, kind: str = "auto") -> np.ndarray:
         kernel = float(np.prod(weight.shape[2:]))
         return np.array([
             _log(weight.shape[0] / group), _log(float(np.prod(first_out[2:]))), _log(weight.shape[1] * kernel),
-            _log(kernel), float(max(attrs.get("strides") or (1,))), _log(group)])
+            _log(kernel), _log(max(attrs.get("strides") or (1,))), _log(group)])
     first_in = brick.inputs[0].shape if brick.inputs else ()
     return np.array([
         np.log1p(float(brick.flops or 0)),
@@ -303,7 +339,7 @@ class Product:
     def features(self) -> np.ndarray:
         """As :func:`features`."""
         return np.array([1.0, float(self.flops), float(self.bytes_moved), float(self.batch * self.rows * self.cols),
-                         0.0, 0.0])
+                         0.0, 1.0, 0.0])
 
     def descriptor(self) -> np.ndarray:
         """As :func:`descriptor` of kind ``"gemm"``."""
@@ -364,21 +400,36 @@ class Prediction:
 
 @dataclass(frozen=True, slots=True)
 class _Space:
-    """Standardized descriptors of a model's training bricks, for neighbours and distances."""
+    """Standardized descriptors of a model's training bricks, for neighbours and distances; with
+    ``penalty``, bricks of another op type lie ``penalty * sqrt(2)`` further (a one-hot op type
+    scaled by ``penalty`` joins the descriptor; an op type the model never saw lies ``penalty``
+    from every training brick)."""
 
     tree: cKDTree
     center: np.ndarray
     scale: np.ndarray
+    ops: tuple[str, ...] = ()
+    penalty: float = 0.0
 
     @classmethod
-    def fit(cls, d: np.ndarray) -> _Space:
+    def fit(cls, d: np.ndarray, ops: Sequence[str], penalty: float = 0.0) -> _Space:
         center, spread = d.mean(axis=0), d.std(axis=0)
         scale = np.where(spread > 1e-9, spread, 1.0)
-        return cls(cKDTree((d - center) / scale), center, scale)
+        vocabulary = tuple(sorted(set(ops))) if penalty > 0 and len(set(ops)) > 1 else ()
+        return cls(cKDTree(_embed((d - center) / scale, ops, vocabulary, penalty)), center, scale, vocabulary,
+                   penalty)
 
-    def query(self, d: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        distance, index = self.tree.query((d - self.center) / self.scale, k=k)
+    def query(self, d: np.ndarray, k: int, op: str) -> tuple[np.ndarray, np.ndarray]:
+        point = _embed(((d - self.center) / self.scale)[None], (op,), self.ops, self.penalty)[0]
+        distance, index = self.tree.query(point, k=k)
         return np.atleast_1d(distance), np.atleast_1d(index)
+
+
+def _embed(z: np.ndarray, ops: Sequence[str], vocabulary: Sequence[str], penalty: float) -> np.ndarray:
+    """Standardized descriptors ``z`` with their op types one-hot over ``vocabulary``, scaled by ``penalty``."""
+    if not vocabulary:
+        return z
+    return np.hstack([z, penalty * np.array([[op == o for o in vocabulary] for op in ops], dtype=float)])
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -392,10 +443,10 @@ class _Fitted:
     work: np.ndarray  # training bricks' work at the best rates, sorted
     slowest: np.ndarray  # per sorted training brick: the largest time/work among bricks of at least its work
 
-    def predict(self, x: np.ndarray, d: np.ndarray, work: float) -> tuple[float, float, float]:
-        """(seconds, distance to the nearest training brick, cap) of one brick."""
+    def predict(self, x: np.ndarray, d: np.ndarray, work: float, op: str = "") -> tuple[float, float, float]:
+        """(seconds, distance to the nearest training brick, cap) of one brick of op type ``op``."""
         linear = max(float(x @ self.coef), 1e-12)
-        distance, index = self.space.query(d, max(self.k, 1))
+        distance, index = self.space.query(d, max(self.k, 1), op)
         if self.k > 0:
             weights = 1.0 / (distance + 0.1)
             linear *= float(np.exp(weights @ self.log_ratio[index] / weights.sum()))
@@ -417,13 +468,15 @@ def _fit_linear(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return coef / col
 
 
-def _fit(x: np.ndarray, d: np.ndarray, y: np.ndarray, work: np.ndarray, k: int) -> _Fitted:
+def _fit(x: np.ndarray, d: np.ndarray, y: np.ndarray, work: np.ndarray, k: int, ops: Sequence[str],
+         penalty: float = 0.0) -> _Fitted:
     coef = _fit_linear(x, y)
     ratio = y / np.maximum(x @ coef, 1e-12)
     order = np.argsort(work)
     per_work = (y / work)[order]
     slowest = np.maximum.accumulate(per_work[::-1])[::-1]
-    return _Fitted(coef, _Space.fit(d), np.log(np.maximum(ratio, 1e-12)), min(k, len(y)), work[order], slowest)
+    return _Fitted(coef, _Space.fit(d, ops, penalty), np.log(np.maximum(ratio, 1e-12)), min(k, len(y)), work[order],
+                   slowest)
 
 
 def conformal_quantile(scores: Sequence[float] | np.ndarray, alpha: float = ALPHA) -> float:
@@ -454,7 +507,8 @@ class CrossValidation:
         return max(min(conformal_quantile(scores, alpha), 2 * float(scores.max()) + 0.1), MIN_LOG_HALFWIDTH)
 
 
-def _cross_validate(x: np.ndarray, d: np.ndarray, y: np.ndarray, work: np.ndarray, k: int) -> CrossValidation:
+def _cross_validate(x: np.ndarray, d: np.ndarray, y: np.ndarray, work: np.ndarray, k: int,
+                    ops: Sequence[str], penalty: float = 0.0) -> CrossValidation:
     n = len(y)
     if n < 3:
         return CrossValidation(np.zeros(0), np.zeros(0))
@@ -464,9 +518,10 @@ def _cross_validate(x: np.ndarray, d: np.ndarray, y: np.ndarray, work: np.ndarra
     errors, distances = np.zeros(n), np.zeros(n)
     for fold in np.unique(folds):
         test = folds == fold
-        fitted = _fit(x[~test], d[~test], y[~test], work[~test], k)
+        kept = [op for op, held in zip(ops, test, strict=True) if not held]
+        fitted = _fit(x[~test], d[~test], y[~test], work[~test], k, kept, penalty)
         for i in np.flatnonzero(test):
-            seconds, distances[i], _ = fitted.predict(x[i], d[i], work[i])
+            seconds, distances[i], _ = fitted.predict(x[i], d[i], work[i], ops[i])
             errors[i] = abs(math.log(seconds / y[i]))
     return CrossValidation(errors, distances)
 
@@ -497,12 +552,13 @@ class OpModel:
         if self.fitted is None:
             return max(float(features(brick) @ np.array(self.coef)), 0.0), 0.0, math.inf
         work = rates.work_s(brick) if rates else math.inf
-        return self._raw_terms(features(brick), descriptor(brick, self.kind), work)
+        return self._raw_terms(features(brick), descriptor(brick, self.kind), work, brick.op_type)
 
-    def _raw_terms(self, x: np.ndarray, d: np.ndarray, work: float) -> tuple[float, float, float]:
-        """(seconds, distance in units of ``d_ref``, cap) of a brick's features, descriptor and work."""
+    def _raw_terms(self, x: np.ndarray, d: np.ndarray, work: float, op: str = "") -> tuple[float, float, float]:
+        """(seconds, distance in units of ``d_ref``, cap) of a brick's features, descriptor, work
+        and op type."""
         assert self.fitted is not None
-        seconds, distance, cap = self.fitted.predict(x, d, work)
+        seconds, distance, cap = self.fitted.predict(x, d, work, op)
         return seconds, distance / self.d_ref, cap
 
     def log_halfwidth(self, distance: float) -> float:
@@ -588,8 +644,10 @@ class LatencyPredictor:
         d = np.stack([descriptor(b, kind) for b in group])
         y = np.array([latency[b.signature] for b in group])
         work = np.array([self.rates_.work_s(b) for b in group])
-        fitted = _fit(x, d, y, work, k)
-        cv = _cross_validate(x, d, y, work, k)
+        ops = tuple(b.op_type for b in group)
+        penalty = OP_PENALTY if key != "*" and kind != "gemm" else 0.0
+        fitted = _fit(x, d, y, work, k, ops, penalty)
+        cv = _cross_validate(x, d, y, work, k, ops, penalty)
         error = float(np.median(np.expm1(cv.log_errors))) if len(cv.log_errors) else float("nan")
         return OpModel(key, tuple(float(c) for c in fitted.coef), len(group), error, cv.quantile(self.alpha),
                        cv.d_ref, kind, fitted)
@@ -650,7 +708,7 @@ class LatencyPredictor:
             return None
         product = recurrence.input_product()
         work = max(product.flops / self.rates_.flops_per_s, product.bytes_moved / self.rates_.bytes_per_s, 1e-12)
-        seconds, distance, _ = model._raw_terms(product.features(), product.descriptor(), work)
+        seconds, distance, _ = model._raw_terms(product.features(), product.descriptor(), work, "MatMul")
         width = model.log_halfwidth(distance)
         step, steps = recurrence.step(), recurrence.seq
         cached = (self.floor_rates_ or self.data_rates_).product_s(step)

@@ -133,7 +133,9 @@ def _measure(state: _State, payload: dict[str, Any]) -> Any:
         elif not hold:
             prepared.close()
         raise
-    if not hold:
+    if not hold and getattr(config, "device", "cpu") != "cpu":
+        prepared.close()  # an accelerator's session holds device memory (arena, library workspaces)
+    elif not hold:
         state.kept.keep(key, prepared, value_s=measurement.median_s or 0.0)
     return measurement, dataclasses.replace(timing, prepare_s=prepare_s)
 
