@@ -240,14 +240,13 @@ def _m0005_contexts(db: sqlite_utils.Database) -> None:
 
 _V6 = "\n".join(f"ALTER TABLE {table} ADD COLUMN {column} REAL;"
                 for table in ("measurements", "model_measurements", "context_measurements")
-                for column in ("host_s", "device_s", "device_warm_s", "host_floor_s"))
+                for column in ("host_s", "device_s", "device_warm_s"))
 
 
 def _m0006_queue_times(db: sqlite_utils.Database) -> None:
     """The times of an accelerator's launch queue with each measurement (None elsewhere): the host's
-    time to issue one run (``host_s``), the device's time to run it with a cold L2 cache
-    (``device_s``) and after itself (``device_warm_s``), and the host time of a run with no node
-    (``host_floor_s``)."""
+    time to issue one run unsynchronized (``host_s``), and the device's time to run it with a cold L2
+    cache (``device_s``) and after itself (``device_warm_s``)."""
     db.executescript(_V6)
 
 

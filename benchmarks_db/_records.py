@@ -37,7 +37,7 @@ __all__ = [
 
 #: The statistics columns shared by ``measurements`` and ``model_measurements`` (seconds).
 #: The launch-queue columns of the measurement tables (seconds; None off accelerators).
-QUEUE_FIELDS = ("host_s", "device_s", "device_warm_s", "host_floor_s")
+QUEUE_FIELDS = ("host_s", "device_s", "device_warm_s")
 STAT_FIELDS = ("min_s", "median_s", "mean_s", "p90_s", "p99_s", "std_s", "iqr_s", "ci_low_s",
                "ci_high_s")
 
@@ -192,7 +192,6 @@ class MeasurementRecord:
     host_s: float | None = None  # launch queue (accelerators): see dlbricks.generators.Measurement
     device_s: float | None = None
     device_warm_s: float | None = None
-    host_floor_s: float | None = None
 
     @property
     def ok(self) -> bool:

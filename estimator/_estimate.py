@@ -413,21 +413,27 @@ def _lower_bounds(dec: Decomposition, alternatives: Mapping[str, Sequence[Measur
 def _queue_times(dec: Decomposition, latency: Mapping[str, float],
                  measured: Mapping[str, Sequence[Measurement]]) -> dict[str, QueueTimes] | None:
     """Each brick's times in an accelerator's launch queue, where every measured brick has them
-    (``host_s``: a CUDA measurement), else None. The host's time is its issue time less the host
-    floor; the device's, its kernels' time with a cold L2 cache (the weights of a layer come from
-    memory, one run of the model after they were last read). A brick whose host waits for its
-    kernels (no ``device_s``), a predicted one, and a view (its kernels aliased away inside a model)
-    are counted as blocking, for their latency, as in the sequential sum."""
+    (``host_s``: a CUDA measurement), else None.
+
+    The device's time is its kernels' after a run of themselves (``device_warm_s``), as the brick's
+    latency was timed. The host's is what is left of the brick's floor-corrected latency, a
+    synchronous run, once its kernels are taken out: a run with no node is the floor, and one
+    brick's kernels run as it issues them, the last one after. Its unsynchronized issue time
+    (``host_s``) is not used: onnxruntime's runs without synchronization cost the host more than
+    synchronous ones (see docs/gpu.md). A brick whose host waits for its kernels (no device time),
+    a predicted one, and a view (its kernels aliased away inside a model) are counted as blocking,
+    for their latency, as in the sequential sum."""
     own = {sig: ms[0] for sig, ms in measured.items() if ms}
     if not own or any(m.host_s is None for m in own.values()):
         return None
     times = {}
     for sig in dec.bricks:
         m = own.get(sig)
-        if m is None or m.host_s is None or m.device_s is None or latency[sig] == 0.0:
+        device = None if m is None else (m.device_warm_s if m.device_warm_s is not None else m.device_s)
+        if device is None or latency[sig] == 0.0:
             times[sig] = QueueTimes(latency[sig], 0.0, blocking=True)
         else:
-            times[sig] = QueueTimes(max(m.host_s - (m.host_floor_s or 0.0), 0.0), m.device_s)
+            times[sig] = QueueTimes(max(latency[sig] - device, 0.0), device)
     return times
 
 

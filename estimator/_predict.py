@@ -65,7 +65,7 @@ from dlbricks import Brick, TensorSpec
 from dlbricks._cost import DATA_MOVEMENT_OPS, ELEMENTWISE_OPS, gemm_dims
 
 __all__ = ["LatencyPredictor", "OpModel", "Prediction", "Rates", "CrossValidation", "Recurrence", "Product",
-           "descriptor", "features", "conv_groups", "kernel_class", "main_node", "roofline_work",
+           "descriptor", "features", "conv_groups", "contiguous_runs", "kernel_class", "main_node", "roofline_work",
            "conformal_quantile"]
 
 MIN_BRICKS_PER_OP = 3

@@ -57,8 +57,7 @@ def measure_floor(
     Measurement or tuple of (Measurement, Timing)
         The one-node model's measurement, keyed ``"dlbricks.floor:identity-float32-1"``; its
         ``floor_s`` is the floor extrapolated to no node (:func:`zero_node_floor`), or its own
-        median if the chain could not be measured; on CUDA, ``host_floor_s`` is the host's time to
-        issue a run, extrapolated likewise.
+        median if the chain could not be measured.
     """
     backend_obj = get_backend(backend) if isinstance(backend, str) else backend
     config = backend_obj.default_config() if config is None else config
@@ -69,10 +68,7 @@ def measure_floor(
     floor = measurement.median_s
     if measurement.ok and chain.ok and floor is not None and chain.median_s is not None:
         floor = zero_node_floor(floor, chain.median_s, CHAIN_NODES)
-    host_floor = measurement.host_s
-    if host_floor is not None and chain.ok and chain.host_s is not None:
-        host_floor = zero_node_floor(host_floor, chain.host_s, CHAIN_NODES)
-    measurement = dataclasses.replace(measurement, floor_s=floor, host_floor_s=host_floor)
+    measurement = dataclasses.replace(measurement, floor_s=floor)
     result: tuple[Measurement, Timing] = (measurement, timing)
     return result if details else measurement
 

@@ -266,10 +266,10 @@ def measure_prepared(
     as :func:`time_calls` takes it."""
     start = clock()
     timing = time_calls(prepared, budget, clock, warmed=warmed)
-    measurement = timing_to_measurement(
-        timing, key, backend_name, config, 0.0, floor_s=floor_s, keep_samples=keep_samples)
-    measurement = with_queue_times(measurement, prepared)
-    return replace(measurement, wall_time_s=(clock() - start) / 1e9), timing
+    wall = (clock() - start) / 1e9
+    return timing_to_measurement(
+        timing, key, backend_name, config, wall, floor_s=floor_s, keep_samples=keep_samples
+    ), timing
 
 
 def measure_model(
@@ -292,23 +292,14 @@ def measure_model(
     prepared_at = clock()
     try:
         timing = time_calls(prepared, budget, clock)
-        measurement = timing_to_measurement(
-            timing, key, backend.name, config, 0.0, floor_s=floor_s, keep_samples=keep_samples)
-        measurement = with_queue_times(measurement, prepared)
     finally:
         prepared.close()
+    wall = (clock() - start) / 1e9
     timing = replace(timing, prepare_s=(prepared_at - start) / 1e9)
-    return replace(measurement, wall_time_s=(clock() - start) / 1e9), timing
-
-
-def with_queue_times(measurement: Measurement, prepared: Prepared) -> Measurement:
-    """``measurement`` with the host and device times of ``prepared``'s run where its backend takes
-    them (``queue_times()``: CUDA; see :mod:`dlbricks.generators._cuda`), unchanged elsewhere."""
-    queue_times = getattr(prepared, "queue_times", None)
-    sample = queue_times() if queue_times is not None else None
-    if sample is None:
-        return measurement
-    return replace(measurement, host_s=sample.host_s, device_s=sample.device_s, device_warm_s=sample.device_warm_s)
+    measurement = timing_to_measurement(
+        timing, key, backend.name, config, wall, floor_s=floor_s, keep_samples=keep_samples
+    )
+    return measurement, timing
 
 
 def timing_to_measurement(

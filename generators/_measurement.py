@@ -34,10 +34,9 @@ _FLOAT_FIELDS = (
     "host_s",
     "device_s",
     "device_warm_s",
-    "host_floor_s",
 )
 #: Fields of a measurement on an accelerator (None elsewhere): what its launch queue needs.
-QUEUE_FIELDS = ("host_s", "device_s", "device_warm_s", "host_floor_s")
+QUEUE_FIELDS = ("host_s", "device_s", "device_warm_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,11 +72,10 @@ class Measurement:
     session, warming up and the timed runs. ``floor_s`` is the per-call cost of an empty model
     under the same configuration, which the estimator subtracts per brick.
 
-    On CUDA a measurement also holds the times of the launch queue (:data:`QUEUE_FIELDS`, medians,
-    None elsewhere): ``host_s`` the calling thread's time to issue one run, ``device_s`` the kernels
-    alone with a cold L2 cache (None where the host waits for them), ``device_warm_s`` the kernels
-    of a run that follows itself, and ``host_floor_s`` the host time of a run with no node (a
-    floor measurement's, extrapolated like ``floor_s``), which the estimator subtracts per brick.
+    On CUDA a brick's measurement also holds the times of the launch queue (:data:`QUEUE_FIELDS`,
+    medians, None elsewhere): ``host_s`` the calling thread's time to issue one run unsynchronized,
+    ``device_s`` the kernels alone with a cold L2 cache (None where the host waits for them), and
+    ``device_warm_s`` the kernels of a run that follows itself (see :mod:`dlbricks.generators._cuda`).
     """
 
     key: str
@@ -102,7 +100,6 @@ class Measurement:
     host_s: float | None = None
     device_s: float | None = None
     device_warm_s: float | None = None
-    host_floor_s: float | None = None
 
     @property
     def ok(self) -> bool:

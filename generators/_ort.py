@@ -433,6 +433,11 @@ class OrtBackend:
         CPU with more than one thread and spinning on; nothing with one thread, which has no pool)."""
         return IDLE_SPIN_S if uses_global_pools(config) else 0.0
 
+    def takes_queue_times(self, config: Any) -> bool:
+        """Whether a :class:`~dlbricks.generators.Runner` asks each measured item for its launch-queue
+        times (``OrtPrepared.queue_times``): on CUDA."""
+        return getattr(config, "device", "cpu") == "cuda"
+
     def describe(self, config: Any) -> dict[str, Any]:
         """Runtime version, available providers and the configuration."""
         ort = _ort()

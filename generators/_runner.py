@@ -231,6 +231,7 @@ class Runner:
         self._floor_at = 0.0
         self._worker: _Worker | None = None
         self._idle_spin_s = getattr(self.backend, "idle_spin_s", lambda config: 0.0)(self.config)
+        self._queue = bool(getattr(self.backend, "takes_queue_times", lambda config: False)(self.config))
 
     def __enter__(self) -> Runner:
         return self
@@ -315,6 +316,7 @@ class Runner:
             model = resolved.load()
         except Exception as e:  # a brick that cannot materialize is a failed item
             return self._failure(resolved.key, "failed", one_line(e), start, floor_s), None
+        queue = self._queue and not hold
         payload = {
             "key": resolved.key,
             "model": model,
@@ -323,9 +325,31 @@ class Runner:
             "budget": budget or self.budget,
             "keep_samples": self.keep_samples,
             "floor_s": floor_s,
-            "hold": hold,
+            "hold": hold or queue,
         }
-        return self._request(resolved.key, "measure", payload, start=start, floor_s=floor_s)
+        measurement, timing = self._request(resolved.key, "measure", payload, start=start, floor_s=floor_s)
+        if queue:
+            measurement = self._with_queue_times(resolved.key, measurement)
+        return measurement, timing
+
+    def _with_queue_times(self, key: str, measurement: Measurement) -> Measurement:
+        """``measurement`` with the launch-queue times of the item held under ``key`` (the backend's
+        ``takes_queue_times``: CUDA), taken in a request of their own and the item then released.
+        Their runs leave the device unsynchronized: a worker that dies of them costs those times
+        only, never the measurement."""
+        if not measurement.ok or self._worker is None:
+            self.release(key)
+            return measurement
+        try:
+            status, sample = self._worker.request(("queue", {"key": key}), self.budget.timeout)
+        except (WorkerTimeoutError, WorkerDiedError):
+            self._replace_worker()
+            return measurement
+        self.release(key)
+        if status != "ok" or sample is None:
+            return measurement
+        return dataclasses.replace(measurement, host_s=sample.host_s, device_s=sample.device_s,
+                                   device_warm_s=sample.device_warm_s)
 
     def _floor_s(self) -> float | None:
         """The floor (extrapolated to no node), calibrating it first if asked to; None if it failed."""
@@ -369,10 +393,7 @@ class Runner:
             return self._failure(key, "failed", str(reply), start, floor_s), None
         measurement, timing = reply
         wall = time.perf_counter() - start
-        measurement = dataclasses.replace(measurement, wall_time_s=wall)
-        if kind != "floor" and measurement.host_s is not None and self._floor is not None:
-            measurement = dataclasses.replace(measurement, host_floor_s=self._floor.host_floor_s)
-        return measurement, timing
+        return dataclasses.replace(measurement, wall_time_s=wall), timing
 
     def _replace_worker(self) -> None:
         """Kill the current worker; the next request starts a fresh one."""

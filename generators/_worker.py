@@ -68,6 +68,8 @@ def _answer(state: _State, request: tuple[str, Any]) -> tuple[str, Any]:
             return "ok", _again(state, payload)
         if kind == "release":
             return "ok", _release(state, payload)
+        if kind == "queue":
+            return "ok", _queue(state, payload)
         raise ValueError(f"unknown request {kind!r}")
     except Exception as e:  # every failure of an item is reported, not fatal
         return "error", one_line(e)
@@ -150,6 +152,13 @@ def _again(state: _State, payload: dict[str, Any]) -> Any:
     return measure_prepared(prepared, payload["key"], backend.name, config, payload["budget"],
                             floor_s=payload.get("floor_s"), keep_samples=payload.get("keep_samples", False),
                             warmed=True)
+
+
+def _queue(state: _State, payload: dict[str, Any]) -> Any:
+    """The launch-queue times of a held model (its prepared ``queue_times()``), None where it has none."""
+    held = state.held.get(payload["key"])
+    queue_times = getattr(held[0], "queue_times", None) if held is not None else None
+    return queue_times() if queue_times is not None else None
 
 
 def _release(state: _State, payload: dict[str, Any]) -> None:

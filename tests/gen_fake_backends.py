@@ -118,8 +118,19 @@ class _FaultyPrepared:
             time.sleep(3600)
         elif behavior == "pid":
             raise RuntimeError(f"pid={os.getpid()}")
+        elif behavior in ("queue-ok", "queue-abort"):
+            sum(range(20))
         elif behavior == "env":
             raise RuntimeError(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
+
+    def queue_times(self) -> Any:
+        """Launch-queue times (a backend on an accelerator): fixed ones, or a crash for
+        ``"queue-abort"`` (an unsynchronized run that brings its process down)."""
+        from dlbricks.generators._cuda import QueueSample
+
+        if self.behavior == "queue-abort":
+            os.abort()
+        return QueueSample(host_s=10e-6, device_s=20e-6, device_warm_s=15e-6)
 
     def close(self) -> None:
         pass
@@ -141,6 +152,9 @@ class FaultyBackend:
 
     def worker_env(self, config: Any) -> dict[str, str]:
         return {"OMP_NUM_THREADS": "3"}
+
+    def takes_queue_times(self, config: Any) -> bool:
+        return bool(config.label == "queue")
 
     def prepare(self, model: onnx.ModelProto, config: Any) -> _FaultyPrepared:
         props = {p.key: p.value for p in model.metadata_props}

@@ -87,7 +87,7 @@ def test_an_older_database_is_migrated_in_place(tmp_path) -> None:
         assert names == ["0001_initial", "0002_peaks", "0003_model_reorders", "0004_fused_overheads",
                          "0005_contexts", "0006_queue_times"]
         assert "context" in s.db["measurements"].columns_dict and s.db["context_measurements"].count == 0
-        assert {"host_s", "device_s", "device_warm_s", "host_floor_s"} <= set(s.db["context_measurements"].columns_dict)
+        assert {"host_s", "device_s", "device_warm_s"} <= set(s.db["context_measurements"].columns_dict)
         assert s.overheads("old", "cfg", ["sig"]) == {} and s.reorder_price("old", "cfg") is None
 
 

@@ -181,3 +181,49 @@ def test_views_count_nothing_beyond_the_floor() -> None:
     assert plain.sequential_s - viewed.sequential_s == pytest.approx(copy)
     assert plain.lower_bound_s - viewed.lower_bound_s == pytest.approx(dec.counts()[flat] * (ms[flat].min_s - 2e-6))
     assert next(c for c in viewed.breakdown if c.signature == flat).total_s == 0.0
+
+
+def _on_cuda(m: Measurement, device_warm: float) -> Measurement:
+    """``m`` as a CUDA measurement whose kernels take ``device_warm`` (cold: 20% more)."""
+    from dataclasses import replace
+
+    return replace(m, config=OrtConfig(device="cuda"), host_s=(m.median_s or 0.0) * 3, device_s=1.2 * device_warm,
+                   device_warm_s=device_warm)
+
+
+@pytest.mark.parametrize("device_share", [0.1, 0.5, 0.9])
+def test_on_cuda_the_estimate_is_the_launch_queue_between_its_limits(device_share: float) -> None:
+    from dlbricks.estimator import queue_latency
+
+    dec = dlbricks.decompose(_models.matmul_stack(shared=False, layers=6))
+    floor = 10e-6
+    cpu = {sig: _measurement(sig, floor + 30e-6, floor=floor) for sig in dec.bricks}
+    cuda = {sig: _on_cuda(m, device_share * 30e-6) for sig, m in cpu.items()}
+    summed = estimate_decomposition(dec, cpu, config_id="c")
+    queued = estimate_decomposition(dec, cuda, config_id="c")
+    n = len(dec.occurrences)
+    assert summed.sequential_s == pytest.approx(floor + n * 30e-6)
+    # each brick: 30 us in all, of which device_share on the device, the rest issuing it
+    host, device = (1 - device_share) * 30e-6, device_share * 30e-6
+    assert queued.sequential_s == pytest.approx(floor + n * max(host, device) + min(host, device))
+    assert queued.sequential_s < summed.sequential_s
+    assert floor + n * max(host, device) <= queued.sequential_s <= floor + n * (host + device)
+    assert queued.lower_bound_s == pytest.approx(floor + n * device)  # every kernel back to back
+    assert queued.lower_bound_s <= queued.sequential_s and queued.parallel_s <= queued.sequential_s
+    assert queue_latency([]) == 0.0
+
+
+def test_a_cuda_brick_whose_host_waits_is_counted_whole_in_the_queue() -> None:
+    from dataclasses import replace
+
+    dec = dlbricks.decompose(_models.matmul_stack(shared=False, layers=4))
+    floor = 10e-6
+    cuda = {sig: _on_cuda(_measurement(sig, floor + 30e-6, floor=floor), 3e-6) for sig in dec.bricks}
+    overlapped = estimate_decomposition(dec, cuda, config_id="c")
+    blocking = next(iter(cuda))
+    cuda[blocking] = replace(cuda[blocking], device_s=None, device_warm_s=None)
+    est = estimate_decomposition(dec, cuda, config_id="c")
+    plain = estimate_decomposition(dec, {s: replace(m, host_s=None) for s, m in cuda.items()}, config_id="c")
+    assert overlapped.sequential_s < est.sequential_s <= plain.sequential_s * (1 + 1e-12)
+    count = sum(1 for o in dec.occurrences if o.signature == blocking)
+    assert est.sequential_s >= floor + count * 30e-6

@@ -181,3 +181,17 @@ def test_two_threaded_runners_take_turns_with_a_pause_between_them(monkeypatch) 
         one.measure(floor_model())
         other.measure(floor_model())  # one thread: no pool, nothing spins
     assert slept == []
+
+
+def test_launch_queue_times_come_in_a_request_of_their_own_that_may_crash() -> None:
+    from tests.gen_fake_backends import FakeConfig
+
+    with Runner(FAULTY, FakeConfig("queue"), budget=BUDGET) as runner:
+        fine = runner.measure(behavior_model("queue-ok"))
+        assert fine.ok and (fine.host_s, fine.device_s, fine.device_warm_s) == (10e-6, 20e-6, 15e-6)
+        crashed = runner.measure(behavior_model("queue-abort"))
+        assert crashed.ok and crashed.median_s and crashed.host_s is None and crashed.device_s is None
+        assert runner.worker_pid is None  # replaced on the next request
+        assert runner.measure(behavior_model("queue-ok", tag="after")).device_s == 20e-6
+    with Runner(FAULTY, budget=BUDGET) as runner:  # a backend config that takes none
+        assert runner.measure(behavior_model("queue-ok", tag="plain")).host_s is None
