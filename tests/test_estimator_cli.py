@@ -402,3 +402,10 @@ def test_validate_finds_a_model_that_bench_stored_under_its_name(tmp_path: Path,
     gone = CliRunner().invoke(main, ["validate", "tiny", "--db", "v.db", "--budget", "quick"])
     assert gone.exit_code == 2 and gone.output.count("\n") == 1
     assert "was stored from tiny.onnx, which is not there" in gone.output
+
+
+def test_evaluate_sweep_needs_cuda_and_says_so_in_one_line(tmp_path) -> None:
+    result = CliRunner().invoke(main, ["evaluate", "--suite", "resnet18_v1", "--sweep", "--db", str(tmp_path / "s.db")])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "--device cuda" in lines[0] and "Traceback" not in result.output
