@@ -158,7 +158,7 @@ def last_level_cache(store: Any, system: Any) -> int | None:
 
 def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = None,
              config: OrtConfig | None = None, granularity: str = "layer", on_missing: str = "error",
-             budget: Budget | None = None, peaks: Peaks | None = None) -> Estimate:
+             budget: Budget | None = None, peaks: Peaks | None = None, launch_queue: bool = True) -> Estimate:
     """Estimate a model's latency from the brick database.
 
     Parameters
@@ -179,6 +179,9 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
         For ``on_missing="measure"``.
     peaks : Peaks, optional
         Default: the peaks stored for the system by ``dlbricks calibrate``.
+    launch_queue : bool, default True
+        On an accelerator, compose through the launch queue where the bricks have its times
+        (:func:`estimate_decomposition`); False: the sequential sum, as on the CPU.
     """
     store = open_store(db)
     system = _system_key(system)
@@ -205,7 +208,8 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     return estimate_decomposition(
         dec, measured, config_id=cfg.config_id, on_missing=on_missing, predictor=predictor,
         measure=measure, alternatives=_alternatives(store, dec, system, cfg), peaks=peaks,
-        brick_overhead_s=overhead, model_extra_s=extra, views=view_bricks(dec, backend_name(cfg)))
+        brick_overhead_s=overhead, model_extra_s=extra, views=view_bricks(dec, backend_name(cfg)),
+        launch_queue=launch_queue)
 
 
 def view_bricks(dec: Decomposition, backend: str) -> set[str]:

@@ -188,6 +188,7 @@ def estimate_decomposition(
     model_extra_s: float = 0.0,
     views: Collection[str] = (),
     composition_error: float = 0.0,
+    launch_queue: bool = True,
 ) -> Estimate:
     """Compose a model's latency from its bricks.
 
@@ -224,6 +225,10 @@ def estimate_decomposition(
         Relative error of a sum of measured bricks against the whole model, at the interval's level
         (from validation runs of other models: how far brick sums landed from whole-model runs);
         it joins the bricks' own intervals in quadrature.
+    launch_queue : bool, default True
+        Where every measured brick has launch-queue times (``host_s``: CUDA), compose the sequential
+        and parallel estimates and the lower bound through the launch queue
+        (:mod:`dlbricks.estimator._queue`); False, or without them, the sequential sum.
     """
     if on_missing not in ON_MISSING:
         raise InvalidArgumentError(f"'on_missing' must be one of {ON_MISSING}. Got {on_missing!r} instead.")
@@ -269,19 +274,19 @@ def estimate_decomposition(
     predictions = {sig: p for sig, p in predictions.items() if sig not in views}
     every = {sig: [m, *(alternatives or {}).get(sig, ())] for sig, m in found.items()}
     return _compose(dec, latency, halfwidth, floor_s + model_extra_s, config_id, predicted, every, peaks,
-                    overhead, predictions, composition_error)
+                    overhead, predictions, composition_error, launch_queue)
 
 
 def _compose(dec: Decomposition, latency: Mapping[str, float], halfwidth: Mapping[str, float],
              floor_s: float, config_id: str, predicted: Sequence[str],
              alternatives: Mapping[str, Sequence[Measurement]], peaks: Peaks | None,
              overhead: Mapping[str, float], predictions: Mapping[str, Prediction],
-             composition_error: float = 0.0) -> Estimate:
+             composition_error: float = 0.0, launch_queue: bool = True) -> Estimate:
     latency = dict(latency)
     predicted_set = set(predicted)
     roof = None
     if peaks is not None:
-        queued = _queue_times(dec, latency, alternatives)
+        queued = _queue_times(dec, latency, alternatives) if launch_queue else None
         fastest = (_lower_bounds(dec, alternatives, latency, floor_s, overhead)[2] if queued is None
                    else _queued_lower_bounds(dec, queued, alternatives, floor_s)[2])
         peaks = _reached(peaks, dec, fastest, predicted_set)
@@ -291,7 +296,7 @@ def _compose(dec: Decomposition, latency: Mapping[str, float], halfwidth: Mappin
     node_latency = {o.index: latency[o.signature] + floor_s for o in dec.occurrences}
     seq = sequential(dec.dag, node_latency, floor_s)
     par = critical_path(dec.dag, node_latency, floor_s)
-    queue = _queue_times(dec, latency, alternatives)
+    queue = _queue_times(dec, latency, alternatives) if launch_queue else None
     if queue is not None:
         seq, par = _queued(dec, queue, floor_s)
     counts = dec.counts()

@@ -1,0 +1,60 @@
+"""Estimate every model measured whole in a brick database, from the measurements it holds alone.
+
+A database filled on another machine (a GPU run's, read on a laptop without one) carries its system,
+its configurations and its whole-model measurements: this script estimates each stored model in the
+configuration it was measured whole in, with that system's bricks, and prints the error against the
+stored whole-model median, the lower bound and the roofline. Nothing is measured. With
+``--no-launch-queue`` a CUDA database is composed as the sequential sum of its bricks instead of
+through the launch queue (``dlbricks.estimator.estimate(..., launch_queue=False)``).
+
+    python benchmarks/estimate_stored.py --db cuda_layer.db [--no-launch-queue]
+
+The H100 run of docs/gpu.md is ``benchmarks/data/h100_layer_2026-11-24.db.gz`` (gunzip it first).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from dlbricks.benchmarks_db import Store
+from dlbricks.estimator import estimate
+from dlbricks.generators import OrtConfig
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", required=True, help="The brick database (read only).")
+    parser.add_argument("--no-launch-queue", action="store_true", help="The sequential sum, even on CUDA.")
+    args = parser.parse_args()
+    store = Store(args.db, readonly=True)
+    configs = {b.config_id: b.options for b in store.backends()}
+    names = {m.key: m.name for m in store.models()}
+    errors, held = [], 0
+    print(f"{'model':20s} {'measured ms':>11s} {'estimated ms':>12s} {'error %':>8s} {'lower bound ms':>14s} "
+          f"{'roofline ms':>11s}  bounds")
+    for record in store.model_measurements():
+        if not record.ok or record.config_id not in configs:
+            continue
+        config = OrtConfig.from_dict(configs[record.config_id])
+        try:
+            est = estimate(store.decomposition(record.key), store, system=record.system, config=config,
+                           on_missing="predict", launch_queue=not args.no_launch_queue)
+        except Exception as e:  # noqa: BLE001 - a model that cannot be estimated is a row, not the end
+            print(f"{names.get(record.key, record.key):20s} cannot be estimated: {e}")
+            continue
+        measured = record.median_s or float("nan")
+        error = est.sequential_s / measured - 1
+        bounds = (est.roofline_s or 0.0) <= est.lower_bound_s <= measured
+        errors.append(abs(error))
+        held += bounds
+        predicted = f"  ({100 * est.predicted_share:.0f}% predicted)" if est.predicted else ""
+        print(f"{names.get(record.key, record.key):20s} {1e3 * measured:11.3f} {1e3 * est.sequential_s:12.3f} "
+              f"{100 * error:+8.1f} {1e3 * est.lower_bound_s:14.3f} {1e3 * (est.roofline_s or 0.0):11.3f}  "
+              f"{'yes' if bounds else 'NO'}{predicted}")
+    if errors:
+        print(f"mean |error| {100 * sum(errors) / len(errors):.2f}%, max {100 * max(errors):.2f}%, within +-5%: "
+              f"{sum(e <= 0.05 for e in errors)}/{len(errors)}, bounds {held}/{len(errors)}")
+
+
+if __name__ == "__main__":
+    main()
