@@ -131,7 +131,9 @@ def _predictor(store: Store, system: Any, config_id: str, peaks: Peaks | None = 
 def memory_rate(store: Any, system: Any, cache_bytes: int | None) -> float | None:
     """Bytes/s at which the calibrated matrix-vector product read weights larger than
     ``cache_bytes`` again and again (the smallest such size calibrated on the CPU by
-    ``dlbricks calibrate``), or None where none was."""
+    ``dlbricks calibrate``), or None where none was. The calibrated Adds are left out: a recurrent
+    step runs the matrix-vector product's loop over its weights, not an Add's two read streams and
+    one write stream."""
     getter = getattr(store, "peaks", None)
     stored = None if getter is None or not cache_bytes else getter(system)
     if stored is None:
