@@ -103,8 +103,8 @@ def brick_to_symbol(brick: Any, weights: str | None = None,
     """
     mx = import_mxnet(f"brick {brick.signature[:12]}")
     model = model_to_symbol(brick.to_onnx(weights=weights))
-    arg = {k: to_ndarray(mx, v) for k, v in model.arg_params.items()}
-    aux = {k: to_ndarray(mx, v) for k, v in model.aux_params.items()}
+    arg = {k: to_ndarray(mx, model.arg_params.pop(k)) for k in list(model.arg_params)}  # one copy at a time
+    aux = {k: to_ndarray(mx, model.aux_params.pop(k)) for k in list(model.aux_params)}
     return model.symbol, arg, aux, model.input_names
 
 
@@ -113,23 +113,32 @@ def check_mxnet_runnable(brick: Any) -> str | None:
 
     The MXNet counterpart of :meth:`Brick.check_runnable`: what the mxnet backend does before timing.
     """
-    from dlbricks._inputs import random_inputs
-    from dlbricks._mxnet_frontend import _first_line, _unfused
+    from dlbricks._mxnet_frontend import _first_line
 
     try:
         mx = import_mxnet(f"brick {brick.signature[:12]}")
-        symbol, arg, aux, names = brick_to_symbol(brick, weights="synthetic")
-        arrays = random_inputs(brick.inputs)
-        arg.update({name: to_ndarray(mx, arrays[name]) for name in names})
-        with _unfused():
-            executor = symbol.bind(mx.cpu(), args=arg, aux_states=aux, grad_req="null")
-        executor.forward(is_train=False)
-        mx.nd.waitall()
+        _run_once(mx, brick)
     except UnrunnableBrickError as e:
         return str(e).splitlines()[0]
     except Exception as e:  # noqa: BLE001 - MXNet raises untyped errors from bind and its kernels
         return _first_line(e) or type(e).__name__
     return None
+
+
+def _run_once(mx: Any, brick: Any) -> None:
+    """Bind the brick on synthetic weights and inputs and run it once (its arrays freed on return)."""
+    from dlbricks._inputs import random_inputs
+    from dlbricks._mxnet_frontend import _unfused
+
+    symbol, arg, aux, names = brick_to_symbol(brick, weights="synthetic")
+    for name, value in random_inputs(brick.inputs).items():
+        if name in names:
+            arg[name] = to_ndarray(mx, value)
+        del value
+    with _unfused():
+        executor = symbol.bind(mx.cpu(), args=arg, aux_states=aux, grad_req="null")
+    executor.forward(is_train=False)
+    mx.nd.waitall()
 
 
 def to_ndarray(mx: Any, value: np.ndarray, ctx: Any = None) -> Any:
