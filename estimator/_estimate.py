@@ -286,26 +286,16 @@ def _compose(dec: Decomposition, latency: Mapping[str, float], halfwidth: Mappin
     predicted_set = set(predicted)
     roof = None
     if peaks is not None:
-        queued = _queue_times(dec, latency, alternatives) if launch_queue else None
-        fastest = (_lower_bounds(dec, alternatives, latency, floor_s, overhead)[2] if queued is None
-                   else _queued_lower_bounds(dec, queued, alternatives, floor_s)[2])
+        fastest = _bounds(dec, latency, alternatives, floor_s, overhead, launch_queue)[1][2]
         peaks = _reached(peaks, dec, fastest, predicted_set)
         roof = {sig: peaks.roofline_s(b) for sig, b in dec.bricks.items()}
     predictions = {sig: _above(p, roof[sig]) if roof else p for sig, p in predictions.items()}
     latency.update({sig: p.seconds for sig, p in predictions.items()})
-    node_latency = {o.index: latency[o.signature] + floor_s for o in dec.occurrences}
-    seq = sequential(dec.dag, node_latency, floor_s)
-    par = critical_path(dec.dag, node_latency, floor_s)
-    queue = _queue_times(dec, latency, alternatives) if launch_queue else None
-    if queue is not None:
-        seq, par = _queued(dec, queue, floor_s)
+    (seq, par), lower = _bounds(dec, latency, alternatives, floor_s, overhead, launch_queue)
     counts = dec.counts()
     down, up = _interval(counts, halfwidth, predictions)
     systematic = composition_error * seq
     down, up = math.hypot(down, systematic), math.hypot(up, systematic)
-    lower = _lower_bounds(dec, alternatives, latency, floor_s, overhead)
-    if queue is not None:
-        lower = _queued_lower_bounds(dec, queue, alternatives, floor_s)
     total_work = seq - floor_s
     breakdown = tuple(sorted((
         _contribution(sig, b, counts[sig], latency[sig], total_work, halfwidth.get(sig, 0.0),
@@ -413,6 +403,19 @@ def _lower_bounds(dec: Decomposition, alternatives: Mapping[str, Sequence[Measur
         fastest[sig] = min(value, latency[sig]) if value is not None else latency[sig]
     node = {o.index: fastest[o.signature] + floor_s for o in dec.occurrences}
     return sequential(dec.dag, node, floor_s), critical_path(dec.dag, node, floor_s), fastest
+
+
+def _bounds(dec: Decomposition, latency: Mapping[str, float], alternatives: Mapping[str, Sequence[Measurement]],
+            floor_s: float, overhead: Mapping[str, float], launch_queue: bool,
+            ) -> tuple[tuple[float, float], tuple[float, float, dict[str, float]]]:
+    """The (sequential, parallel) estimates and the lower bounds with each brick's fastest time:
+    through the launch queue where the bricks have its times (and ``launch_queue``), else summed."""
+    queue = _queue_times(dec, latency, alternatives) if launch_queue else None
+    if queue is not None:
+        return _queued(dec, queue, floor_s), _queued_lower_bounds(dec, queue, alternatives, floor_s)
+    node_latency = {o.index: latency[o.signature] + floor_s for o in dec.occurrences}
+    estimates = sequential(dec.dag, node_latency, floor_s), critical_path(dec.dag, node_latency, floor_s)
+    return estimates, _lower_bounds(dec, alternatives, latency, floor_s, overhead)
 
 
 def _queue_times(dec: Decomposition, latency: Mapping[str, float],
