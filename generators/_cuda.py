@@ -49,7 +49,6 @@ BLOCK_MARGIN = 2.0
 #: Attempts with doubled memsets before a run is declared to make its host wait.
 BLOCK_ATTEMPTS = 4
 CU_STREAM_NON_BLOCKING = 1
-CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +94,6 @@ class QueueProbe:
         context = ctypes.c_void_p()
         cu("cuDevicePrimaryCtxRetain", ctypes.byref(context), device)
         cu("cuCtxSetCurrent", context)
-        l2 = ctypes.c_int()
-        cu("cuDeviceGetAttribute", ctypes.byref(l2), ctypes.c_int(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE), device)
-        self.l2_bytes = int(l2.value)
         stream = ctypes.c_void_p()
         cu("cuStreamCreate", ctypes.byref(stream), ctypes.c_uint(CU_STREAM_NON_BLOCKING))
         self.stream = stream
