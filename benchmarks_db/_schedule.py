@@ -150,14 +150,14 @@ def stored_context(store: Store, signature: str, system: Any, config_id: str) ->
 def out_of_context(store: Store, dec: Decomposition, system: Any, config_id: str, cache_bytes: int) -> list[str]:
     """The bricks of ``dec`` whose ok stored measurement was taken in a context unlike theirs in
     ``dec`` (:meth:`dlbricks.BrickContext.same_as` on a cache of ``cache_bytes``) and that have no
-    measurement in ``dec``'s context yet. A measurement stored without its context is left alone,
-    as is a model not stored (its measurements in context could not be kept for it)."""
+    measurement in ``dec``'s context yet. A measurement stored without its context is left alone. A
+    model not stored has none in its context: its measurements there are kept once it is stored."""
     from dlbricks import BrickContext
 
-    if not store.has_model(dec.model_key):
-        return []
-    done = {r.key for r in store.context_measurements(dec.model_key, system=system, config_id=config_id,
-                                                      status="ok")}
+    done = set()
+    if store.has_model(dec.model_key):
+        done = {r.key for r in store.context_measurements(dec.model_key, system=system, config_id=config_id,
+                                                          status="ok")}
     out = []
     for rec in store.measurements(system=system, config_id=config_id, signatures=list(dec.bricks), status="ok"):
         stored = BrickContext.from_json(rec.context)
@@ -404,7 +404,7 @@ class LocalRun:
 
         cache = last_level_cache_bytes()
         for cfg in self.job.configs:
-            for dec in self.decs:
+            for dec in (d for d in self.decs if self.job.store.has_model(d.model_key)):
                 for sig in out_of_context(self.job.store, dec, self.system, cfg.config_id, cache):
                     if self.job.stopping():
                         return False

@@ -9,7 +9,7 @@ from typing import Any
 
 from dlbricks import Brick, Decomposition, ModelGraph, decompose, load_model
 from dlbricks._errors import InvalidArgumentError
-from dlbricks.benchmarks_db import BenchOptions, Store, populate
+from dlbricks.benchmarks_db import BenchOptions, Store, out_of_context, populate
 from dlbricks.generators import (
     BackendConfig,
     Budget,
@@ -18,6 +18,7 @@ from dlbricks.generators import (
     ReorderCost,
     collect_system_info,
     get_backend,
+    last_level_cache_bytes,
 )
 
 from ._estimate import Estimate, Peaks, Plan, estimate_decomposition, plan_decomposition
@@ -103,6 +104,14 @@ def _lookup(store: Store, dec: Decomposition, system: Any, config_id: str) -> di
         if m is not None:
             found[sig] = m
     return found
+
+
+def other_contexts(store: Store, dec: Decomposition, system: Any, config: Any) -> list[str]:
+    """The bricks of ``dec`` whose stored measurement was taken in another model's context unlike
+    theirs in ``dec`` and not yet again in ``dec``'s (:func:`~dlbricks.benchmarks_db.out_of_context`,
+    on ``system``'s last-level cache): what ``bench`` measures again for the model."""
+    cache = last_level_cache(store, system)
+    return out_of_context(store, dec, system, config.config_id, cache or last_level_cache_bytes())
 
 
 def _alternatives(store: Store, dec: Decomposition, system: Any, config: Any,
@@ -192,11 +201,14 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     measured = _lookup(store, dec, system, cfg.config_id)
 
     def measure(bricks: Sequence[Brick]) -> dict[str, Measurement]:
+        """Measure ``bricks``, and every brick of the model stored from another context again in the
+        model's (bench's rule): the model is stored, to keep those measurements for it."""
         store.add_bricks(bricks)
         foreign = isinstance(system, str)
-        populate(store, [dec], [cfg], BenchOptions(backend=backend_name(cfg), budget=budget, store_models=False),
+        populate(store, [dec], [cfg], BenchOptions(backend=backend_name(cfg), budget=budget),
                  system=None if foreign else system, system_id=system if foreign else None)
         found = _lookup(store, dec, system, cfg.config_id)
+        measured.update(found)
         return {b.signature: found[b.signature] for b in bricks if b.signature in found}
 
     missing = [s for s in dec.bricks if s not in measured or not measured[s].ok]  # failed ones too
@@ -204,8 +216,8 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
         peaks = store_peaks(store, system, peaks_key(cfg))
     predictor = (_predictor(store, system, cfg.config_id, peaks) if missing and on_missing == "predict"
                  else None)
-    if missing and on_missing == "measure":  # first: at fused:all their overheads are stored with them
-        measured.update(measure([dec.bricks[s] for s in missing]))
+    if on_missing == "measure" and (missing or other_contexts(store, dec, system, cfg)):
+        measure([dec.bricks[s] for s in missing])  # first: at fused:all their overheads are stored with them
     overhead, extra = _reorder_costs(dec, cfg, store, system, measured)
     return estimate_decomposition(
         dec, measured, config_id=cfg.config_id, on_missing=on_missing, predictor=predictor,
@@ -398,4 +410,5 @@ def plan(model: Any, db: Store | str | os.PathLike[str], *, system: Any = None, 
     lacking = any(s not in measured or not measured[s].ok for s in dec.bricks)
     predictor = _predictor(store, system, cfg.config_id, peaks) if lacking else None
     return plan_decomposition(dec, measured, config_id=cfg.config_id, predictor=predictor, budget=budget,
-                              peaks=peaks, views=view_bricks(dec, backend_name(cfg)))
+                              peaks=peaks, views=view_bricks(dec, backend_name(cfg)),
+                              other_contexts=other_contexts(store, dec, system, cfg))

@@ -488,16 +488,19 @@ class MissingBrick:
     signature: str
     op_type: str
     count: int
-    predicted_s: float | None  # None where nothing could predict it
+    predicted_s: float | None  # None where nothing could predict it; the stored time for "context"
     share: float  # of the model's estimate (0 where not predicted)
     measure_s: float  # about how long measuring it takes
     far: bool  # predicted far from every measured brick
+    why: str = "unmeasured"  # "unmeasured", "failed", or "context": measured in another model's context
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
     """What a model lacks in a database: its missing bricks, largest share first, their share of
-    the estimate and the time to measure them (``dlbricks plan``)."""
+    the estimate and the time to measure them (``dlbricks plan``); then the bricks stored from
+    another model's context unlike theirs here, which ``estimate --on-missing measure`` measures
+    again (``why="context"``)."""
 
     model: str
     unique_bricks: int
@@ -515,26 +518,35 @@ class Plan:
 
 def plan_decomposition(dec: Decomposition, measurements: Mapping[str, Measurement], *, config_id: str,
                        predictor: LatencyPredictor | None = None, budget: Budget | None = None,
-                       peaks: Peaks | None = None, views: Collection[str] = ()) -> Plan:
+                       peaks: Peaks | None = None, views: Collection[str] = (),
+                       other_contexts: Collection[str] = ()) -> Plan:
     """The bricks of ``dec`` without an ok measurement, with their predicted share and the time to
-    measure them (under ``budget``, default ``Budget()``). Without a predictor, or with one that
+    measure them (under ``budget``, default ``Budget()``), then those of ``other_contexts`` (measured
+    in another model's context), with their stored share. Without a predictor, or with one that
     cannot predict, times to measure count each brick at its floor."""
     budget = budget or Budget()
     found = {sig for sig, m in measurements.items() if sig in dec.bricks and m.ok and m.median_s}
     missing = [sig for sig in dec.bricks if sig not in found]
     est = None
-    if missing and predictor is not None and getattr(predictor, "models_", None):
+    if not missing or (predictor is not None and getattr(predictor, "models_", None)):
         est = estimate_decomposition(dec, measurements, config_id=config_id, on_missing="predict",
                                      predictor=predictor, peaks=peaks, views=views)
     parts = {c.signature: c for c in est.breakdown} if est else {}
     floors = [m.floor_s for m in measurements.values() if m.floor_s]
     floor = min(floors) if floors else 0.0
     counts = dec.counts()
-    rows = tuple(sorted((
-        MissingBrick(sig, dec.bricks[sig].op_type, counts[sig],
-                     parts[sig].latency_s if sig in parts else None, parts[sig].share if sig in parts else 0.0,
-                     measure_time_s((parts[sig].latency_s if sig in parts else 0.0) + floor, budget),
-                     sig in parts and parts[sig].far)
-        for sig in missing), key=lambda r: (-r.share, r.signature)))
+
+    def row(sig: str, why: str) -> MissingBrick:
+        part = parts.get(sig)
+        return MissingBrick(sig, dec.bricks[sig].op_type, counts[sig], part.latency_s if part else None,
+                            part.share if part else 0.0, measure_time_s((part.latency_s if part else 0.0) + floor,
+                                                                        budget),
+                            bool(part and part.far), why)
+
+    failed = {sig for sig in missing if sig in measurements}
+    lacking = sorted((row(s, "failed" if s in failed else "unmeasured") for s in missing),
+                     key=lambda r: (-r.share, r.signature))
+    again = sorted((row(s, "context") for s in other_contexts if s in found), key=lambda r: (-r.share, r.signature))
+    rows = (*lacking, *again)
     return Plan(dec.model, len(dec.bricks), rows, est.predicted_share if est else float(bool(missing)),
                 sum(r.measure_s for r in rows), est)

@@ -263,12 +263,16 @@ def plan_cmd(model: str, db: str, threads: int, opt_level: str, device: str, bat
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
         return
-    click.echo(f"model {result.model}: {len(result.missing)} of {result.unique_bricks} unique bricks missing, "
-               f"{100 * result.predicted_share:.1f}% of the estimate predicted; measuring them takes about "
-               f"{result.measure_s:.0f} s ('dlbricks estimate {model} --on-missing measure')")
+    again = sum(m.why == "context" for m in result.missing)
+    context = (f", {again} measured in another model's context to measure again in this one's (bench's rule)"
+               if again else "")
+    click.echo(f"model {result.model}: {len(result.missing) - again} of {result.unique_bricks} unique bricks "
+               f"missing{context}, {100 * result.predicted_share:.1f}% of the estimate predicted; measuring them "
+               f"takes about {result.measure_s:.0f} s ('dlbricks estimate {model} --on-missing measure')")
     rows = [[m.signature[:12], m.op_type, str(m.count), "-" if m.predicted_s is None else f"{1e6 * m.predicted_s:.1f}",
-             f"{100 * m.share:.1f}", f"{m.measure_s:.2f}", "far" if m.far else ""] for m in result.missing[:top]]
-    click.echo(format_table(["signature", "op", "count", "us each (pred.)", "share %", "measure s", ""], rows,
+             f"{100 * m.share:.1f}", f"{m.measure_s:.2f}", "far" if m.far else "", m.why]
+            for m in result.missing[:top]]
+    click.echo(format_table(["signature", "op", "count", "us each", "share %", "measure s", "", "why"], rows,
                             right={2, 3, 4, 5}))
 
 

@@ -145,3 +145,44 @@ def test_cli_paired_is_one_shape(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "dlbricks", "validate", str(path), "--db", str(tmp_path / "x.db"),
                           "--paired", "--batch-size", "1,2"], capture_output=True, text=True)
     assert out.returncode == 2 and "--paired" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_plan_lists_and_estimate_measures_bricks_stored_from_another_context(tmp_path: Path) -> None:
+    from dlbricks.estimator import plan
+
+    distinct, shared = _decs(tmp_path)
+    cfg = OrtConfig()
+    with Store(tmp_path / "e.db") as store:
+        system = populate(store, [distinct], [cfg], BenchOptions(budget=QUICK)).system
+        sig = _matmul(shared)
+        before = plan(shared, store, system=system, budget=QUICK)
+        again = [m for m in before.missing if m.why == "context"]
+        assert sig in {m.signature for m in again} and not store.has_model(shared.model_key)
+        assert all(m.predicted_s is not None and m.measure_s > 0 for m in again)
+
+        est = estimate(shared, store, system=system, on_missing="measure", budget=QUICK)
+        own = store.measurement(sig, system, cfg.config_id, model=shared.model_key)
+        assert own is not None and own.ok  # measured in the shared model's context, kept for it
+        by_brick = {c.signature: c for c in est.breakdown}
+        assert by_brick[sig].latency_s == pytest.approx(own.median_s - (own.floor_s or 0.0))
+        assert [m for m in plan(shared, store, system=system).missing if m.why == "context"] == []
+        # reading only: a plain estimate measures nothing
+        n = len(store.context_measurements(shared.model_key, system=system))
+        estimate(shared, store, system=system)
+        assert len(store.context_measurements(shared.model_key, system=system)) == n
+
+
+def test_cli_plan_says_which_bricks_come_from_another_context(tmp_path: Path) -> None:
+    paths = []
+    for shared in (False, True):
+        path = tmp_path / f"{'shared' if shared else 'distinct'}.onnx"
+        path.write_bytes(_models.matmul_stack(shared).SerializeToString())
+        paths.append(str(path))
+    db = str(tmp_path / "p.db")
+    run = [sys.executable, "-m", "dlbricks"]
+    bench = subprocess.run([*run, "bench", paths[0], "--db", db, "--budget", "quick"], capture_output=True)
+    assert bench.returncode == 0
+    out = subprocess.run([*run, "plan", paths[1], "--db", db], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "0 of" in out.stdout and "in another model's context" in out.stdout
+    assert "context" in out.stdout.split("why")[1]  # the table's rows say why
