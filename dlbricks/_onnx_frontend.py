@@ -96,7 +96,7 @@ def load_model(
         shapes = {k: v for k, v in shapes.items() if k in names}
     concrete = _concrete_inputs(proto, label, shapes, batch_size)
     opsets = {op.domain or "": int(op.version) for op in proto.opset_import}
-    nodes = list(proto.graph.node)
+    nodes = unique_dequantize(list(proto.graph.node), {o.name for o in proto.graph.output})
     specs, known, folded = _infer_and_fold(proto, nodes, concrete, opsets, label)
     ranges = _model_value_ranges(proto, nodes, folded, specs, label)
     constants = _constants(proto, known, folded, nodes)
@@ -471,6 +471,54 @@ def _constants(proto: onnx.ModelProto, known: Mapping[str, np.ndarray], folded: 
     for name in produced:
         constants[name] = numpy_helper.from_array(known[name], name)
     return constants
+
+
+def unique_dequantize(nodes: list[onnx.NodeProto], graph_outputs: set[str]) -> list[onnx.NodeProto]:
+    """``nodes`` with each DequantizeLinear copied once per further consumer, as onnxruntime runs it.
+
+    onnxruntime's ``EnsureUniqueDQForNodeUnit`` transformer runs at every optimization level (unless
+    ``session.disable_quant_qdq`` is set): a DequantizeLinear read by several node inputs is copied so
+    that each input reads a copy of its own (the first keeps the original, unless the original is a
+    model output or read inside a subgraph, when every input gets a copy). Each copy runs, so a
+    model with shared DequantizeLinears runs more of them than it has. The copies are inserted after
+    the original, named ``<name>/duplicated`` (then ``_1``, ``_2``...), and their readers read them.
+    """
+    readers: dict[str, list[tuple[int, int]]] = {}
+    for i, node in enumerate(nodes):
+        for slot, name in enumerate(node.input):
+            if name:
+                readers.setdefault(name, []).append((i, slot))
+    implicit = {name for node in nodes for name in _implicit_inputs(node)}
+    out: list[onnx.NodeProto] = []
+    renamed: dict[tuple[int, int], str] = {}
+    for i, node in enumerate(nodes):
+        node = _with_inputs(node, [renamed.get((i, slot), name) for slot, name in enumerate(node.input)])
+        out.append(node)
+        if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx", "com.microsoft"):
+            continue
+        edges = readers.get(node.output[0], [])
+        keep_first = node.output[0] not in graph_outputs and node.output[0] not in implicit
+        for k, edge in enumerate(edges[1:] if keep_first else edges):
+            suffix = "/duplicated" + (f"_{k}" if k else "")
+            copy = onnx.NodeProto()
+            copy.CopyFrom(node)
+            copy.name = f"{node.name or f'DequantizeLinear_{i}'}{suffix}"
+            copy.ClearField("output")
+            copy.output.append(node.output[0] + suffix)
+            renamed[edge] = copy.output[0]
+            out.append(copy)
+    return out
+
+
+def _with_inputs(node: onnx.NodeProto, inputs: list[str]) -> onnx.NodeProto:
+    """``node``, or a copy of it reading ``inputs`` where they differ from its own."""
+    if list(node.input) == inputs:
+        return node
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    copy.ClearField("input")
+    copy.input.extend(inputs)
+    return copy
 
 
 def _layers(nodes: list[onnx.NodeProto], folded: set[int]) -> tuple[LayerNode, ...]:
