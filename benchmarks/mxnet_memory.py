@@ -6,10 +6,11 @@ Usage (the mxnet environment)::
 
 Each model is exported to a temporary folder (``net.export``: ``-symbol.json`` + ``-0000.params``,
 random weights) by one subprocess, then loaded and decomposed by another, fresh one, which reports
-its peak resident memory above what it holds once mxnet is imported (``VmHWM``) after each phase of :func:`dlbricks.load_model` and of
-:func:`dlbricks.decompose` (the peak is reset between phases through ``/proc/self/clear_refs``), so
-that what dominates shows. Names ``gluoncv:NAME`` need gluoncv (``pip install gluoncv``, then
-``numpy<1.24`` again); ``gluon_NAME`` is a model of dlbricks' Gluon zoo.
+its peak resident memory above what it holds once mxnet is imported (``VmHWM``) after each phase
+of :func:`dlbricks.load_model` and of :func:`dlbricks.decompose` (the peak is reset between phases
+through ``/proc/self/clear_refs``), so that what dominates shows. Names ``gluoncv:NAME`` need
+gluoncv (``pip install gluoncv``, then ``numpy<1.24`` again); ``gluon_NAME`` is a model of
+dlbricks' Gluon zoo; ``NAME@1,3,H,W`` gives the input shape of a GluonCV model.
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ if name.startswith("gluoncv:"):
     import mxnet as mx
     from gluoncv import model_zoo
     bare = name.split(":", 1)[1]
-    net = model_zoo.get_model(bare, pretrained=False, pretrained_base=False)
+    try:
+        net = model_zoo.get_model(bare, pretrained=False, pretrained_base=False)
+    except TypeError:  # models without a base network take no pretrained_base
+        net = model_zoo.get_model(bare, pretrained=False)
     net.initialize(mx.init.Normal(0.01))
     shape = tuple(int(d) for d in sys.argv[3].split(","))
     net.hybridize()

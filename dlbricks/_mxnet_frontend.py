@@ -25,7 +25,8 @@ import math
 import os
 import re
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -63,6 +64,9 @@ _BLOCKING_OPS = frozenset({"Convolution", "Deconvolution"})
 _KEEPING_OPS = frozenset({"BatchNorm", "Pooling", "LRN", "elemwise_add", "_Plus", "_plus", "_add",
                           "add_n", "ElementWiseSum", "Concat", "concat", "Activation", "LeakyReLU"})
 _ONEDNN_ACTS = frozenset({"relu", "sigmoid", "tanh", "softrelu", "leaky", "elu"})
+#: Inputs that MXNet's kernels of an op write to when it runs (BatchNorm sets a fixed gamma to 1).
+_WRITTEN_INPUTS: Mapping[str, tuple[int, ...]] = {"BatchNorm": (1,), "SyncBatchNorm": (1,),
+                                                  "_contrib_SyncBatchNorm": (1,)}
 _DATA_NAME = re.compile(r"^data\d*$")
 _MX_DTYPES = {0: "float32", 1: "float64", 2: "float16", 3: "uint8", 4: "int32", 5: "int8", 6: "int64",
               7: "bool"}
@@ -144,7 +148,7 @@ def load_mxnet(
     ModelGraph
         Layers are ``org.mxnet`` nodes; ``opsets == {"org.mxnet": 1}``; ``source.format == "mxnet"``.
         Every feature map's spec carries its :class:`~dlbricks.ValueStatistics` in one run of the
-        model (on CPU, with every intermediate tensor kept) on seeded standard normal inputs:
+        model (on CPU, one op at a time) on seeded standard normal inputs:
         MXNet bricks are fed values drawn with them.
 
     Raises
@@ -503,9 +507,13 @@ def _value_statistics(label: str, symbol: Any, weights: Mapping[str, Any], input
     """Statistics of the feature maps (float, rank >= 3) ``names`` in one run of the model on seeded
     standard normal inputs (those a whole model is measured with), by tensor name.
 
-    ``weights`` are the NDArrays of the symbol's constant arguments and auxiliary states, bound as
-    they are. Each output is summarized as the run produces it (a monitor callback), so that the run
-    holds what the model itself holds, not every intermediate tensor at once.
+    ``weights`` are the NDArrays of the symbol's constant arguments and auxiliary states, used as
+    they are. The model runs one op at a time, in the symbol's order (MXNet's imperative
+    invocation of each node with its attributes, as ``mx.nd`` functions do; inference mode): each
+    output is summarized as it is produced and dropped after its last reader, so that the run holds
+    the weights and the tensors live at one point of the model, not an executor's static plan of
+    every tensor. Each feature map is read through one copy (:func:`_array_statistics`); the weights
+    are left as read (inputs that an op's kernel writes to are given copies).
 
     Raises
     ------
@@ -517,48 +525,76 @@ def _value_statistics(label: str, symbol: Any, weights: Mapping[str, Any], input
     mx = import_mxnet(label)
     wanted = set(names)
     seen: dict[str, ValueStatistics | None] = {}
-
-    def collect(name: bytes | str, handle: Any) -> None:
-        key = name.decode() if isinstance(name, bytes) else str(name)
-        if key in wanted and key not in seen:
-            try:
-                array = mx.nd.NDArray(ctypes.cast(handle, mx.base.NDArrayHandle), writable=False)
-                seen[key] = feature_statistics(array.asnumpy())
-            except Exception:  # noqa: BLE001 - an error raised into MXNet's C callback is lost: found missing below
-                return
-
+    graph = json.loads(symbol.tojson())
+    visible = set(symbol.get_internals().list_outputs())
+    readers = Counter((int(ref[0]), int(ref[1])) for node in graph["nodes"] for ref in node["inputs"])
     arrays = {**weights, **{k: to_ndarray(mx, v) for k, v in random_inputs(inputs).items()}}
-    args = {k: arrays[k] for k in symbol.list_arguments()}
-    aux = {k: arrays[k] for k in symbol.list_auxiliary_states()}
+    live: dict[tuple[int, int], Any] = {}
     try:
-        with _unfused():
-            executor = symbol.bind(mx.cpu(), args=args, aux_states=aux, grad_req="null")
-        executor.set_monitor_callback(collect, monitor_all=False)
-        executor.forward(is_train=False)
-        mx.nd.waitall()
-        del executor
-        missing = [n for n in names if n not in seen]
-        if missing:  # outputs the monitor names otherwise: kept all at once, as few as there are
-            internals = symbol.get_internals()
-            group = mx.sym.Group([internals[n] for n in missing])
-            used = set(group.list_arguments())
-            with _unfused():
-                executor = group.bind(mx.cpu(), args={k: v for k, v in args.items() if k in used}, aux_states=aux,
-                                      grad_req="null")
-            executor.forward(is_train=False)
-            for n, array in zip(missing, executor.outputs, strict=True):
-                seen[n] = feature_statistics(array.asnumpy())
-            del executor
+        for index, node in enumerate(graph["nodes"]):
+            if node["op"] == "null":
+                live[(index, 0)] = arrays[node["name"]]
+                continue
+            refs = [(int(ref[0]), int(ref[1])) for ref in node["inputs"]]
+            args = [live[ref] for ref in refs]
+            for position in _WRITTEN_INPUTS.get(node["op"], ()):  # the model's weights stay as read
+                if position < len(args):
+                    args[position] = args[position].copy()
+            outputs = _invoke(mx, node["op"], args, _attributes(node))
+            del args
+            for position, (out, array) in enumerate(zip(_node_outputs(node, visible), outputs, strict=False)):
+                if out in wanted and out not in seen:
+                    seen[out] = _array_statistics(mx, array)
+                if readers[(index, position)]:
+                    live[(index, position)] = array
+            del outputs
+            for ref in refs:
+                readers[ref] -= 1
+                if not readers[ref]:
+                    del live[ref]
+            release_memory(mx)
     except mx.base.MXNetError as e:
         raise ModelLoadError(f"{label}: MXNet cannot run the model: {_first_line(e)}") from e
     return {k: v for k, v in seen.items() if v is not None}
 
 
+def _array_statistics(mx: ModuleType, array: Any) -> ValueStatistics | None:
+    """:func:`feature_statistics` of NDArray ``array`` (CPU), read through one copy of it.
+
+    The copy (``NDArray.copy``, in the default layout whatever the layout of ``array``) is read in
+    place, through a numpy view of its memory (``MXNDArrayGetData``): ``asnumpy`` would cost two
+    copies of an array held in a oneDNN layout (reordered, then copied). ``array`` keeps its layout,
+    so the ops that read it next run as they do in the model.
+    """
+    if array.size == 0 or array.stype != "default" or len(array.shape) < 3:
+        return feature_statistics(array.asnumpy())
+    dtype = np.dtype(array.dtype)
+    if not np.issubdtype(dtype, np.floating):
+        return None
+    copy = array.copy()
+    copy.wait_to_read()
+    pointer = ctypes.c_void_p()
+    mx.base.check_call(mx.base._LIB.MXNDArrayGetData(copy.handle, ctypes.byref(pointer)))
+    buffer = (ctypes.c_char * (copy.size * dtype.itemsize)).from_address(pointer.value)
+    view = np.frombuffer(buffer, dtype=dtype).reshape(copy.shape)
+    view.flags.writeable = False
+    statistics = feature_statistics(view)
+    del view, buffer, copy  # the view first: it reads the copy's memory
+    return statistics
+
+
+def _invoke(mx: ModuleType, op: str, args: Sequence[Any], attrs: Mapping[str, str]) -> list[Any]:
+    """Outputs (the visible ones) of MXNet op ``op`` on NDArrays ``args``, attributes as strings:
+    what the generated ``mx.nd`` function of the op does, for an op known by its registered name."""
+    handle = mx.base.OpHandle()
+    mx.base.check_call(mx.base._LIB.NNGetOpHandle(mx.base.c_str(op), ctypes.byref(handle)))
+    return mx.nd._internal._imperative_invoke(handle.value, list(args), list(attrs), list(attrs.values()), None,
+                                              False, True)
+
+
 #: Feature maps of more elements than this are summarized a block of (batch, channel) planes at a
 #: time: a whole-tensor pass in float64 costs 8 bytes an element, several times over (Faster
-#: R-CNN's 300 regions of interest: 230 MB in float32, 1.4 GB of temporaries). (Copying blocks out
-#: of the NDArray instead of the whole tensor costs a wait on MXNet's engine per block, inside the
-#: monitor callback: 7 s a tensor.)
+#: R-CNN's 300 regions of interest: 230 MB in float32, 1.4 GB of temporaries).
 STATISTICS_BLOCK = 1 << 20
 
 
@@ -646,7 +682,7 @@ def _var_dtype(sym: Any, var: str) -> str:
     return _MX_DTYPES.get(int(code), "float32") if code not in (None, "") else "float32"
 
 
-def _node_outputs(node: Mapping[str, Any], specs: Mapping[str, TensorSpec]) -> tuple[str, ...]:
+def _node_outputs(node: Mapping[str, Any], specs: Collection[str]) -> tuple[str, ...]:
     """Names of a node's visible outputs, as ``get_internals().list_outputs()`` names them."""
     name = node["name"]
     if node["op"] == "null":

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import dlbricks
+from dlbricks._inputs import random_inputs
 from dlbricks._mxnet_frontend import STATISTICS_BLOCK, feature_statistics, load_mxnet
 from dlbricks._types import ValueStatistics
 from tests import _mxnet
@@ -109,3 +110,29 @@ def test_decompose_peak_memory_is_within_three_times_the_parameters(tmp_path: Pa
     peak = _peak_rss([sys.executable, "-c", env_code + "import sys; from dlbricks.cli import main; main()",
                       "decompose", str(symbol), "--input-shape", "data=1,3,16,16", "--json"])
     assert (peak - base) <= 3 * params, f"{(peak - base) / 1e6:.0f} MB above the imports for {params / 1e6:.0f} MB"
+
+
+def test_statistics_come_from_one_op_at_a_time_and_leave_the_weights_as_read(tmp_path: Path) -> None:
+    x = mx.sym.var("data")
+    x = mx.sym.Convolution(x, kernel=(3, 3), num_filter=8, pad=(1, 1), name="conv")
+    x = mx.sym.BatchNorm(x, fix_gamma=True, name="bn")  # MXNet's kernel sets a fixed gamma to 1 in place
+    x = mx.sym.Activation(x, act_type="relu", name="relu")
+    x = mx.sym.Pooling(x, kernel=(2, 2), stride=(2, 2), pool_type="max", name="pool")
+    symbol = _save(x, tmp_path / "fixed", (1, 3, 16, 16))
+    stored = {k.split(":", 1)[1]: v.asnumpy() for k, v in mx.nd.load(str(tmp_path / "fixed-0000.params")).items()}
+    graph = dlbricks.load_model(symbol, input_shapes={"data": (1, 3, 16, 16)})
+    for name, value in stored.items():
+        np.testing.assert_array_equal(graph.constant_array(name), value)
+    # the statistics are those of a bound executor's outputs on the same input
+    data = mx.nd.array(random_inputs(graph.inputs)["data"])
+    internals = x.get_internals()
+    outputs = ["conv_output", "bn_output", "relu_output", "pool_output"]
+    group = mx.sym.Group([internals[n] for n in outputs])
+    args = {k: mx.nd.array(v) for k, v in stored.items() if k in group.list_arguments()}
+    aux = {k: mx.nd.array(v) for k, v in stored.items() if k in group.list_auxiliary_states()}
+    executor = group.bind(mx.cpu(), args={**args, "data": data}, aux_states=aux, grad_req="null")
+    for name, array in zip(outputs, executor.forward(is_train=False), strict=True):
+        expected = ValueStatistics.of(array.asnumpy())
+        got = graph.tensors[name].statistics
+        assert got.mean == pytest.approx(expected.mean, rel=1e-5, abs=1e-6), name
+        assert got.std == pytest.approx(expected.std, rel=1e-5, abs=1e-6), name
