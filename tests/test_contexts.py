@@ -22,12 +22,18 @@ QUICK = Budget.quick()
 MIB = 1 << 20
 
 
-def _decs(tmp_path: Path) -> tuple[dlbricks.Decomposition, dlbricks.Decomposition]:
+def _paths(tmp_path: Path) -> list[str]:
+    """The distinct and the shared MatMul stack written as ONNX files, in that order."""
     paths = []
     for shared in (False, True):
         path = tmp_path / f"{'shared' if shared else 'distinct'}.onnx"
         path.write_bytes(_models.matmul_stack(shared).SerializeToString())
-        paths.append(path)
+        paths.append(str(path))
+    return paths
+
+
+def _decs(tmp_path: Path) -> tuple[dlbricks.Decomposition, dlbricks.Decomposition]:
+    paths = _paths(tmp_path)
     return tuple(dlbricks.decompose(dlbricks.load_model(p)) for p in paths)  # type: ignore[return-value]
 
 
@@ -99,11 +105,7 @@ def test_reuse_leaves_stored_bricks_for_every_model(tmp_path: Path) -> None:
 
 
 def test_cli_bench_says_what_it_measured_again_and_merge_keeps_it(tmp_path: Path) -> None:
-    paths = []
-    for shared in (False, True):
-        path = tmp_path / f"{'shared' if shared else 'distinct'}.onnx"
-        path.write_bytes(_models.matmul_stack(shared).SerializeToString())
-        paths.append(str(path))
+    paths = _paths(tmp_path)
     db = str(tmp_path / "c.db")
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -173,11 +175,7 @@ def test_plan_lists_and_estimate_measures_bricks_stored_from_another_context(tmp
 
 
 def test_cli_plan_says_which_bricks_come_from_another_context(tmp_path: Path) -> None:
-    paths = []
-    for shared in (False, True):
-        path = tmp_path / f"{'shared' if shared else 'distinct'}.onnx"
-        path.write_bytes(_models.matmul_stack(shared).SerializeToString())
-        paths.append(str(path))
+    paths = _paths(tmp_path)
     db = str(tmp_path / "p.db")
     run = [sys.executable, "-m", "dlbricks"]
     bench = subprocess.run([*run, "bench", paths[0], "--db", db, "--budget", "quick"], capture_output=True)
