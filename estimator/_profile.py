@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from dlbricks import ModelGraph, random_inputs
 from dlbricks._fusion import REORDER_OPS, kernel_origin
+from dlbricks._onnx_frontend import unique_dequantize
 from dlbricks._ortutil import session_options
 from dlbricks.generators import OrtConfig, kernel_medians
 
@@ -54,6 +55,11 @@ def in_model_times(graph: ModelGraph, config: OrtConfig | None = None, runs: int
 
     config = config or OrtConfig()
     model = graph.to_onnx()
+    # the DequantizeLinear copies the runtime makes, made first, as the loader made them: node i is
+    # the layer of index i, and each copy's kernel is its own layer's
+    nodes = unique_dequantize(list(model.graph.node), {o.name for o in model.graph.output})
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
     for i, node in enumerate(model.graph.node):
         node.name = f"__dlb{i}"
     by_index = {layer.index: layer.name for layer in graph.layers}

@@ -63,3 +63,12 @@ def test_a_dequantize_with_one_reader_is_left_alone() -> None:
     model.graph.node[2].output[0] = "y"
     assert [layer.op_type for layer in dlbricks.load_model(model).layers] == [
         "QuantizeLinear", "DequantizeLinear", "Relu"]
+
+
+def test_the_profiler_gives_each_copy_its_own_kernel() -> None:
+    from dlbricks.estimator._profile import in_model_times
+
+    graph = dlbricks.load_model(_shared_dq(False))
+    times = in_model_times(graph, runs=5, warmup=1)
+    assert times.kernels == len(graph.layers)  # the runtime made no further copies
+    assert all(times.layers.get(layer.name, 0.0) > 0 for layer in graph.layers)  # each layer its own kernel
