@@ -134,7 +134,6 @@ def _run_once(mx: Any, brick: Any) -> None:
     for name, value in random_inputs(brick.inputs).items():
         if name in names:
             arg[name] = to_ndarray(mx, value)
-        del value
     with _unfused():
         executor = symbol.bind(mx.cpu(), args=arg, aux_states=aux, grad_req="null")
     executor.forward(is_train=False)

@@ -8,6 +8,7 @@ import dlbricks
 from dlbricks.estimator import LatencyPredictor, plan_decomposition
 from dlbricks.estimator._estimate import MEASURE_SETUP_S, measure_time_s
 from dlbricks.generators import Budget, Measurement, OrtConfig
+from dlbricks.generators._measurement import failed_measurement
 from tests import _models
 
 
@@ -28,9 +29,13 @@ def test_plan_lists_missing_bricks_by_share_with_time_to_measure() -> None:
     train_ms = {s: _measurement(s, _fake(b)) for s, b in train.bricks.items()}
     predictor = LatencyPredictor(min_bricks=2).fit_measurements(train.bricks.values(), train_ms)
     measured = dict(list({s: _measurement(s, _fake(b)) for s, b in dec.bricks.items()}.items())[:3])
+    failed = next(s for s in dec.bricks if s not in measured)
+    broken = failed_measurement(failed, "failed", "boom", wall_time_s=0.1, backend="onnxruntime", config=OrtConfig())
     budget = Budget.quick()
-    result = plan_decomposition(dec, measured, config_id="cfg", predictor=predictor, budget=budget)
+    result = plan_decomposition(dec, {**measured, failed: broken}, config_id="cfg", predictor=predictor,
+                                budget=budget)
     assert {r.signature for r in result.missing} == set(dec.bricks) - set(measured)
+    assert {r.signature: r.why for r in result.missing if r.why != "unmeasured"} == {failed: "failed"}
     shares = [r.share for r in result.missing]
     assert shares == sorted(shares, reverse=True)
     assert result.estimate is not None and result.predicted_share == pytest.approx(result.estimate.predicted_share)
