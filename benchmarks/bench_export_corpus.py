@@ -3,13 +3,16 @@
 Usage (a corpus built by ``benchmarks/export_corpus.py``)::
 
     python benchmarks/bench_export_corpus.py --corpus DIR [--db-dir DIR] [--opt-level disable|all]
-        [--only a,b,c] [--budget quick|default|thorough] [--db-per-model] [--per-brick]
+        [--only a,b,c] [--budget quick|default|thorough] [--db-per-model] [--per-brick] [--paired]
 
 For each model of ``DIR/corpus.json`` the command line runs exactly as a user types it, each command a
 subprocess (at ``--opt-level all`` both with ``--opt-level all --granularity fused``)::
 
     dlbricks bench    FILE --db DB --budget B [--opt-level all --granularity fused]
-    dlbricks validate FILE --db DB --budget B [--opt-level all --granularity fused] [--per-brick]
+    dlbricks validate FILE --db DB --budget B [--opt-level all --granularity fused] [--per-brick] [--paired]
+
+``--paired`` (``validate --paired``) measures the whole model in turns with its dominant bricks, so
+that both meet the same state of a machine whose speed drifts.
 
 One database per opt-level for the whole corpus (``DB-DIR/corpus-OPT.db``, as a user fills one; it is
 calibrated first, for the roofline), or one per model with ``--db-per-model``. ``validate``'s output is
@@ -71,14 +74,15 @@ def opt_flags(opt_level: str) -> list[str]:
 
 
 def measure_model(entry: dict[str, object], corpus: Path, db: Path, opt_level: str, budget: str,
-                  per_brick: bool, keep: Path, exe: list[str]) -> Row:
+                  per_brick: bool, keep: Path, exe: list[str], paired: bool = False) -> Row:
     """Bench then validate one model of the corpus through the command line, as a user types them."""
     row = Row(name=str(entry["name"]), exporter=str(entry["exporter"]), kind=str(entry["kind"]))
     path = corpus / str(entry["file"])
     flags = ["--db", str(db), "--budget", budget, *opt_flags(opt_level)]
     try:
         _, bench_s = _run([*exe, "bench", str(path), *flags])
-        text, validate_s = _run([*exe, "validate", str(path), *flags, *(["--per-brick"] if per_brick else [])])
+        text, validate_s = _run([*exe, "validate", str(path), *flags, *(["--per-brick"] if per_brick else []),
+                                 *(["--paired"] if paired else [])])
     except RuntimeError as e:
         row.failed = str(e)
         return row
@@ -129,6 +133,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--budget", choices=("quick", "default", "thorough"), default="default")
     parser.add_argument("--db-per-model", action="store_true", help="one database per model")
     parser.add_argument("--per-brick", action="store_true", help="validate with --per-brick (kept in its output)")
+    parser.add_argument("--paired", action="store_true", help="validate with --paired (whole model in turns with "
+                        "its dominant bricks)")
     args = parser.parse_args(argv)
     entries = json.loads((args.corpus / "corpus.json").read_text())
     if args.only:
@@ -145,7 +151,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
         db = folder / (f"{entry['name']}-{args.opt_level}.db" if args.db_per_model else f"corpus-{args.opt_level}.db")
         if not db.exists():  # peaks for the roofline
             _run([*exe, "calibrate", "--db", str(db), *(["--opt-level", args.opt_level])])
-        rows.append(measure_model(entry, args.corpus, db, args.opt_level, args.budget, args.per_brick, folder, exe))
+        rows.append(measure_model(entry, args.corpus, db, args.opt_level, args.budget, args.per_brick, folder, exe,
+                                  args.paired))
         r = rows[-1]
         print(f"{r.name}: " + (r.failed or f"{r.measured_ms} ms measured, {r.estimate_ms} ms estimated, "
                                 f"bounds {'hold' if r.bounds_hold else 'FAIL'}, {r.wall_s:.0f} s"), flush=True)

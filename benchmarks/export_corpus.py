@@ -2,7 +2,7 @@
 
 Usage (needs the ``export`` extra: torch, transformers, onnxscript)::
 
-    python benchmarks/export_corpus.py --out DIR [--only NAME,...]
+    python benchmarks/export_corpus.py --out DIR [--only NAME,...] [--sequence-model]
 
 Every model is built from a configuration with random, seeded weights (nothing is downloaded):
 transformers models from their ``Config`` classes (BERT, ALBERT -- one layer's weights shared by every
@@ -20,6 +20,11 @@ inputs}`` (kind: fp32, quantized-dynamic, qdq or shared-weights; inputs: name ->
 checked by ``onnx.checker`` and loaded by onnxruntime; a model an exporter fails on is reported in one
 line and skipped. Exports already in ``DIR`` are kept (``corpus.json`` is rewritten with every model
 there).
+
+With ``--sequence-model``, ``DIR/bert_ts_seq.onnx`` is exported too (not listed in ``corpus.json``): the
+BERT of the corpus with positions for 512 tokens and its sequence dimension left symbolic
+(``dynamic_axes``), for sequence-length sweeps (``dlbricks validate FILE --input-shape
+'input_ids=1,{64,128,256,512}' --input-shape 'attention_mask=1,{64,128,256,512}'``).
 """
 
 from __future__ import annotations
@@ -352,6 +357,20 @@ def export_torch(spec: Spec, path: Path) -> dict[str, list[int]]:
     return {name: list(t.shape) for name, t in inputs.items()}
 
 
+def export_sequence_model(path: Path, max_tokens: int = 512) -> None:
+    """The corpus's BERT, positions for ``max_tokens`` tokens, exported by TorchScript with its
+    sequence dimension symbolic (``sequence``), to ``path``."""
+    import torch
+
+    model, inputs = _text("BertConfig", "BertModel", vocab_size=1000, hidden_size=256, num_hidden_layers=4,
+                          num_attention_heads=4, intermediate_size=1024, max_position_embeddings=max_tokens)()
+    axes = {name: {1: "sequence"} for name in inputs}
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, tuple(inputs.values()), str(path), input_names=list(inputs), output_names=["output"],
+                          dynamic_axes={**axes, "output": {1: "sequence"}}, opset_version=17, dynamo=False)
+
+
 def check(path: Path) -> None:
     """``onnx.checker`` on the file, then one onnxruntime run on zeros of its inputs' shapes."""
     import onnx
@@ -447,7 +466,14 @@ def main(argv: list[str] | None = None) -> list[Entry]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="folder of the corpus")
     parser.add_argument("--only", default=None, help="comma-separated slice of: " + ",".join([*MODELS, *QUANTIZED]))
+    parser.add_argument("--sequence-model", action="store_true",
+                        help="also export bert_ts_seq.onnx, its sequence length symbolic, for sweeps")
     args = parser.parse_args(argv)
+    if args.sequence_model:
+        args.out.mkdir(parents=True, exist_ok=True)
+        export_sequence_model(args.out / "bert_ts_seq.onnx")
+        check(args.out / "bert_ts_seq.onnx")
+        print(f"bert_ts_seq: {args.out / 'bert_ts_seq.onnx'}, sequence length symbolic")
     names = args.only.split(",") if args.only else [*MODELS, *QUANTIZED]
     unknown = [n for n in names if n not in MODELS and n not in QUANTIZED]
     if unknown:

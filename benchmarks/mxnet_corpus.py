@@ -3,7 +3,7 @@
 Usage (the mxnet environment, gluoncv installed)::
 
     python benchmarks/mxnet_corpus.py [--out DIR] [--models a,b,c] [--budget quick|default] [--db FILE]
-                                      [--contexts measure|reuse]
+                                      [--contexts measure|reuse] [--paired]
 
 Each model is built by GluonCV with random weights (``pretrained=False``: nothing is downloaded),
 hybridized and exported (``net.export``: ``NAME-symbol.json`` + ``NAME-0000.params``) into ``--out``
@@ -12,7 +12,7 @@ as a user types it, each command a subprocess::
 
     dlbricks decompose NAME-symbol.json --input-shape data=1,3,H,W --json
     dlbricks bench     NAME-symbol.json --input-shape data=1,3,H,W --db DB --budget B
-    dlbricks validate  NAME-symbol.json --input-shape data=1,3,H,W --db DB --budget B
+    dlbricks validate  NAME-symbol.json --input-shape data=1,3,H,W --db DB --budget B [--paired]
 
 One row per model: layers, unique bricks, the size of its parameters, the peak resident memory of
 ``decompose`` (the process tree's, from ``os.wait4``) and its ratio to the parameters, the measured,
@@ -187,7 +187,7 @@ def dlbricks_command() -> list[str]:
 
 
 def measure_model(symbol: Path, shape: tuple[int, ...], db: Path, budget: str = "quick",
-                  dlbricks: list[str] | None = None, contexts: str = "measure") -> Row:
+                  dlbricks: list[str] | None = None, contexts: str = "measure", paired: bool = False) -> Row:
     """Decompose, bench and validate one export through the command line, as a user types it."""
     exe = dlbricks or dlbricks_command()
     model = symbol.name.removesuffix("-symbol.json")
@@ -202,7 +202,7 @@ def measure_model(symbol: Path, shape: tuple[int, ...], db: Path, budget: str = 
     _, _, row.seconds["bench"] = _run([*exe, "bench", str(symbol), *shape_args, "--db", str(db),
                                        "--budget", budget, "--contexts", contexts])
     text, _, row.seconds["validate"] = _run([*exe, "validate", str(symbol), *shape_args, "--db", str(db),
-                                             "--budget", budget])
+                                             "--budget", budget, *(["--paired"] if paired else [])])
     for key, value in parse_validate(text).items():
         setattr(row, key, value)
     return row
@@ -248,6 +248,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     parser.add_argument("--contexts", choices=("measure", "reuse"), default="measure",
                         help="bench's --contexts: reuse keeps bricks measured in an earlier model's context")
+    parser.add_argument("--paired", action="store_true", help="validate with --paired (whole model in turns with "
+                        "its dominant bricks)")
     args = parser.parse_args(argv)
     names = args.models.split(",") if args.models else list(MODELS)
     unknown = [n for n in names if n not in MODELS]
@@ -271,7 +273,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
                 print(f"skipped {name}: {rows[-1].skipped}", flush=True)
                 continue
             try:
-                rows.append(measure_model(symbol, shape, db, args.budget, exe, args.contexts))
+                rows.append(measure_model(symbol, shape, db, args.budget, exe, args.contexts, args.paired))
                 rows[-1].base_rss_mb = base
             except RuntimeError as e:
                 rows.append(Row(model=name, shape="x".join(map(str, shape)), skipped=str(e)))

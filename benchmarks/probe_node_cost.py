@@ -54,7 +54,8 @@ def _bound(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> Callable[
     binding = session.io_binding()
     for name, value in feeds.items():
         binding.bind_cpu_input(name, value)
-    binding.bind_output("y")
+    for output in session.get_outputs():
+        binding.bind_output(output.name)
     return lambda: session.run_with_iobinding(binding)
 
 

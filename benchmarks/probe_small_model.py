@@ -1,0 +1,94 @@
+"""Where does a model of microsecond layers lose its sum? Its bricks against the model, raw onnxruntime.
+
+``dlbricks evaluate --suite full`` estimates ncf_ml20m (15 layers, 13 us) and dlrm_criteo_kaggle (73
+layers, 63 us) 16% high with every brick measured. This probe times, with raw onnxruntime sessions
+and IOBinding (1 thread, optimizations off), models taken in turn so that the machine's drift meets
+all alike:
+
+- the whole zoo model;
+- each of its layer bricks, as dlbricks cuts it (:meth:`dlbricks.Brick.to_onnx`);
+- the one-node Relu and a chain of 33 Relus, whose difference gives the zero-node floor (the
+  generators' rule, :mod:`dlbricks.generators._floor`);
+- with ``--prefixes``, the model cut after each layer (every tensor a later layer reads, and the
+  model's outputs, made outputs), whose differences give each layer's cost inside the model.
+
+and prints each brick less the floor beside its layer's cost in the model, and the bricks' sum plus
+one floor against the whole model.
+
+Usage: ``python benchmarks/probe_small_model.py [--model ncf_ml20m] [--calls 3000] [--prefixes]``
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from probe_node_cost import _chain, time_calls
+
+import dlbricks
+from dlbricks import model_zoo
+
+
+def _feeds(inputs: list[onnx.ValueInfoProto], seed: int) -> dict[str, np.ndarray]:
+    """Random feeds for ``inputs``; integers in [0, 100), which every zoo table can index."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for value in inputs:
+        shape = [d.dim_value or 1 for d in value.type.tensor_type.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
+        out[value.name] = (rng.integers(0, 100, size=shape).astype(dtype) if np.issubdtype(dtype, np.integer)
+                           else rng.random(shape).astype(dtype))
+    return out
+
+
+def _prefix(model: onnx.ModelProto, nodes: int) -> onnx.ModelProto:
+    """``model`` cut after its first ``nodes`` nodes (topological order), every tensor they write that
+    a later node or the model's output reads made an output."""
+    graph = model.graph
+    kept, rest = list(graph.node[:nodes]), list(graph.node[nodes:])
+    written = {o for n in kept for o in n.output}
+    read_later = {i for n in rest for i in n.input} | {o.name for o in graph.output}
+    outputs = [onnx.helper.make_empty_tensor_value_info(name) for name in sorted(written & read_later)]
+    cut = onnx.helper.make_graph(kept, "prefix", list(graph.input), outputs, list(graph.initializer))
+    return onnx.helper.make_model(cut, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="ncf_ml20m", help="a zoo model")
+    parser.add_argument("--calls", type=int, default=3000, help="timed calls per repeat")
+    parser.add_argument("--prefixes", action="store_true", help="also time the model cut after each layer")
+    args = parser.parse_args()
+    ort.set_default_logger_severity(3)  # the prefixes leave later layers' weights unused
+    proto = model_zoo.build(args.model)
+    dec = dlbricks.decompose(proto)
+    models: dict[str, tuple[onnx.ModelProto, dict[str, np.ndarray]]] = {
+        "whole": (proto, _feeds(list(proto.graph.input), 0)),
+        "Relu x1": (_chain("Relu", 1, 64, None), {"x": np.ones(64, np.float32)}),
+        "Relu x33": (_chain("Relu", 33, 64, None), {"x": np.ones(64, np.float32)}),
+    }
+    for sig, brick in dec.bricks.items():
+        model = brick.to_onnx()
+        models[sig] = (model, _feeds(list(model.graph.input), 1))
+    if args.prefixes:
+        for k in range(1, len(proto.graph.node)):
+            models[f"prefix {k}"] = (_prefix(proto, k), models["whole"][1])
+    t = time_calls(models, args.calls, repeats=9)
+    floor = t["Relu x1"] - (t["Relu x33"] - t["Relu x1"]) / 32
+    counts = dec.counts()
+    total = floor + sum(counts[s] * (t[s] - floor) for s in dec.bricks)
+    print(f"{args.model}: whole {t['whole']:.3f} us; bricks less the floor, summed, plus one floor "
+          f"{total:.3f} us ({100 * (total / t['whole'] - 1):+.1f}%); zero-node floor {floor:.3f} us")
+    previous = floor
+    print(f"  {'layer':>5s} {'op':10s} {'brick-floor':>11s} {'in model':>9s}")
+    for occ in dec.occurrences:  # one layer per node, in the graph's order, for these models
+        key = "whole" if occ.index + 1 == len(proto.graph.node) else f"prefix {occ.index + 1}"
+        inside = f"{t[key] - previous:9.3f}" if key in t else "        -"
+        previous = t.get(key, previous)
+        print(f"  {occ.index:5d} {dec.bricks[occ.signature].op_type:10s} {t[occ.signature] - floor:11.3f} {inside}")
+
+
+if __name__ == "__main__":
+    main()
