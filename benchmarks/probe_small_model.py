@@ -32,13 +32,13 @@ from dlbricks import model_zoo
 
 
 def _feeds(inputs: list[onnx.ValueInfoProto], seed: int) -> dict[str, np.ndarray]:
-    """Random feeds for ``inputs``; integers in [0, 100), which every zoo table can index."""
+    """Random feeds for ``inputs``; integers 0 or 1, which every zoo table can index."""
     rng = np.random.default_rng(seed)
     out = {}
     for value in inputs:
         shape = [d.dim_value or 1 for d in value.type.tensor_type.shape.dim]
         dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
-        out[value.name] = (rng.integers(0, 100, size=shape).astype(dtype) if np.issubdtype(dtype, np.integer)
+        out[value.name] = (rng.integers(0, 2, size=shape).astype(dtype) if np.issubdtype(dtype, np.integer)
                            else rng.random(shape).astype(dtype))
     return out
 

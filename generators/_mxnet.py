@@ -48,8 +48,9 @@ ACTIVATION_CORRELATION = 0.75
 #: :data:`dlbricks.generators._ort.MEASUREMENT_METHOD` for onnxruntime). 1: each cold copy with its
 #: own outputs; 2: the copies share the first executor's memory, as a model's layers share its pool,
 #: and cycle through up to INPUT_VARIANTS input draws; 3: the copies span the data a run of the
-#: brick's model touches (``cold_span``); 4: the floor is extrapolated to a call with no node.
-MEASUREMENT_METHOD = 4
+#: brick's model touches (``cold_span``); 4: the floor is extrapolated to a call with no node; 5: the
+#: cold copies come nearest to their span rather than reach it (``_ort.cold_copies``).
+MEASUREMENT_METHOD = 5
 #: Input draws that a brick's cold copies cycle through (feature-map inputs only), within
 #: INPUT_VARIANT_BYTES together so that they stay in the cache: a kernel that branches on its data
 #: (MXNet's clip) would otherwise learn an input it meets run after run, which inside a model it

@@ -58,8 +58,9 @@ IDLE_SPIN_S = 0.06
 #: arena, at most 16 copies at level "all"; 2: the copies share one arena, one cap at every level;
 #: 3: the copies span the data a run of the brick's model touches (``cold_span``); 4: the floor is
 #: extrapolated to a call with no node (:mod:`dlbricks.generators._floor`); 5: a brick with less than
-#: :data:`MIN_COLD_WEIGHT_BYTES` of weights runs as one session in ``cache="cold-weights"``.
-MEASUREMENT_METHOD = 5
+#: :data:`MIN_COLD_WEIGHT_BYTES` of weights runs as one session in ``cache="cold-weights"``; 6: the
+#: cold copies come nearest to their span rather than reach it (:func:`cold_copies`).
+MEASUREMENT_METHOD = 6
 #: Weights below which a brick in ``cache="cold-weights"`` runs as one session: its copies share
 #: their input, output and scratch, so with (almost) no weights they have no data of their own to
 #: keep cold, and each copy costs a session to create (a Relu brick of MobileNet-v2 ran as 84).
@@ -676,12 +677,18 @@ def cold_span_bytes(model: onnx.ModelProto, cold_span: str) -> int | None:
 
 def cold_copies(model: onnx.ModelProto, outputs: list[Any], llc_bytes: int | None = None,
                 max_copies: int = MAX_COLD_COPIES, span_bytes: int | None = None) -> int:
-    """Copies of a session whose weights and outputs together span twice the smaller of the
-    last-level cache and ``span_bytes`` (default: the cache), at most ``max_copies`` copies."""
+    """Copies of a session whose weights and outputs together come nearest to spanning twice the
+    smaller of the last-level cache and ``span_bytes`` (default: the cache): the span over the
+    footprint of one copy, rounded to the nearest whole copy, between 1 and ``max_copies``.
+
+    Rounding up instead overshot by up to a copy: ncf_ml20m's first Gemm (257 KB) cycled 4 copies,
+    1.03 MB, for a span of 0.86 MB, past this machine's 1 MiB L2 cache, which the model's 0.43 MB run
+    stays in (see "Enough copies" in docs/methodology.md).
+    """
     llc = llc_bytes if llc_bytes is not None else last_level_cache_bytes()
     span = 2 * (llc if span_bytes is None else min(llc, span_bytes))
     footprint = max(weight_bytes(model) + sum(np.asarray(o).nbytes for o in outputs), 1)
-    return int(min(max_copies, max(1, math.ceil(span / footprint))))
+    return int(min(max_copies, max(1, round(span / footprint))))
 
 
 def weight_bytes(model: onnx.ModelProto) -> int:
