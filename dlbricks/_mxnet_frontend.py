@@ -43,7 +43,8 @@ from dlbricks._inputs import random_inputs
 from dlbricks._onnx_frontend import _check_batch_size, _check_input_shapes
 from dlbricks._types import TensorSpec, ValueStatistics
 
-__all__ = ["LAYOUTS_ATTR", "MXNET_DOMAIN", "MXNET_OPSET", "import_mxnet", "is_mxnet_model", "load_mxnet"]
+__all__ = ["LAYOUTS_ATTR", "MXNET_DOMAIN", "MXNET_OPSET", "import_mxnet", "is_mxnet_model", "load_mxnet",
+           "runs_on_onednn_layouts"]
 
 #: Domain of the ONNX nodes that stand for MXNet ops.
 MXNET_DOMAIN = "org.mxnet"
@@ -711,6 +712,18 @@ def _attributes(node: Mapping[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in sorted(attrs.items()) if not k.startswith("__")}
 
 
+def runs_on_onednn_layouts(op: str, attrs: Mapping[str, str]) -> bool:
+    """Whether MXNet 1.9's CPU kernel of ``op`` reads oneDNN's blocked layouts as they are (a oneDNN
+    kernel); every other op reorders such an input to the plain layout on each call."""
+    if op in _BLOCKING_OPS:
+        return True
+    if op in ("Activation", "LeakyReLU"):
+        return attrs.get("act_type", "leaky") in _ONEDNN_ACTS
+    if op == "Pooling":
+        return attrs.get("pool_type", "max") in ("max", "avg")
+    return op in _KEEPING_OPS
+
+
 def _output_layout(op: str, attrs: Mapping[str, str], in_layouts: Sequence[str]) -> str:
     """The layout of an op's outputs in a model run with oneDNN (MXNet 1.9 CPU kernels).
 
@@ -721,11 +734,7 @@ def _output_layout(op: str, attrs: Mapping[str, str], in_layouts: Sequence[str])
     """
     if op in _BLOCKING_OPS:
         return "onednn"
-    if op in _KEEPING_OPS:
-        if op in ("Activation", "LeakyReLU") and attrs.get("act_type", "leaky") not in _ONEDNN_ACTS:
-            return "plain"
-        if op == "Pooling" and attrs.get("pool_type", "max") not in ("max", "avg"):
-            return "plain"
+    if runs_on_onednn_layouts(op, attrs):
         data = [x for x in in_layouts if x != "const"]
         return "onednn" if data and data[0] == "onednn" else "plain"
     return "plain"

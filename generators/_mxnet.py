@@ -16,7 +16,7 @@ from __future__ import annotations
 import ctypes
 import os
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from types import ModuleType
@@ -49,8 +49,9 @@ ACTIVATION_CORRELATION = 0.75
 #: own outputs; 2: the copies share the first executor's memory, as a model's layers share its pool,
 #: and cycle through up to INPUT_VARIANTS input draws; 3: the copies span the data a run of the
 #: brick's model touches (``cold_span``); 4: the floor is extrapolated to a call with no node; 5: the
-#: cold copies come nearest to their span rather than reach it (``_ort.cold_copies``).
-MEASUREMENT_METHOD = 5
+#: cold copies come nearest to their span rather than reach it (``_ort.cold_copies``); 6: inputs in
+#: oneDNN's layout of ops that reorder them are written again before each timed run.
+MEASUREMENT_METHOD = 6
 #: Input draws that a brick's cold copies cycle through (feature-map inputs only), within
 #: INPUT_VARIANT_BYTES together so that they stay in the cache: a kernel that branches on its data
 #: (MXNet's clip) would otherwise learn an input it meets run after run, which inside a model it
@@ -123,8 +124,10 @@ class MxnetConfig(ConfigBase):
         Whole models get i.i.d. standard normal inputs.
     model_layouts : bool, default True
         With oneDNN, feed each brick input in the layout it has in the model (the nodes'
-        ``dlbricks_input_layouts``), converted once before timing, so that a brick pays no reorder
-        that the model does not.
+        ``dlbricks_input_layouts``), so that a brick pays no reorder that the model does not; with
+        ``cache="cold"``, a brick of an op without a oneDNN kernel, which reorders such an input on
+        each call, has it written again, in that layout, before each timed run, as the layer before
+        writes it inside the model.
     cache : {"cold", "warm"}, default "cold"
         Cache state a *brick* meets; whole models always run as users run them. ``"cold"``:
         executors of the brick, each with its own weights, sharing the first one's outputs and
@@ -243,16 +246,38 @@ class MxnetPrepared:
     previous : MxnetPrepared or None
         The brick that runs before this one in its model, prepared warm; when present, ``prime``
         (its run) is what the harness calls untimed before each timed run.
+    written : sequence of mappings, optional
+        Per input draw, the oneDNN-layout inputs to write again before each timed run: name ->
+        (source, bound array). ``prime`` then also copies the sources of the executor that runs
+        next into its bound inputs.
     """
 
-    def __init__(self, executors: list[Any], keep: list[Any], previous: MxnetPrepared | None = None) -> None:
+    def __init__(self, executors: list[Any], keep: list[Any], previous: MxnetPrepared | None = None,
+                 written: Sequence[Mapping[str, tuple[Any, Any]]] = ()) -> None:
         self.executors = executors
         self.copies = len(executors)
         self._keep = keep  # the bound arrays
-        self.run: Callable[[], object] = round_robin([_one_run(e) for e in executors])
         self.previous = previous
-        if previous is not None:
-            self.prime: Callable[[], object] = previous.run
+        if not any(written):
+            self.run: Callable[[], object] = round_robin([_one_run(e) for e in executors])
+            if previous is not None:
+                self.prime: Callable[[], object] = previous.run
+            return
+        runs = [_one_run(e) for e in executors]
+        upcoming = [0]  # the executor that runs next; executor i reads input draw i % len(written)
+
+        def run() -> None:
+            i = upcoming[0]
+            upcoming[0] = (i + 1) % len(runs)
+            runs[i]()
+
+        def prime() -> None:
+            if previous is not None:
+                previous.run()
+            _write_inputs(written[upcoming[0] % len(written)])
+
+        self.run = run
+        self.prime = prime
 
     def outputs(self) -> list[np.ndarray]:
         """The outputs of the first executor's last run, as numpy arrays."""
@@ -266,7 +291,27 @@ class MxnetPrepared:
         if self.previous is not None:
             self.previous.close()
             self.previous = None
+        if hasattr(self, "prime"):
             self.prime = closed
+
+
+def _reorders_inputs(model: onnx.ModelProto) -> bool:
+    """Whether an op of brick ``model`` has no oneDNN kernel in MXNet 1.9, so that it reorders an
+    input in oneDNN's blocked layout to the plain one on each call (``elemwise_mul``, ``clip``...)."""
+    from dlbricks._mxnet_frontend import runs_on_onednn_layouts
+
+    return any(not runs_on_onednn_layouts(node.op_type, {a.name: a.s.decode() for a in node.attribute
+                                                         if a.type == onnx.AttributeProto.STRING})
+               for node in model.graph.node if node.domain == "org.mxnet")
+
+
+def _write_inputs(arrays: Mapping[str, tuple[Any, Any]]) -> None:
+    """Copy each source into its bound input (both in oneDNN's blocked layout, which the copy keeps),
+    and wait: the input a layer reads inside a model was just written by the layer before it."""
+    for source, bound in arrays.values():
+        source.copyto(bound)
+    for _, bound in arrays.values():
+        bound.wait_to_read()
 
 
 def _one_run(executor: Any) -> Callable[[], None]:
@@ -360,7 +405,7 @@ class MxnetBackend:
         self.check(config)
         _warn_environment(config)
         mx = _mx()
-        from dlbricks._mxnet_bricks import model_to_symbol
+        from dlbricks._mxnet_bricks import model_to_symbol, to_ndarray
 
         model, before = split_previous(model)
         built = model_to_symbol(model)
@@ -372,7 +417,8 @@ class MxnetBackend:
             count = _input_variants(drawn) if config.cache == "cold" else 1
             variants = [_feature_maps(model, drawn, config.inputs, v) for v in range(count)]
         onednn = brick and config.model_layouts and config.mkldnn and config.context == "cpu"
-        inputs = [_bound_inputs(mx, arrays, built.input_layouts if onednn else {}, ctx) for arrays in variants]
+        plain = [{k: to_ndarray(mx, v, ctx) for k, v in arrays.items()} for arrays in variants]
+        inputs = [_bound_inputs(mx, arrays, built.input_layouts if onednn else {}) for arrays in plain]
         first = _bind(mx, built, inputs[0], ctx, model)
         executors = [first]
         if config.cache == "cold" and brick:
@@ -383,7 +429,11 @@ class MxnetBackend:
         previous = None
         if brick and config.cache == "cold" and config.previous_layer:
             previous = prepare_previous(self.prepare, before, config)
-        return MxnetPrepared(executors, inputs, previous)
+        written = [{k: (_to_onednn(mx, arrays[k]), v) for k, v in bound.items()
+                    if built.input_layouts.get(k) == "onednn" and v is not arrays[k]}
+                   for arrays, bound in zip(plain, inputs, strict=True)
+                   ] if onednn and config.cache == "cold" and _reorders_inputs(model) else []
+        return MxnetPrepared(executors, inputs, previous, written)
 
 
 def _input_variants(arrays: Mapping[str, np.ndarray]) -> int:
@@ -393,13 +443,9 @@ def _input_variants(arrays: Mapping[str, np.ndarray]) -> int:
     return int(max(1, min(INPUT_VARIANTS, INPUT_VARIANT_BYTES // size)))
 
 
-def _bound_inputs(mx: ModuleType, arrays: Mapping[str, np.ndarray], layouts: Mapping[str, str],
-                  ctx: Any) -> dict[str, Any]:
-    """``arrays`` as NDArrays on ``ctx``, those that ``layouts`` marks ``"onednn"`` in that layout."""
-    from dlbricks._mxnet_bricks import to_ndarray
-
-    inputs = {k: to_ndarray(mx, v, ctx) for k, v in arrays.items()}
-    return {k: _to_onednn(mx, v) if layouts.get(k) == "onednn" else v for k, v in inputs.items()}
+def _bound_inputs(mx: ModuleType, arrays: Mapping[str, Any], layouts: Mapping[str, str]) -> dict[str, Any]:
+    """``arrays`` (NDArrays), those that ``layouts`` marks ``"onednn"`` in that layout."""
+    return {k: _to_onednn(mx, v) if layouts.get(k) == "onednn" else v for k, v in arrays.items()}
 
 
 def _feature_maps(model: onnx.ModelProto, arrays: Mapping[str, np.ndarray], kind: str,

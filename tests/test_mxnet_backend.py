@@ -262,6 +262,40 @@ def test_cold_bricks_run_after_the_layer_before_them(mobilenet: dlbricks.ModelGr
         primed.prime()
 
 
+def test_onednn_inputs_are_written_again_before_each_timed_run(mobilenet: dlbricks.ModelGraph) -> None:
+    """Inside a model an op without a oneDNN kernel (Flatten after the pooling) reorders the blocked
+    layout its producer just wrote, on each call; the brick's prime writes that input again, in that
+    layout, for the executor that runs next (after the layer before it). An op with a oneDNN kernel
+    (BatchNorm) reads it as it is: its prime is the layer before alone."""
+    from dlbricks._mxnet_frontend import runs_on_onednn_layouts
+
+    dec = dlbricks.decompose(mobilenet)
+    flatten = next(o.signature for o in dec.occurrences if dec.bricks[o.signature].op_type == "Flatten")
+    bn = next(o.signature for o in dec.occurrences if dec.bricks[o.signature].op_type == "BatchNorm")
+    assert not runs_on_onednn_layouts("Flatten", {}) and runs_on_onednn_layouts("BatchNorm", {})
+    backend = MxnetBackend()
+    prepared = backend.prepare(dec.in_context(flatten).to_onnx(), MxnetConfig())
+    assert prepared.previous is not None and prepared.prime != prepared.previous.run
+    bound = prepared.executors[0].arg_dict
+    name = next(k for k in bound if k.startswith("in"))
+    expected = bound[name].asnumpy()
+    bound[name][:] = 0.0
+    prepared.prime()  # writes the inputs of executor 0, the next to run
+    np.testing.assert_array_equal(bound[name].asnumpy(), expected)
+    prepared.run()
+    assert np.isfinite(prepared.outputs()[0]).all()
+    native = backend.prepare(dec.in_context(bn).to_onnx(), MxnetConfig())
+    assert native.prime == native.previous.run
+    alone = backend.prepare(dec.bricks[flatten].to_onnx(), MxnetConfig())  # no layer before it: the write
+    assert alone.previous is None and hasattr(alone, "prime")
+    alone.prime()
+    alone.run()
+    for p in (prepared, native, alone):
+        p.close()
+    with pytest.raises(dlbricks.BackendError, match="closed"):
+        alone.prime()
+
+
 def test_onnx_models_are_refused() -> None:
     from dlbricks.model_zoo import build
 
