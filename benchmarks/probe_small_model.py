@@ -1,7 +1,7 @@
 """Where does a model of microsecond layers lose its sum? Its bricks against the model, raw onnxruntime.
 
 ``dlbricks evaluate --suite full`` estimates ncf_ml20m (15 layers, 13 us) and dlrm_criteo_kaggle (73
-layers, 63 us) 16% high with every brick measured. This probe times, with raw onnxruntime sessions
+layers, 63 us) about 16% off with every brick measured. This probe times, with raw onnxruntime sessions
 and IOBinding (1 thread, optimizations off), models taken in turn so that the machine's drift meets
 all alike:
 
@@ -24,6 +24,7 @@ import argparse
 
 import numpy as np
 import onnx
+import onnx.utils
 import onnxruntime as ort
 from probe_node_cost import _chain, time_calls
 
@@ -45,14 +46,12 @@ def _feeds(inputs: list[onnx.ValueInfoProto], seed: int) -> dict[str, np.ndarray
 
 def _prefix(model: onnx.ModelProto, nodes: int) -> onnx.ModelProto:
     """``model`` cut after its first ``nodes`` nodes (topological order), every tensor they write that
-    a later node or the model's output reads made an output."""
+    a later node or the model's output reads made an output (``onnx.utils.Extractor``: only the
+    weights those nodes read are kept)."""
     graph = model.graph
-    kept, rest = list(graph.node[:nodes]), list(graph.node[nodes:])
-    written = {o for n in kept for o in n.output}
-    read_later = {i for n in rest for i in n.input} | {o.name for o in graph.output}
-    outputs = [onnx.helper.make_empty_tensor_value_info(name) for name in sorted(written & read_later)]
-    cut = onnx.helper.make_graph(kept, "prefix", list(graph.input), outputs, list(graph.initializer))
-    return onnx.helper.make_model(cut, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    written = {o for n in graph.node[:nodes] for o in n.output}
+    read_later = {i for n in graph.node[nodes:] for i in n.input} | {o.name for o in graph.output}
+    return onnx.utils.Extractor(model).extract_model([i.name for i in graph.input], sorted(written & read_later))
 
 
 def main() -> None:

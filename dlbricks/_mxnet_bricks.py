@@ -242,6 +242,15 @@ def _input_layouts(graph: onnx.GraphProto, inputs: set[str]) -> dict[str, str]:
     return out
 
 
+def reorders_onednn_inputs(model: onnx.ModelProto) -> bool:
+    """Whether an op of MXNet brick ``model`` has no oneDNN kernel in MXNet 1.9, so that it reorders
+    an input in oneDNN's blocked layout to the plain one on each call (``elemwise_mul``, ``clip``...)."""
+    from dlbricks._mxnet_frontend import runs_on_onednn_layouts
+
+    return any(not runs_on_onednn_layouts(node.op_type, _string_attrs(node))
+               for node in model.graph.node if node.domain == MXNET_DOMAIN)
+
+
 def _string_attrs(node: onnx.NodeProto) -> dict[str, str]:
     """The MXNet attributes of a node (dlbricks' own annotations left out)."""
     out = {}

@@ -295,16 +295,6 @@ class MxnetPrepared:
             self.prime = closed
 
 
-def _reorders_inputs(model: onnx.ModelProto) -> bool:
-    """Whether an op of brick ``model`` has no oneDNN kernel in MXNet 1.9, so that it reorders an
-    input in oneDNN's blocked layout to the plain one on each call (``elemwise_mul``, ``clip``...)."""
-    from dlbricks._mxnet_frontend import runs_on_onednn_layouts
-
-    return any(not runs_on_onednn_layouts(node.op_type, {a.name: a.s.decode() for a in node.attribute
-                                                         if a.type == onnx.AttributeProto.STRING})
-               for node in model.graph.node if node.domain == "org.mxnet")
-
-
 def _write_inputs(arrays: Mapping[str, tuple[Any, Any]]) -> None:
     """Copy each source into its bound input (both in oneDNN's blocked layout, which the copy keeps),
     and wait: the input a layer reads inside a model was just written by the layer before it."""
@@ -405,7 +395,7 @@ class MxnetBackend:
         self.check(config)
         _warn_environment(config)
         mx = _mx()
-        from dlbricks._mxnet_bricks import model_to_symbol, to_ndarray
+        from dlbricks._mxnet_bricks import model_to_symbol, reorders_onednn_inputs, to_ndarray
 
         model, before = split_previous(model)
         built = model_to_symbol(model)
@@ -432,7 +422,7 @@ class MxnetBackend:
         written = [{k: (_to_onednn(mx, arrays[k]), v) for k, v in bound.items()
                     if built.input_layouts.get(k) == "onednn" and v is not arrays[k]}
                    for arrays, bound in zip(plain, inputs, strict=True)
-                   ] if onednn and config.cache == "cold" and _reorders_inputs(model) else []
+                   ] if onednn and config.cache == "cold" and reorders_onednn_inputs(model) else []
         return MxnetPrepared(executors, inputs, previous, written)
 
 
