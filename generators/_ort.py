@@ -681,8 +681,8 @@ def cold_copies(model: onnx.ModelProto, outputs: list[Any], llc_bytes: int | Non
     smaller of the last-level cache and ``span_bytes`` (default: the cache): the span over the
     footprint of one copy, rounded to the nearest whole copy, between 1 and ``max_copies``.
 
-    Rounding up instead overshot by up to a copy: ncf_ml20m's first Gemm (257 KB) cycled 4 copies,
-    1.03 MB, for a span of 0.86 MB, past this machine's 1 MiB L2 cache, which the model's 0.43 MB run
+    Rounding up instead overshot by up to a copy: ncf_ml20m's first Gemm (264 KB) cycled 4 copies,
+    1.06 MB, for a span of 0.86 MB, past this machine's 1 MiB L2 cache, which the model's 0.43 MB run
     stays in (see "Enough copies" in docs/methodology.md).
     """
     llc = llc_bytes if llc_bytes is not None else last_level_cache_bytes()

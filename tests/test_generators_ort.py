@@ -391,7 +391,7 @@ def test_cold_copies_span_what_a_run_of_the_brick_model_touches() -> None:
 
 def test_cold_copies_come_nearest_to_their_span() -> None:
     """The copies' span is the nearest whole number of copies to the target, not the first that
-    reaches it: a 257 KB Gemm (ncf_ml20m's) in a model that touches 0.43 MB cycles 3 copies (0.79 MB)
+    reaches it: a 264 KB Gemm (ncf_ml20m's) in a model that touches 0.43 MB cycles 3 copies (0.79 MB)
     for a target of 0.86 MB; 4 (1.06 MB) would leave a 1 MiB L2 cache that the model stays in."""
     w = numpy_helper.from_array(np.zeros((256, 256), np.float32), "w")
     b = numpy_helper.from_array(np.zeros((256,), np.float32), "b")
