@@ -105,9 +105,9 @@ def _text(config_name: str, model_name: str, **config: object) -> Callable[[], t
     return build
 
 
-def _bert() -> tuple[object, dict[str, object]]:
+def _bert(positions: int = SEQ) -> tuple[object, dict[str, object]]:
     return _text("BertConfig", "BertModel", vocab_size=1000, hidden_size=256, num_hidden_layers=4,
-                 num_attention_heads=4, intermediate_size=1024, max_position_embeddings=SEQ)()
+                 num_attention_heads=4, intermediate_size=1024, max_position_embeddings=positions)()
 
 
 def _albert() -> tuple[object, dict[str, object]]:
@@ -362,8 +362,7 @@ def export_sequence_model(path: Path, max_tokens: int = 512) -> None:
     sequence dimension symbolic (``sequence``), to ``path``."""
     import torch
 
-    model, inputs = _text("BertConfig", "BertModel", vocab_size=1000, hidden_size=256, num_hidden_layers=4,
-                          num_attention_heads=4, intermediate_size=1024, max_position_embeddings=max_tokens)()
+    model, inputs = _bert(max_tokens)
     axes = {name: {1: "sequence"} for name in inputs}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
