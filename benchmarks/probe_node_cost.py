@@ -10,6 +10,8 @@ with raw onnxruntime sessions and IOBinding (1 thread, optimizations off, tensor
   Concat of two inputs), the bricks' shapes;
 - chains of 1 and 33 Relus and of 1 and 33 Adds of a constant, whose time per further node is a
   node's cost inside a model;
+- a chain of 33 nodes that cycles through eight unary kernels (:data:`MIXED`), against the sum of
+  their one-node bricks: what a node pays for running a kernel other than the one before it;
 
 and prints each brick less the zero-node floor beside the chain's cost per node.
 
@@ -43,6 +45,20 @@ def _chain(op: str, nodes: int, size: int, const: onnx.TensorProto | None) -> on
         chain.append(helper.make_node(op, [prev, const.name] if const is not None else [prev], [out]))
         prev = out
     return _model(chain, ["x"], size, [const] if const is not None else [])
+
+
+#: The kernels the mixed chain cycles through.
+MIXED = ("Relu", "Sigmoid", "Neg", "Abs", "Tanh", "Floor", "Ceil", "Softsign")
+
+
+def _mixed_chain(nodes: int, size: int) -> onnx.ModelProto:
+    """A chain of ``nodes`` unary nodes, each a kernel other than the one before it (:data:`MIXED`)."""
+    chain, prev = [], "x"
+    for i in range(nodes):
+        out = "y" if i == nodes - 1 else f"t{i}"
+        chain.append(helper.make_node(MIXED[i % len(MIXED)], [prev], [out]))
+        prev = out
+    return _model(chain, ["x"], size)
 
 
 def _bound(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> Callable[[], object]:
@@ -96,6 +112,8 @@ def main() -> None:
         "Concat of two inputs": (_model([helper.make_node("Concat", ["x", "x2"], ["y"], axis=0)], ["x", "x2"], n),
                                  two),
     }
+    models["mixed x33"] = (_mixed_chain(33, n), one)
+    models.update({f"{op} brick": (_chain(op, 1, n, None), one) for op in MIXED})
     t = time_calls(models, calls)
     per_node = {op: (t[f"{op} x33"] - t[f"{op} x1"]) / 32 for op in ("Relu", "Add")}
     floor = t["Relu x1"] - per_node["Relu"]
@@ -111,6 +129,10 @@ def main() -> None:
         ratio = f"{(call - floor) / in_chain:6.2f}" if in_chain else "     -"
         chain = f"{in_chain:10.3f}" if in_chain else "         -"
         print(f"  {name:26s} {call:8.3f} {call - floor:10.3f} {chain} {ratio}")
+    bricks_sum = sum(t[f"{MIXED[i % len(MIXED)]} brick"] - floor for i in range(33))
+    print(f"mixed chain of 33 kernels in turn: {t['mixed x33'] - floor:.3f} us less the floor; its nodes' "
+          f"bricks less the floor, summed: {bricks_sum:.3f} us; {(t['mixed x33'] - floor - bricks_sum) / 33:+.3f} "
+          "us per node")
 
 
 if __name__ == "__main__":

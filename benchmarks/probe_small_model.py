@@ -10,12 +10,16 @@ all alike:
 - the one-node Relu and a chain of 33 Relus, whose difference gives the zero-node floor (the
   generators' rule, :mod:`dlbricks.generators._floor`);
 - with ``--prefixes``, the model cut after each layer (every tensor a later layer reads, and the
-  model's outputs, made outputs), whose differences give each layer's cost inside the model.
+  model's outputs, made outputs), whose differences give each layer's cost inside the model;
+- with ``--regions K1,K2,...``, the model cut at those node indices (graph order) into consecutive
+  regions, each a model of its own (``onnx.utils.Extractor``: its inputs the tensors it reads from
+  before it, its outputs those read after it), against its layers' bricks summed. Unlike
+  ``--prefixes`` it holds each weight once, so it suits models of large tables (dlrm_criteo_kaggle).
 
 and prints each brick less the floor beside its layer's cost in the model, and the bricks' sum plus
 one floor against the whole model.
 
-Usage: ``python benchmarks/probe_small_model.py [--model ncf_ml20m] [--calls 3000] [--prefixes]``
+Usage: ``python benchmarks/probe_small_model.py [--model ncf_ml20m] [--calls 3000] [--prefixes | --regions 8,62]``
 """
 
 from __future__ import annotations
@@ -54,11 +58,25 @@ def _prefix(model: onnx.ModelProto, nodes: int) -> onnx.ModelProto:
     return onnx.utils.Extractor(model).extract_model([i.name for i in graph.input], sorted(written & read_later))
 
 
+def _region(model: onnx.ModelProto, start: int, stop: int) -> onnx.ModelProto:
+    """Nodes ``start`` to ``stop`` (graph order) of ``model`` as a model: its inputs the graph inputs
+    and tensors written before ``start`` that they read, its outputs the tensors they write that a
+    later node or the model's output reads."""
+    graph = model.graph
+    nodes = graph.node[start:stop]
+    written_before = {o for n in graph.node[:start] for o in n.output} | {i.name for i in graph.input}
+    inputs = sorted({i for n in nodes for i in n.input} & written_before)
+    written = {o for n in nodes for o in n.output}
+    read_later = {i for n in graph.node[stop:] for i in n.input} | {o.name for o in graph.output}
+    return onnx.utils.Extractor(model).extract_model(inputs, sorted(written & read_later))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="ncf_ml20m", help="a zoo model")
     parser.add_argument("--calls", type=int, default=3000, help="timed calls per repeat")
     parser.add_argument("--prefixes", action="store_true", help="also time the model cut after each layer")
+    parser.add_argument("--regions", default="", help="node indices to cut the model at into regions, comma-separated")
     args = parser.parse_args()
     ort.set_default_logger_severity(3)  # the prefixes leave later layers' weights unused
     proto = model_zoo.build(args.model)
@@ -74,12 +92,23 @@ def main() -> None:
     if args.prefixes:
         for k in range(1, len(proto.graph.node)):
             models[f"prefix {k}"] = (_prefix(proto, k), models["whole"][1])
+    cuts = [0, *sorted(int(k) for k in args.regions.split(",") if k), len(proto.graph.node)]
+    spans = list(zip(cuts[:-1], cuts[1:])) if args.regions else []
+    for start, stop in spans:
+        region = _region(proto, start, stop)
+        models[f"region {start}"] = (region, _feeds(list(region.graph.input), 0))
     t = time_calls(models, args.calls, repeats=9)
     floor = t["Relu x1"] - (t["Relu x33"] - t["Relu x1"]) / 32
     counts = dec.counts()
     total = floor + sum(counts[s] * (t[s] - floor) for s in dec.bricks)
     print(f"{args.model}: whole {t['whole']:.3f} us; bricks less the floor, summed, plus one floor "
           f"{total:.3f} us ({100 * (total / t['whole'] - 1):+.1f}%); zero-node floor {floor:.3f} us")
+    for start, stop in spans:
+        inside = [o for o in dec.occurrences if start <= o.index < stop]
+        summed = sum(t[o.signature] - floor for o in inside)
+        region = t[f"region {start}"] - floor
+        print(f"  nodes {start}-{stop - 1}: region less the floor {region:.3f} us, its bricks less the floor "
+              f"summed {summed:.3f} us ({100 * (summed / region - 1):+.1f}%)")
     previous = floor
     print(f"  {'layer':>5s} {'op':10s} {'brick-floor':>11s} {'in model':>9s}")
     for occ in dec.occurrences:  # one layer per node, in the graph's order, for these models
