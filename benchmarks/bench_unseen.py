@@ -7,7 +7,10 @@ whole, then estimates with ``on_missing="predict"`` two held-out sets:
   other families; bricks shared with them are reused, the family's own bricks are predicted;
 - variants built here with :mod:`onnx.helper`, outside the zoo builder (a GPT-style decoder with Gemm
   projections, a narrower and deeper MatMul transformer, a Gemm MLP, a ConvNeXt-style CNN), from a
-  predictor fitted on the whole suite.
+  predictor fitted on the whole suite;
+- with ``--exports DIR``, models as users export them (``benchmarks/export_corpus.py``: torch.onnx
+  and onnxruntime.quantization output, its ``corpus.json``), from the same predictor: the user's
+  ``dlbricks estimate FILE --on-missing predict`` on a database they did not come from.
 
 Per model it prints the error of the estimate, the predicted share of its time (and the share
 predicted far from the data), whether the 95% interval covers the measured value (with the
@@ -17,6 +20,7 @@ reference, the error when every brick is measured (what prediction cannot beat).
     python benchmarks/bench_unseen.py                       # default suite, database in a temp dir
     python benchmarks/bench_unseen.py --db /tmp/unseen.db   # keep (and resume) the database
     python benchmarks/bench_unseen.py --db /tmp/full.db --suite full --families densenet,resnet
+    python benchmarks/bench_unseen.py --db /tmp/default.db --exports /tmp/corpus --no-variants
 
 Bricks, whole-model runs and peaks are kept in the database: run again on the same file, only what
 is missing is measured, and the predictions are made afresh.
@@ -253,7 +257,7 @@ def _peaks(store: Store, system: object, config: OrtConfig) -> Peaks:
         found = calibrate_peaks(config, Budget(min_time=0.1, max_time=0.5))
         store.record_peaks(system, *merge_peaks(None, "onnxruntime", found))
         return found.peaks
-    return Peaks(kept.flops_per_s, kept.bytes_per_s)
+    return Peaks(kept.flops_per_s, kept.bytes_per_s, kept.details.get("int_ops_per_s"))
 
 
 def main() -> None:
@@ -264,6 +268,10 @@ def main() -> None:
     parser.add_argument("--families", default="",
                         help="comma-separated zoo families to hold out (default: every family of the suite)")
     parser.add_argument("--no-variants", action="store_true", help="skip the hand-built variants")
+    parser.add_argument("--no-families", action="store_true", help="skip leave-one-family-out")
+    parser.add_argument("--exports", type=Path, default=None,
+                        help="a folder of benchmarks/export_corpus.py (corpus.json): predict its models too")
+    parser.add_argument("--only", default="", help="comma-separated names of the --exports models to predict")
     args = parser.parse_args()
     start = time.perf_counter()
     path = Path(args.db) if args.db else Path(tempfile.mkdtemp(prefix="bench_unseen_")) / "unseen.db"
@@ -272,17 +280,25 @@ def main() -> None:
     graphs = {n: dlbricks.load_model(build(n), name=n) for n in names}
     if not args.no_variants:
         graphs |= {n: dlbricks.load_model(make(), name=n) for n, make in VARIANTS.items()}
-    decs = {n: dlbricks.decompose(g) for n, g in graphs.items()}
+    exports = _exports(args.exports, args.only) if args.exports else {}
+    decs = {n: dlbricks.decompose(g) for n, g in (graphs | exports).items()}
     family = {n: get_model(n).family for n in names}
-    held = [f for f in args.families.split(",") if f] or list(dict.fromkeys(family.values()))
+    held = [] if args.no_families else [f for f in args.families.split(",") if f] or list(dict.fromkeys(family.values()))
     with Store(path) as store:
         populate(store, [decs[n] for n in graphs], [config], BenchOptions(budget=budget))
         print(f"machine: {system.cpu_model}; database {path}: {len(names)} zoo models and {len(graphs) - len(names)} "
-              f"variants, {len({s for d in decs.values() for s in d.bricks})} unique bricks measured with "
+              f"variants, {len({s for n in graphs for s in decs[n].bricks})} unique bricks measured with "
               f"Budget.quick ({time.perf_counter() - start:.0f} s)")
         measured = {n: _measured(store, decs[n], system, config.config_id) for n in graphs}
         to_run = [n for n in graphs if family.get(n, "variant") in held or n in VARIANTS]
-        whole = {n: _whole(store, graphs[n], decs[n], system, config) for n in to_run}
+        # the suite's own whole runs give the composition error that the exports' intervals carry
+        whole = {n: _whole(store, graphs[n], decs[n], system, config)
+                 for n in (list(graphs) if exports else to_run)}
+        # an export is measured whole (and kept, so that runs on one database compare predictions on
+        # the same measurement); none of its bricks is measured
+        for n in exports:
+            store.add_decomposition(decs[n])
+        whole |= {n: _whole(store, g, decs[n], system, config) for n, g in exports.items()}
         peaks = _peaks(store, system, config)
     print(f"whole models and peaks measured ({time.perf_counter() - start:.0f} s); peaks "
           f"{peaks.flops_per_s / 1e9:.1f} GFLOP/s, {peaks.bytes_per_s / 1e9:.1f} GB/s")
@@ -294,7 +310,8 @@ def main() -> None:
         streamed = memory_rate(store, system, llc)
     full = LatencyPredictor().fit_measurements([suite_bricks[s] for s in all_known], all_known, peaks=peaks,
                                                cache_bytes=llc, memory_rate=streamed)
-    reference = {n: _all_measured_error(decs[n], measured[n], whole[n], full, config.config_id, peaks) for n in to_run}
+    reference = {n: _all_measured_error(decs[n], measured[n], whole[n], full, config.config_id, peaks)
+                 for n in graphs if n in whole}
 
     def composition(models: Sequence[str]) -> float:
         """How far brick sums of ``models`` landed from their whole runs: the largest |error|, a
@@ -302,7 +319,7 @@ def main() -> None:
         errors = [abs(reference[m]) for m in models if reference.get(m) is not None]
         return max(errors) if errors else 0.0
 
-    rows: dict[str, list[Row]] = {"family": [], "variants": []}
+    rows: dict[str, list[Row]] = {"family": [], "variants": [], "exports": []}
     print("\nleave-one-family-out (database: the suite less the family; "
           f"predicting {time.perf_counter() - start:.0f} s)")
     print(HEADER)
@@ -324,13 +341,32 @@ def main() -> None:
             _print_row(rows["variants"][-1])
         classes = {op: m for op, m in full.models_.items() if op == "*" or ("+" not in op and op.islower())}
         print("  kernel classes:", ", ".join(f"{op} n={m.n} q={m.q:.2f}" for op, m in sorted(classes.items())))
+    if exports:
+        print("\nexports (database: the whole suite; nothing of the export measured but the whole model)")
+        print(HEADER)
+        for n in exports:
+            known = {s: m for s, m in all_known.items() if s in decs[n].bricks}
+            rows["exports"].append(_row(n, "export", decs[n], whole[n], known, full, config.config_id, peaks,
+                                        composition([m for m in names if m in reference]), None))
+            _print_row(rows["exports"][-1])
     print()
     _summary("leave-one-family-out", rows["family"], 0.2)
     _summary("variants", rows["variants"], 0.2)
-    _summary("all", rows["family"] + rows["variants"], 0.2)
+    _summary("exports", rows["exports"], 0.2)
+    _summary("all", rows["family"] + rows["variants"] + rows["exports"], 0.2)
     print("  targets (issue 23): a database of the default suite: every model within +-20%, mean at most 8%; "
           "of the full zoo less the family: within +-10%, mean at most 5%; intervals covering at least 80%")
     print(f"total {time.perf_counter() - start:.0f} s")
+
+
+def _exports(folder: Path, only: str) -> dict[str, dlbricks.ModelGraph]:
+    """The models of an export corpus (``corpus.json``), loaded at the shapes it lists."""
+    import json
+
+    entries = json.loads((folder / "corpus.json").read_text())
+    wanted = {n for n in only.split(",") if n}
+    return {e["name"]: dlbricks.load_model(folder / e["file"], input_shapes=e["inputs"], name=e["name"])
+            for e in entries if not wanted or e["name"] in wanted}
 
 
 def _row(name: str, held_out: str, dec: dlbricks.Decomposition, whole: Measurement,

@@ -201,6 +201,16 @@ ELEMENTWISE_OPS = frozenset(_ELEMENTWISE)
 DATA_MOVEMENT_OPS = frozenset(_DATA_MOVEMENT)
 
 
+#: The two operands of each op that runs a matrix product: the quantized products name their
+#: second operand after the scale and zero point of the first.
+_PRODUCT_OPERANDS = {
+    "MatMul": (0, 1), "MatMulInteger": (0, 1), "QLinearMatMul": (0, 3),
+    "MatMulIntegerToFloat": (0, 1), "DynamicQuantizeMatMul": (0, 1),
+}
+#: The input and weight of each convolution op (a pointwise one runs a matrix product).
+_CONV_OPERANDS = {"Conv": (0, 1), "ConvInteger": (0, 1), "QLinearConv": (0, 3)}
+
+
 def gemm_dims(node: onnx.NodeProto, ins: Specs, outs: Specs) -> tuple[int, int, int, int] | None:
     """The matrix product a node runs, as ``(batch, rows, columns, depth)``; None if it runs none.
 
@@ -208,27 +218,36 @@ def gemm_dims(node: onnx.NodeProto, ins: Specs, outs: Specs) -> tuple[int, int, 
     operand folds its leading dimensions into the rows; one by a batched operand runs ``batch``
     products). A pointwise convolution (1x1 kernel, stride 1, no padding, one group) is the same
     product per image: rows are the output pixels, columns the output channels, depth the input
-    channels. Anything else, or unknown shapes, gives None.
+    channels. The quantized products (MatMulInteger, QLinearMatMul, onnxruntime's
+    MatMulIntegerToFloat and DynamicQuantizeMatMul) and convolutions (ConvInteger, QLinearConv) run
+    the same products on 8-bit values. Anything else, or unknown shapes, gives None.
     """
     y = outs[0] if outs else None
     if y is None or not y.shape or any(d <= 0 for d in y.shape) or len(ins) < 2:
         return None
-    a, b = ins[0], ins[1]
     attrs = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
-    if node.op_type == "MatMul" and a is not None and b is not None and len(y.shape) >= 2:
+    if node.op_type in _PRODUCT_OPERANDS and len(y.shape) >= 2:
+        i, j = _PRODUCT_OPERANDS[node.op_type]
+        a, b = (ins[i], ins[j]) if len(ins) > j else (None, None)
+        if a is None or b is None:
+            return None
         depth, cols = a.shape[-1], y.shape[-1]
         if len(b.shape) <= 2:
             return 1, y.numel // cols, cols, depth
         return math.prod(y.shape[:-2]), y.shape[-2], cols, depth
+    a = ins[0]
     if node.op_type == "Gemm" and a is not None and len(y.shape) == 2:
         depth = a.shape[0] if attrs.get("transA", 0) else a.shape[-1]
         return 1, y.shape[0], y.shape[1], depth
-    if node.op_type == "Conv" and b is not None and len(y.shape) > 2 and len(b.shape) == len(y.shape):
-        pointwise = (math.prod(b.shape[2:]) == 1 and int(attrs.get("group", 1)) == 1
+    if node.op_type in _CONV_OPERANDS and len(y.shape) > 2:
+        w = ins[_CONV_OPERANDS[node.op_type][1]] if len(ins) > _CONV_OPERANDS[node.op_type][1] else None
+        if w is None or len(w.shape) != len(y.shape):
+            return None
+        pointwise = (math.prod(w.shape[2:]) == 1 and int(attrs.get("group", 1)) == 1
                      and all(s == 1 for s in attrs.get("strides") or ())  # type: ignore[union-attr]
                      and not any(attrs.get("pads") or ()))  # type: ignore[arg-type]
         if pointwise:
-            return y.shape[0], math.prod(y.shape[2:]), y.shape[1], b.shape[1]
+            return y.shape[0], math.prod(y.shape[2:]), y.shape[1], w.shape[1]
     return None
 
 

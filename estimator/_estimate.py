@@ -24,7 +24,7 @@ from dlbricks._errors import InvalidArgumentError
 from dlbricks.generators import Budget, Measurement
 
 from ._compose import critical_path, sequential
-from ._predict import LatencyPredictor, Prediction, roofline_work
+from ._predict import LatencyPredictor, Prediction, computes_on_8bit, roofline_work
 from ._queue import QueueTimes, queue_critical_path, queue_latency
 
 __all__ = [
@@ -83,18 +83,6 @@ class Peaks:
         """
         flops, weight_bytes = _roofline_work(brick)
         return max(flops / self.compute_peak(brick), weight_bytes / self.bytes_per_s)
-
-
-#: Element types of quantized values.
-_8BIT = frozenset({"int8", "uint8"})
-
-
-def computes_on_8bit(brick: Brick) -> bool:
-    """Whether a brick holds 8-bit tensors (inputs, weights, outputs) or quantizes or dequantizes:
-    a brick of a quantized model whose kernels may run integer arithmetic."""
-    specs = (*brick.inputs, *brick.outputs, *(c.spec for c in brick.constants))
-    return any(s.dtype in _8BIT for s in specs) or any(
-        op in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear") for op in brick.op_types)
 
 
 _roofline_work = roofline_work

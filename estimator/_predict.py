@@ -65,7 +65,7 @@ from dlbricks import Brick, TensorSpec
 from dlbricks._cost import DATA_MOVEMENT_OPS, ELEMENTWISE_OPS, gemm_dims
 
 __all__ = ["LatencyPredictor", "OpModel", "Prediction", "Rates", "CrossValidation", "Recurrence", "Product",
-           "descriptor", "features", "conv_groups", "contiguous_runs", "kernel_class", "main_node", "roofline_work",
+           "computes_on_8bit", "descriptor", "features", "conv_groups", "contiguous_runs", "kernel_class", "main_node", "roofline_work",
            "conformal_quantile"]
 
 MIN_BRICKS_PER_OP = 3
@@ -92,20 +92,33 @@ CAP_SLACK = 1.5
 OP_PENALTY = 2.0
 #: Bricks whose floor-corrected time is at least this long show rates the machine reached.
 REACHED_MIN_S = 100e-6
+#: Op types a class model must hold to predict an op type it never saw (see :func:`unseen_op_fit`).
+MIN_OP_TYPES = 4
 
-_COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN")
+_COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN", "MatMulInteger", "QLinearMatMul",
+                "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "ConvInteger", "QLinearConv")
+#: Element types of quantized values.
+_8BIT = frozenset({"int8", "uint8"})
 _MEMORY_OPS = ELEMENTWISE_OPS | DATA_MOVEMENT_OPS | {
     "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization",
     "InstanceNormalization", "LayerNormalization", "GroupNormalization", "LRN", "Softmax",
     "LogSoftmax", "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
     "ReduceSumSquare", "ReduceL1", "ReduceLogSumExp", "ArgMax", "ArgMin", "CumSum", "Resize",
-    "Upsample"}
+    "Upsample", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
 
 
 # ------------------------------------------------------------------------------------------ features
 def _specs(brick: Brick) -> dict[str, TensorSpec]:
     return ({s.name: s for s in brick.inputs} | {c.spec.name: c.spec for c in brick.constants}
             | {s.name: s for s in brick.outputs})
+
+
+def computes_on_8bit(brick: Brick) -> bool:
+    """Whether a brick holds 8-bit tensors (inputs, weights, outputs) or quantizes or dequantizes:
+    a brick of a quantized model whose kernels may run integer arithmetic."""
+    specs = (*brick.inputs, *brick.outputs, *(c.spec for c in brick.constants))
+    return any(s.dtype in _8BIT for s in specs) or any(
+        op in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear") for op in brick.op_types)
 
 
 def main_node(brick: Brick) -> onnx.NodeProto:
@@ -137,10 +150,11 @@ def kernel_class(brick: Brick) -> str:
     return name + ("+fused" if len(brick.nodes) > 1 else "")
 
 
-def features(brick: Brick) -> np.ndarray:
+def features(brick: Brick, flop_scale: float = 1.0) -> np.ndarray:
     """Features of a brick: [1, FLOPs, bytes moved, output elements, im2col elements, contiguous
-    runs, groups]."""
-    flops = float(brick.flops or 0)
+    runs, groups]. ``flop_scale`` weighs its FLOPs (:meth:`Rates.flop_scale`: an 8-bit product's
+    operations in float32 FLOPs of the same time)."""
+    flops = float(brick.flops or 0) * flop_scale
     outputs = float(sum(s.numel for s in brick.outputs))
     return np.array([1.0, flops, float(brick.bytes_moved), outputs, float(im2col_elements(brick)),
                      float(contiguous_runs(brick)), float(conv_groups(brick))])
@@ -198,15 +212,17 @@ def im2col_elements(brick: Brick) -> int:
     CPU runtimes (onnxruntime's MLAS, oneDNN's gemm path) run a convolution as a GEMM on an
     unfolded input of K x N = (input channels x kernel area) x output pixels; writing and reading it
     is memory traffic that FLOPs do not show and that dominates when there are few output channels
-    to share it (a 3x3 convolution to 32 channels). A pointwise stride-1 convolution reads its input
+    to share it (a 3x3 convolution to 32 channels). The weights may be a constant or an input (a
+    QDQ model at ``disable`` feeds them from a DequantizeLinear); the unfolding is the same. A pointwise stride-1 convolution reads its input
     as it is, and a depthwise 3x3 one has a kernel of its own (MLAS's depthwise kernel is 3x3 only:
     a depthwise 5x5 convolution unfolds its input like any other).
     """
     node = brick.nodes[0]
-    if node.op_type != "Conv" or not brick.constants or not brick.outputs:
+    weight_spec = _specs(brick).get(node.input[1]) if len(node.input) > 1 else None
+    if node.op_type != "Conv" or weight_spec is None or not brick.outputs:
         return 0
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    weight = brick.constants[0].spec.shape
+    weight = weight_spec.shape
     group = int(attrs.get("group", 1))
     kernel = math.prod(weight[2:])
     strided = any(s != 1 for s in attrs.get("strides") or ()) or any(attrs.get("pads") or ())
@@ -350,16 +366,32 @@ class Product:
 # ------------------------------------------------------------------------------------------ records
 @dataclass(frozen=True, slots=True)
 class Rates:
-    """Rates the machine reaches: FLOP/s, weight bytes/s (the roofline's) and bytes moved/s."""
+    """Rates the machine reaches: FLOP/s, weight bytes/s (the roofline's) and bytes moved/s; and
+    8-bit integer ops/s where known, for the bricks that compute on 8-bit values."""
 
     flops_per_s: float
     weight_bytes_per_s: float
     bytes_per_s: float
+    int_ops_per_s: float | None = None
+
+    def compute_rate(self, brick: Brick) -> float:
+        """The arithmetic rate that bounds ``brick``: the float one, or for a brick computing on
+        8-bit values (:func:`computes_on_8bit`) the higher of the float and integer ones."""
+        if self.int_ops_per_s is None or not computes_on_8bit(brick):
+            return self.flops_per_s
+        return max(self.flops_per_s, self.int_ops_per_s)
+
+    def flop_scale(self, brick: Brick) -> float:
+        """What one of ``brick``'s operations weighs in float32 FLOPs of the same time: 1, or for a
+        brick computing on 8-bit values the float peak over the integer one. A product on 8-bit
+        values is predicted by the float products of its shape at the machine's ratio of peaks
+        (onnxruntime's 8-bit GEMM ran 3.8x the float one's rate here)."""
+        return self.flops_per_s / self.compute_rate(brick)
 
     def roofline_s(self, brick: Brick) -> float:
         """max(FLOPs / FLOP rate, weight bytes / bandwidth): no run is faster."""
         flops, weights = roofline_work(brick)
-        return max(flops / self.flops_per_s, weights / self.weight_bytes_per_s)
+        return max(flops / self.compute_rate(brick), weights / self.weight_bytes_per_s)
 
     def product_s(self, product: Product) -> float:
         """max(FLOPs / FLOP rate, weight bytes / bandwidth) of a product: its roofline."""
@@ -372,7 +404,7 @@ class Rates:
         but the kernels do them (an im2col GEMM multiplies the padding too). A dilated 3x3
         convolution of DeepLabV3's head, dilation 36 on a 33x33 map, is nearly all padding and ran
         as long as its dilation-12 twin; its cap from the work without padding held it to a third."""
-        return max((brick.flops or 0) / self.flops_per_s, brick.bytes_moved / self.bytes_per_s, 1e-12)
+        return max((brick.flops or 0) / self.compute_rate(brick), brick.bytes_moved / self.bytes_per_s, 1e-12)
 
 
 @dataclass(frozen=True, slots=True)
@@ -526,6 +558,42 @@ def _cross_validate(x: np.ndarray, d: np.ndarray, y: np.ndarray, work: np.ndarra
     return CrossValidation(errors, distances)
 
 
+def _op_effects(x: np.ndarray, y: np.ndarray, ops: Sequence[str], coef: np.ndarray) -> dict[str, float]:
+    """Each op type's mean log ratio of measured to linear time: its kernel's own speed."""
+    logs = np.log(np.maximum(y, 1e-12) / np.maximum(x @ coef, 1e-12))
+    kinds = np.array(ops)
+    return {op: float(logs[kinds == op].mean()) for op in dict.fromkeys(ops)}
+
+
+def unseen_op_fit(x: np.ndarray, y: np.ndarray, ops: Sequence[str], alpha: float = ALPHA) -> tuple[float, float] | None:
+    """How a class model predicts an op type it never saw: (log effect, conformal log half-width).
+
+    In a class whose op types share a linear model but not a speed (element-wise ops by bytes
+    moved: Relu, Erf and QuantizeLinear of the same bytes run at rates 3x apart), a new op type is
+    one more draw from the class's op types. Its prediction is the linear model times the median
+    op-type effect (:func:`_op_effects`, each op type counting once, whatever its bricks); its
+    interval is cross-validated by holding out each op type whole (linear model and effects fitted
+    on the others), so it is as wide as the spread between op types, not within one. None below
+    :data:`MIN_OP_TYPES` op types.
+    """
+    kinds = list(dict.fromkeys(ops))
+    if len(kinds) < MIN_OP_TYPES:
+        return None
+    labels = np.array(ops)
+    errors: list[float] = []
+    for op in kinds:
+        held = labels == op
+        kept = [o for o in ops if o != op]
+        coef = _fit_linear(x[~held], y[~held])
+        center = float(np.median(list(_op_effects(x[~held], y[~held], kept, coef).values())))
+        predicted = np.maximum(x[held] @ coef, 1e-12) * math.exp(center)
+        errors.extend(np.abs(np.log(y[held] / predicted)))
+    center = float(np.median(list(_op_effects(x, y, ops, _fit_linear(x, y)).values())))
+    scores = np.array(errors)
+    width = max(min(conformal_quantile(scores, alpha), 2 * float(scores.max()) + 0.1), MIN_LOG_HALFWIDTH)
+    return center, width
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class OpModel:
     """A fitted latency model for an op type, a kernel class or (``"*"``) every brick.
@@ -542,6 +610,14 @@ class OpModel:
     d_ref: float = 1.0
     kind: str = "generic"
     fitted: _Fitted | None = None
+    #: For an op type the model never saw: (log of its op-type effect, conformal log half-width),
+    #: from :func:`unseen_op_fit`; None where the model holds fewer than :data:`MIN_OP_TYPES`.
+    unseen_op: tuple[float, float] | None = None
+
+    def knows(self, op_type: str) -> bool:
+        """Whether bricks of ``op_type`` were among those the model was fitted on (always, for a
+        model whose neighbours do not tell op types apart)."""
+        return self.unseen_op is None or self.fitted is None or op_type in self.fitted.space.ops
 
     def predict(self, brick: Brick, rates: Rates | None = None) -> float:
         """Predicted latency of a brick in seconds (before the roofline floor)."""
@@ -552,7 +628,8 @@ class OpModel:
         if self.fitted is None:
             return max(float(features(brick) @ np.array(self.coef)), 0.0), 0.0, math.inf
         work = rates.work_s(brick) if rates else math.inf
-        return self._raw_terms(features(brick), descriptor(brick, self.kind), work, brick.op_type)
+        x = features(brick, rates.flop_scale(brick) if rates else 1.0)
+        return self._raw_terms(x, descriptor(brick, self.kind), work, brick.op_type)
 
     def _raw_terms(self, x: np.ndarray, d: np.ndarray, work: float, op: str = "") -> tuple[float, float, float]:
         """(seconds, distance in units of ``d_ref``, cap) of a brick's features, descriptor, work
@@ -640,7 +717,7 @@ class LatencyPredictor:
 
     def _fit_group(self, key: str, group: Sequence[Brick], latency: Mapping[str, float], k: int) -> OpModel:
         kind = "generic" if key == "*" else _kind(key)
-        x = np.stack([features(b) for b in group])
+        x = np.stack([features(b, self.rates_.flop_scale(b)) for b in group])
         d = np.stack([descriptor(b, kind) for b in group])
         y = np.array([latency[b.signature] for b in group])
         work = np.array([self.rates_.work_s(b) for b in group])
@@ -649,8 +726,9 @@ class LatencyPredictor:
         fitted = _fit(x, d, y, work, k, ops, penalty)
         cv = _cross_validate(x, d, y, work, k, ops, penalty)
         error = float(np.median(np.expm1(cv.log_errors))) if len(cv.log_errors) else float("nan")
+        unseen = unseen_op_fit(x, y, ops, self.alpha) if fitted.space.ops else None
         return OpModel(key, tuple(float(c) for c in fitted.coef), len(group), error, cv.quantile(self.alpha),
-                       cv.d_ref, kind, fitted)
+                       cv.d_ref, kind, fitted, unseen)
 
     def candidates(self, brick: Brick) -> list[OpModel]:
         """The models that may predict a brick: its op type's, its class's, the global one."""
@@ -663,20 +741,42 @@ class LatencyPredictor:
 
         Of its op type's and its kernel class's models, those that hold the brick within
         :data:`FAR_DISTANCE` of their training bricks, the one with the narrowest interval predicts
-        it; where neither does, the narrowest of them and the global model.
+        it; where neither does, the narrowest of them and the global model, unless its class's model
+        tells op types apart and holds bricks of its op type (:meth:`_tells_apart`). A brick of an op type
+        its class's model never saw is predicted by that model's rule for unseen op types
+        (:func:`unseen_op_fit`), whose interval was cross-validated on op types held out whole.
         """
-        found = [self._bounded(model, brick) for model in self.candidates(brick)]
+        candidates = self.candidates(brick)
         recurrent = self._recurrent(brick)
+        unseen = [self._bounded(m, brick, unseen=True) for m in candidates if not m.knows(brick.op_type)]
+        if unseen and recurrent is None:
+            return min(unseen, key=lambda pair: pair[0])[1]
+        found = [self._bounded(model, brick) for model in candidates]
         if recurrent is not None:
             found.append(recurrent)
-        near = [pair for pair in found if pair[1].model != "*" and not pair[1].far]
+        own = [pair for pair in found if pair[1].model != "*"]
+        near = [pair for pair in own if not pair[1].far]
+        if not near and self._tells_apart(brick):
+            near = own
         return min(near or found, key=lambda pair: pair[0])[1] if found else None
 
-    def _bounded(self, model: OpModel, brick: Brick) -> tuple[float, Prediction]:
+    def _tells_apart(self, brick: Brick) -> bool:
+        """Whether the model of the brick's kernel class tells op types apart and was fitted on
+        bricks of the brick's op type: then it, even far, knows the op's own speed, which the
+        global model does not (Erf and Relu of the same bytes run 4x apart)."""
+        model = getattr(self, "models_", {}).get(kernel_class(brick))
+        return bool(model is not None and model.fitted is not None and brick.op_type in model.fitted.space.ops)
+
+    def _bounded(self, model: OpModel, brick: Brick, unseen: bool = False) -> tuple[float, Prediction]:
         """``model``'s log half-width at ``brick`` and its prediction, held between the brick's
-        roofline and its class's cap."""
+        roofline and its class's cap; with ``unseen``, by the model's rule for an op type it never
+        saw (its linear part times the typical op-type effect, the width of that rule)."""
         seconds, distance, cap = model._raw(brick, self.rates_)
         width = model.log_halfwidth(distance)
+        if unseen and model.unseen_op is not None and model.fitted is not None:
+            effect, width = model.unseen_op
+            x = features(brick, self.rates_.flop_scale(brick))
+            seconds = min(max(float(x @ model.fitted.coef), 1e-12) * math.exp(effect), cap)
         floor = self.floor_rates_.roofline_s(brick) if self.floor_rates_ is not None else 0.0
         capped = seconds >= cap
         seconds = max(seconds, floor)
@@ -756,12 +856,19 @@ def _memory_rate(bricks: Sequence[Brick], latency: Mapping[str, float], cache_by
 
 def _reached_rates(bricks: Sequence[Brick], latency: Mapping[str, float], peaks: Any) -> Rates:
     """The best rates: the calibrated peaks where given, raised to what bricks of at least
-    :data:`REACHED_MIN_S` reached (all bricks when none is that long)."""
+    :data:`REACHED_MIN_S` reached (all bricks when none is that long). Bricks computing on 8-bit
+    values raise the integer rate, the others the float one; the integer rate is None where no
+    peak and no such brick says it."""
     long = [b for b in bricks if latency[b.signature] >= REACHED_MIN_S] or list(bricks)
-    flops = max([roofline_work(b)[0] / latency[b.signature] for b in long] + [1.0])
+    eight = [b for b in long if computes_on_8bit(b)]
+    flops = max([roofline_work(b)[0] / latency[b.signature] for b in long if not computes_on_8bit(b)] + [1.0])
+    integer = max((roofline_work(b)[0] / latency[b.signature] for b in eight), default=None)
     weights = max([roofline_work(b)[1] / latency[b.signature] for b in long] + [1.0])
     moved = max([b.bytes_moved / latency[b.signature] for b in long] + [1.0])
     if peaks is not None:
         flops, weights = max(flops, peaks.flops_per_s), max(weights, peaks.bytes_per_s)
         moved = max(moved, peaks.bytes_per_s)
-    return Rates(flops, weights, moved)
+        calibrated = getattr(peaks, "int_ops_per_s", None)
+        if calibrated is not None:
+            integer = max(integer or 0.0, calibrated)
+    return Rates(flops, weights, moved, integer)
