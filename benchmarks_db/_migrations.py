@@ -250,6 +250,16 @@ def _m0006_queue_times(db: sqlite_utils.Database) -> None:
     db.executescript(_V6)
 
 
+_V7 = "\n".join(f"ALTER TABLE {table} ADD COLUMN node_s REAL;"
+                for table in ("measurements", "model_measurements", "context_measurements"))
+
+
+def _m0007_node_cost(db: sqlite_utils.Database) -> None:
+    """The floor's cost of one further node with each measurement (``node_s``): what a node that
+    does no work of its own, a view, costs inside a model. None for rows measured before."""
+    db.executescript(_V7)
+
+
 #: ``(name, migration)`` in order; migration ``i`` (0-based) brings the schema to version ``i + 1``.
 MIGRATIONS: tuple[tuple[str, Callable[[sqlite_utils.Database], None]], ...] = (
     ("0001_initial", _m0001_initial),
@@ -258,6 +268,7 @@ MIGRATIONS: tuple[tuple[str, Callable[[sqlite_utils.Database], None]], ...] = (
     ("0004_fused_overheads", _m0004_fused_overheads),
     ("0005_contexts", _m0005_contexts),
     ("0006_queue_times", _m0006_queue_times),
+    ("0007_node_cost", _m0007_node_cost),
 )
 
 #: The schema version this code writes and reads.

@@ -16,7 +16,8 @@ share is large, or that rests on bricks far from every measured one, carries a `
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
+import statistics
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from dlbricks import Brick, Decomposition
@@ -208,7 +209,7 @@ def estimate_decomposition(
     views : collection of signatures
         Bricks that the runtime runs inside a model as views of their inputs (a backend's
         ``view_ops``): their measured time is a copy that the model does not make, so they count
-        zero beyond the per-call floor.
+        only what a node costs beyond the per-call floor (:func:`view_cost`).
     composition_error : float
         Relative error of a sum of measured bricks against the whole model, at the interval's level
         (from validation runs of other models: how far brick sums landed from whole-model runs);
@@ -258,11 +259,22 @@ def estimate_decomposition(
             predictions[brick.signature] = found_prediction
             latency[brick.signature] = found_prediction.seconds
             predicted.append(brick.signature)
-    latency.update({sig: 0.0 for sig in views if sig in latency})
+    node_s = view_cost(found.values())
+    latency.update({sig: min(latency[sig], node_s) for sig in views if sig in latency})
     predictions = {sig: p for sig, p in predictions.items() if sig not in views}
     every = {sig: [m, *(alternatives or {}).get(sig, ())] for sig, m in found.items()}
     return _compose(dec, latency, halfwidth, floor_s + model_extra_s, config_id, predicted, every, peaks,
                     overhead, predictions, composition_error, launch_queue)
+
+
+def view_cost(measurements: Iterable[Measurement]) -> float:
+    """What a view costs inside a model beyond the per-call floor: a node that does no work of its
+    own still passes through the runtime's executor, as each further node of the floor's chain does
+    (``node_s``, the median over ``measurements``); 0 where none was measured with it. A view
+    brick's own time is no guide: it copies its input to an output of its own.
+    """
+    costs = sorted(m.node_s for m in measurements if m.node_s is not None)
+    return statistics.median(costs) if costs else 0.0
 
 
 def _compose(dec: Decomposition, latency: Mapping[str, float], halfwidth: Mapping[str, float],

@@ -24,7 +24,7 @@ from ._measurement import Measurement
 from ._protocols import Backend, BackendConfig
 from ._registry import get_backend
 
-__all__ = ["measure_floor", "zero_node_floor", "CHAIN_NODES"]
+__all__ = ["measure_floor", "zero_node_floor", "node_cost", "CHAIN_NODES"]
 
 #: Nodes of the chain whose time, against the one-node model's, gives the cost of a further node.
 CHAIN_NODES = 33
@@ -57,7 +57,8 @@ def measure_floor(
     Measurement or tuple of (Measurement, Timing)
         The one-node model's measurement, keyed ``"dlbricks.floor:identity-float32-1"``; its
         ``floor_s`` is the floor extrapolated to no node (:func:`zero_node_floor`), or its own
-        median if the chain could not be measured.
+        median if the chain could not be measured; its ``node_s`` the chain's time per further node
+        (:func:`node_cost`), None without the chain.
     """
     backend_obj = get_backend(backend) if isinstance(backend, str) else backend
     config = backend_obj.default_config() if config is None else config
@@ -65,16 +66,21 @@ def measure_floor(
     backend_obj.check(config)
     measurement, timing = measure_model(floor_model(), FLOOR_KEY, backend_obj, config, budget, clock=clock)
     chain, _ = measure_model(floor_model(CHAIN_NODES), FLOOR_KEY, backend_obj, config, budget, clock=clock)
-    floor = measurement.median_s
+    floor, node = measurement.median_s, None
     if measurement.ok and chain.ok and floor is not None and chain.median_s is not None:
-        floor = zero_node_floor(floor, chain.median_s, CHAIN_NODES)
-    measurement = dataclasses.replace(measurement, floor_s=floor)
+        floor, node = zero_node_floor(floor, chain.median_s, CHAIN_NODES), node_cost(floor, chain.median_s, CHAIN_NODES)
+    measurement = dataclasses.replace(measurement, floor_s=floor, node_s=node)
     result: tuple[Measurement, Timing] = (measurement, timing)
     return result if details else measurement
+
+
+def node_cost(one_node_s: float, chain_s: float, nodes: int) -> float:
+    """The time of one further node of a model run, from a one-node call and a chain of ``nodes``
+    nodes: the chain's time per further node (at least 0)."""
+    return max(chain_s - one_node_s, 0.0) / (nodes - 1)
 
 
 def zero_node_floor(one_node_s: float, chain_s: float, nodes: int) -> float:
     """The time of a call with no node, from a one-node call and a chain of ``nodes`` nodes: the
     one-node time less the chain's time per further node (at least 0)."""
-    per_node = max(chain_s - one_node_s, 0.0) / (nodes - 1)
-    return max(one_node_s - per_node, 0.0)
+    return max(one_node_s - node_cost(one_node_s, chain_s, nodes), 0.0)

@@ -31,6 +31,7 @@ _FLOAT_FIELDS = (
     "ci_low_s",
     "ci_high_s",
     "floor_s",
+    "node_s",
     "host_s",
     "device_s",
     "device_warm_s",
@@ -70,7 +71,9 @@ class Measurement:
     mean of a batch of calls, see ``Budget.sample_time``); ``ci_low_s``/``ci_high_s`` bound the
     median with 95% confidence. ``wall_time_s`` is everything spent on the item: preparing the
     session, warming up and the timed runs. ``floor_s`` is the per-call cost of an empty model
-    under the same configuration, which the estimator subtracts per brick.
+    under the same configuration, which the estimator subtracts per brick; ``node_s`` the cost of one
+    further node in that configuration (a chain's time per node), which a node doing no work of its
+    own, such as a view, costs inside a model (None where the floor had no chain).
 
     On CUDA a brick's measurement also holds the times of the launch queue (:data:`QUEUE_FIELDS`,
     medians, None elsewhere): ``host_s`` the calling thread's time to issue one run unsynchronized,
@@ -100,6 +103,7 @@ class Measurement:
     host_s: float | None = None
     device_s: float | None = None
     device_warm_s: float | None = None
+    node_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -128,7 +132,7 @@ class Measurement:
             If a field is missing or has the wrong type.
         """
         names = [f.name for f in fields(cls)]
-        missing = [name for name in names if name not in data and name not in ("samples_s", *QUEUE_FIELDS)]
+        missing = [name for name in names if name not in data and name not in ("samples_s", "node_s", *QUEUE_FIELDS)]
         if missing:
             raise InvalidArgumentError(f"A Measurement dict lacks the fields {missing}.")
         values = {name: data.get(name) for name in names}

@@ -292,7 +292,14 @@ class Runner:
         floor_s = self._floor_s()
         payload = {"key": key, "budget": budget or self.budget, "floor_s": floor_s,
                    "keep_samples": self.keep_samples}
-        return self._request(key, "again", payload, floor_s=floor_s)[0]
+        return self._with_node_cost(self._request(key, "again", payload, floor_s=floor_s)[0])
+
+    def _with_node_cost(self, measurement: Measurement) -> Measurement:
+        """``measurement`` with the floor's cost of one further node (``node_s``), where the floor
+        has one."""
+        if not measurement.ok or self._floor is None or self._floor.node_s is None:
+            return measurement
+        return dataclasses.replace(measurement, node_s=self._floor.node_s)
 
     def release(self, key: str) -> None:
         """Close the item held under ``key`` (nothing if the worker holds none)."""
@@ -328,6 +335,7 @@ class Runner:
             "hold": hold or queue,
         }
         measurement, timing = self._request(resolved.key, "measure", payload, start=start, floor_s=floor_s)
+        measurement = self._with_node_cost(measurement)
         if queue:
             measurement = self._with_queue_times(resolved.key, measurement)
         return measurement, timing

@@ -183,6 +183,29 @@ def test_views_count_nothing_beyond_the_floor() -> None:
     assert next(c for c in viewed.breakdown if c.signature == flat).total_s == 0.0
 
 
+def test_views_count_the_floors_cost_of_a_node() -> None:
+    """Inside a model a view still passes through the executor, as each further node of the
+    floor's chain does: with ``node_s`` measured, each view occurrence counts it (never more than
+    its own brick's time less the floor), in the estimate and the lower bound."""
+    from dataclasses import replace
+
+    dec = dlbricks.decompose(_models.resnet_like(blocks=2), batch_size=1)
+    node_s = 0.2e-6
+    ms = {sig: replace(_measurement(sig, _fake_latency(b)), node_s=node_s) for sig, b in dec.bricks.items()}
+    flat = next(sig for sig, b in dec.bricks.items() if b.op_type == "Flatten")
+    ms[flat] = replace(_measurement(flat, 50e-6), node_s=node_s)
+    zero = estimate_decomposition(dec, {s: replace(m, node_s=None) for s, m in ms.items()}, config_id="cfg",
+                                  views={flat})
+    viewed = estimate_decomposition(dec, ms, config_id="cfg", views={flat})
+    count = dec.counts()[flat]
+    assert viewed.sequential_s - zero.sequential_s == pytest.approx(count * node_s)
+    assert viewed.lower_bound_s - zero.lower_bound_s == pytest.approx(count * node_s)
+    assert next(c for c in viewed.breakdown if c.signature == flat).latency_s == pytest.approx(node_s)
+    cheap = {**ms, flat: replace(_measurement(flat, 2e-6 + 0.1e-6), node_s=node_s)}  # its brick: 0.1 us
+    assert next(c for c in estimate_decomposition(dec, cheap, config_id="cfg", views={flat}).breakdown
+                if c.signature == flat).latency_s == pytest.approx(0.1e-6)
+
+
 def _on_cuda(m: Measurement, device_warm: float) -> Measurement:
     """``m`` as a CUDA measurement whose kernels take ``device_warm`` (cold: 20% more)."""
     from dataclasses import replace

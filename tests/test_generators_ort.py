@@ -286,6 +286,8 @@ def test_floor_in_process_is_small_and_positive() -> None:
     floor = measure_floor(config=OrtConfig(), budget=Budget.quick())
     # extrapolated to a call without nodes: below the one-node call by the cost of a node
     assert floor.ok and 0 < floor.median_s < 1e-3 and 0 < floor.floor_s < floor.median_s
+    # the cost of a further node: what the one-node call pays above the call without nodes
+    assert floor.node_s == pytest.approx(floor.median_s - floor.floor_s)
 
 
 def test_benchmark_in_a_worker_records_the_floor() -> None:
@@ -298,6 +300,7 @@ def test_benchmark_in_a_worker_records_the_floor() -> None:
     floor = results[0].floor_s
     assert floor is not None and 0 < floor < results[0].median_s
     assert all(m.floor_s == floor for m in results)
+    assert all(m.node_s is not None and 0 < m.node_s < m.floor_s for m in results)
     assert all(m.wall_time_s > 0 for m in results)
 
 
