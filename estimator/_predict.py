@@ -65,8 +65,8 @@ from dlbricks import Brick, TensorSpec
 from dlbricks._cost import DATA_MOVEMENT_OPS, ELEMENTWISE_OPS, gemm_dims
 
 __all__ = ["LatencyPredictor", "OpModel", "Prediction", "Rates", "CrossValidation", "Recurrence", "Product",
-           "computes_on_8bit", "descriptor", "features", "conv_groups", "contiguous_runs", "kernel_class", "main_node", "roofline_work",
-           "conformal_quantile"]
+           "computes_on_8bit", "descriptor", "features", "conv_groups", "contiguous_runs", "kernel_class",
+           "main_node", "roofline_work", "conformal_quantile", "unseen_op_fit"]
 
 MIN_BRICKS_PER_OP = 3
 NEIGHBOURS = 3
@@ -213,9 +213,10 @@ def im2col_elements(brick: Brick) -> int:
     unfolded input of K x N = (input channels x kernel area) x output pixels; writing and reading it
     is memory traffic that FLOPs do not show and that dominates when there are few output channels
     to share it (a 3x3 convolution to 32 channels). The weights may be a constant or an input (a
-    QDQ model at ``disable`` feeds them from a DequantizeLinear); the unfolding is the same. A pointwise stride-1 convolution reads its input
-    as it is, and a depthwise 3x3 one has a kernel of its own (MLAS's depthwise kernel is 3x3 only:
-    a depthwise 5x5 convolution unfolds its input like any other).
+    QDQ model at ``disable`` feeds them from a DequantizeLinear); the unfolding is the same. A
+    pointwise stride-1 convolution reads its input as it is, and a depthwise 3x3 one has a kernel
+    of its own (MLAS's depthwise kernel is 3x3 only: a depthwise 5x5 convolution unfolds its input
+    like any other).
     """
     node = brick.nodes[0]
     weight_spec = _specs(brick).get(node.input[1]) if len(node.input) > 1 else None
@@ -565,7 +566,8 @@ def _op_effects(x: np.ndarray, y: np.ndarray, ops: Sequence[str], coef: np.ndarr
     return {op: float(logs[kinds == op].mean()) for op in dict.fromkeys(ops)}
 
 
-def unseen_op_fit(x: np.ndarray, y: np.ndarray, ops: Sequence[str], alpha: float = ALPHA) -> tuple[float, float] | None:
+def unseen_op_fit(x: np.ndarray, y: np.ndarray, ops: Sequence[str],
+                  alpha: float = ALPHA) -> tuple[float, float] | None:
     """How a class model predicts an op type it never saw: (log effect, conformal log half-width).
 
     In a class whose op types share a linear model but not a speed (element-wise ops by bytes
@@ -742,8 +744,8 @@ class LatencyPredictor:
         Of its op type's and its kernel class's models, those that hold the brick within
         :data:`FAR_DISTANCE` of their training bricks, the one with the narrowest interval predicts
         it; where neither does, the narrowest of them and the global model, unless its class's model
-        tells op types apart and holds bricks of its op type (:meth:`_tells_apart`). A brick of an op type
-        its class's model never saw is predicted by that model's rule for unseen op types
+        tells op types apart and holds bricks of its op type (:meth:`_tells_apart`). A brick of an
+        op type its class's model never saw is predicted by that model's rule for unseen op types
         (:func:`unseen_op_fit`), whose interval was cross-validated on op types held out whole.
         """
         candidates = self.candidates(brick)
