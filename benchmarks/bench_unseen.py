@@ -283,7 +283,8 @@ def main() -> None:
     exports = _exports(args.exports, args.only) if args.exports else {}
     decs = {n: dlbricks.decompose(g) for n, g in (graphs | exports).items()}
     family = {n: get_model(n).family for n in names}
-    held = [] if args.no_families else [f for f in args.families.split(",") if f] or list(dict.fromkeys(family.values()))
+    held = [f for f in args.families.split(",") if f] or list(dict.fromkeys(family.values()))
+    held = [] if args.no_families else held
     with Store(path) as store:
         populate(store, [decs[n] for n in graphs], [config], BenchOptions(budget=budget))
         print(f"machine: {system.cpu_model}; database {path}: {len(names)} zoo models and {len(graphs) - len(names)} "
