@@ -273,7 +273,7 @@ def view_cost(measurements: Iterable[Measurement]) -> float:
     (``node_s``, the median over ``measurements``); 0 where none was measured with it. A view
     brick's own time is no guide: it copies its input to an output of its own.
     """
-    costs = sorted(m.node_s for m in measurements if m.node_s is not None)
+    costs = [m.node_s for m in measurements if m.node_s is not None]
     return statistics.median(costs) if costs else 0.0
 
 
