@@ -3,7 +3,8 @@
 Prepares a Conv brick on the device (inputs and outputs bound on the GPU, synchronized), checks the
 session runs on CUDAExecutionProvider and the output shape, then benchmarks a few zoo bricks and one
 whole model on CUDA in a worker, printing their medians and their launch-queue times (the host's
-time to issue a run, the device's to run it: ``dlbricks.generators._cuda``). No CI lane has a GPU:
+time to issue a run, the device's to run it, what a further copy adds to a run of several:
+``dlbricks.generators._cuda``). No CI lane has a GPU:
 run this by hand, then ``dlbricks evaluate --device cuda`` for the main job there.
 
     python benchmarks/check_cuda.py
@@ -41,10 +42,10 @@ def main() -> None:
     floor = calibrate_floor(config, Budget.quick())
     print(f"floor {_us(floor.floor_s)} us (a run with no node)")
     bricks = list(dec.bricks.values())[:10]
-    print("  brick                status   median us   host us  device us  warm us  (host, device: launch queue)")
+    print("  brick                status   median us   host us  device us  warm us  repeat us  (launch queue)")
     for brick, m in zip(bricks, benchmark(bricks, config=config, budget=Budget.quick()), strict=True):
         print(f"  {brick.op_type:20s} {m.status:7s} {_us(m.median_s):>10} {_us(m.host_s):>9} {_us(m.device_s):>10} "
-              f"{_us(m.device_warm_s):>8}")
+              f"{_us(m.device_warm_s):>8} {_us(m.repeat_s):>10}")
     (whole,) = benchmark([dlbricks.load_model(build("resnet18_v1"))], config=config, budget=Budget.quick())
     print(f"resnet18_v1 whole model on CUDA: {whole.status} median {1e3 * (whole.median_s or 0):.3f} ms")
 

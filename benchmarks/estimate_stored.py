@@ -15,10 +15,24 @@ The H100 run of docs/gpu.md is ``benchmarks/data/h100_layer_2026-11-24.db.gz`` (
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, fields
 
+from dlbricks import DlbricksError
 from dlbricks.benchmarks_db import Store
 from dlbricks.estimator import estimate
 from dlbricks.generators import OrtConfig
+
+
+@dataclass(frozen=True)
+class StoredConfig(OrtConfig):
+    """A stored configuration under the id it was stored with: a database filled before a change of
+    measurement method keeps its ids, which the current method would hash otherwise."""
+
+    stored_id: str = ""
+
+    @property
+    def config_id(self) -> str:
+        return self.stored_id
 
 
 def main() -> None:
@@ -26,7 +40,10 @@ def main() -> None:
     parser.add_argument("--db", required=True, help="The brick database (read only).")
     parser.add_argument("--no-launch-queue", action="store_true", help="The sequential sum, even on CUDA.")
     args = parser.parse_args()
-    store = Store(args.db, readonly=True)
+    try:
+        store = Store(args.db, readonly=True)
+    except DlbricksError as e:
+        raise SystemExit(f"estimate_stored: {e}") from None
     configs = {b.config_id: b.options for b in store.backends()}
     names = {m.key: m.name for m in store.models()}
     errors, held = [], 0
@@ -35,7 +52,8 @@ def main() -> None:
     for record in store.model_measurements():
         if not record.ok or record.config_id not in configs:
             continue
-        config = OrtConfig.from_dict(configs[record.config_id])
+        base = OrtConfig.from_dict(configs[record.config_id])
+        config = StoredConfig(**{f.name: getattr(base, f.name) for f in fields(base)}, stored_id=record.config_id)
         try:
             est = estimate(store.decomposition(record.key), store, system=record.system, config=config,
                            on_missing="predict", launch_queue=not args.no_launch_queue)

@@ -260,6 +260,17 @@ def _m0007_node_cost(db: sqlite_utils.Database) -> None:
     db.executescript(_V7)
 
 
+_V8 = "\n".join(f"ALTER TABLE {table} ADD COLUMN repeat_s REAL;"
+                for table in ("measurements", "model_measurements", "context_measurements"))
+
+
+def _m0008_repeat_time(db: sqlite_utils.Database) -> None:
+    """On an accelerator, what one further copy of a brick adds to a run that holds several side by
+    side (``repeat_s``): its cost inside a model, issued while the device runs the layer before.
+    None for rows measured before, and on the CPU."""
+    db.executescript(_V8)
+
+
 #: ``(name, migration)`` in order; migration ``i`` (0-based) brings the schema to version ``i + 1``.
 MIGRATIONS: tuple[tuple[str, Callable[[sqlite_utils.Database], None]], ...] = (
     ("0001_initial", _m0001_initial),
@@ -269,6 +280,7 @@ MIGRATIONS: tuple[tuple[str, Callable[[sqlite_utils.Database], None]], ...] = (
     ("0005_contexts", _m0005_contexts),
     ("0006_queue_times", _m0006_queue_times),
     ("0007_node_cost", _m0007_node_cost),
+    ("0008_repeat_time", _m0008_repeat_time),
 )
 
 #: The schema version this code writes and reads.

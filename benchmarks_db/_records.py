@@ -37,7 +37,7 @@ __all__ = [
 
 #: The statistics columns shared by ``measurements`` and ``model_measurements`` (seconds).
 #: The launch-queue columns of the measurement tables (seconds; None off accelerators).
-QUEUE_FIELDS = ("host_s", "device_s", "device_warm_s")
+QUEUE_FIELDS = ("host_s", "device_s", "device_warm_s", "repeat_s")
 STAT_FIELDS = ("min_s", "median_s", "mean_s", "p90_s", "p99_s", "std_s", "iqr_s", "ci_low_s",
                "ci_high_s")
 
@@ -193,6 +193,7 @@ class MeasurementRecord:
     device_s: float | None = None
     device_warm_s: float | None = None
     node_s: float | None = None  # the floor's cost of one further node: see dlbricks.generators.Measurement
+    repeat_s: float | None = None  # launch queue: a further copy's time in one run (see Measurement)
 
     @property
     def ok(self) -> bool:

@@ -15,6 +15,7 @@ from ._estimate import (
     Peaks,
     Plan,
     estimate_decomposition,
+    issue_time,
     plan_decomposition,
 )
 from ._evaluate import DEFAULT_SUITE, Evaluation, EvaluationRow, evaluate, measure_whole
@@ -63,6 +64,7 @@ __all__ = [
     "sequential",
     "critical_path",
     "queue_latency",
+    "issue_time",
     "queue_critical_path",
     "QueueTimes",
     "combined_halfwidth",

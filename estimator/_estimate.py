@@ -39,6 +39,7 @@ __all__ = [
     "Plan",
     "computes_on_8bit",
     "estimate_decomposition",
+    "issue_time",
     "measure_time_s",
     "plan_decomposition",
 ]
@@ -264,7 +265,7 @@ def estimate_decomposition(
     predictions = {sig: p for sig, p in predictions.items() if sig not in views}
     every = {sig: [m, *(alternatives or {}).get(sig, ())] for sig, m in found.items()}
     return _compose(dec, latency, halfwidth, floor_s + model_extra_s, config_id, predicted, every, peaks,
-                    overhead, predictions, composition_error, launch_queue)
+                    overhead, predictions, composition_error, launch_queue, frozenset(views))
 
 
 def view_cost(measurements: Iterable[Measurement]) -> float:
@@ -281,17 +282,18 @@ def _compose(dec: Decomposition, latency: Mapping[str, float], halfwidth: Mappin
              floor_s: float, config_id: str, predicted: Sequence[str],
              alternatives: Mapping[str, Sequence[Measurement]], peaks: Peaks | None,
              overhead: Mapping[str, float], predictions: Mapping[str, Prediction],
-             composition_error: float = 0.0, launch_queue: bool = True) -> Estimate:
+             composition_error: float = 0.0, launch_queue: bool = True,
+             views: Collection[str] = frozenset()) -> Estimate:
     latency = dict(latency)
     predicted_set = set(predicted)
     roof = None
     if peaks is not None:
-        fastest = _bounds(dec, latency, alternatives, floor_s, overhead, launch_queue)[1][2]
+        fastest = _bounds(dec, latency, alternatives, floor_s, overhead, launch_queue, views)[1][2]
         peaks = _reached(peaks, dec, fastest, predicted_set)
         roof = {sig: peaks.roofline_s(b) for sig, b in dec.bricks.items()}
     predictions = {sig: _above(p, roof[sig]) if roof else p for sig, p in predictions.items()}
     latency.update({sig: p.seconds for sig, p in predictions.items()})
-    (seq, par), lower = _bounds(dec, latency, alternatives, floor_s, overhead, launch_queue)
+    (seq, par), lower = _bounds(dec, latency, alternatives, floor_s, overhead, launch_queue, views)
     counts = dec.counts()
     down, up = _interval(counts, halfwidth, predictions)
     systematic = composition_error * seq
@@ -406,11 +408,11 @@ def _lower_bounds(dec: Decomposition, alternatives: Mapping[str, Sequence[Measur
 
 
 def _bounds(dec: Decomposition, latency: Mapping[str, float], alternatives: Mapping[str, Sequence[Measurement]],
-            floor_s: float, overhead: Mapping[str, float], launch_queue: bool,
+            floor_s: float, overhead: Mapping[str, float], launch_queue: bool, views: Collection[str] = (),
             ) -> tuple[tuple[float, float], tuple[float, float, dict[str, float]]]:
     """The (sequential, parallel) estimates and the lower bounds with each brick's fastest time:
     through the launch queue where the bricks have its times (and ``launch_queue``), else summed."""
-    queue = _queue_times(dec, latency, alternatives) if launch_queue else None
+    queue = _queue_times(dec, latency, alternatives, views) if launch_queue else None
     if queue is not None:
         return _queued(dec, queue, floor_s), _queued_lower_bounds(dec, queue, alternatives, floor_s)
     node_latency = {o.index: latency[o.signature] + floor_s for o in dec.occurrences}
@@ -419,30 +421,50 @@ def _bounds(dec: Decomposition, latency: Mapping[str, float], alternatives: Mapp
 
 
 def _queue_times(dec: Decomposition, latency: Mapping[str, float],
-                 measured: Mapping[str, Sequence[Measurement]]) -> dict[str, QueueTimes] | None:
-    """Each brick's times in an accelerator's launch queue, where every measured brick has them
+                 measured: Mapping[str, Sequence[Measurement]],
+                 views: Collection[str] = ()) -> dict[str, QueueTimes] | None:
+    """Each brick's times in an accelerator's launch queue, where measured bricks have them
     (``host_s``: a CUDA measurement), else None.
 
     The device's time is its kernels' after a run of themselves (``device_warm_s``), as the brick's
-    latency was timed. The host's is what is left of the brick's floor-corrected latency, a
-    synchronous run, once its kernels are taken out: a run with no node is the floor, and one
-    brick's kernels run as it issues them, the last one after. Its unsynchronized issue time
-    (``host_s``) is not used: onnxruntime's runs without synchronization cost the host more than
-    synchronous ones (see docs/gpu.md). A brick whose host waits for its kernels (no device time),
-    a predicted one, and a view (its kernels aliased away inside a model) are counted as blocking,
-    for their latency, as in the sequential sum."""
+    latency was timed. The host's is :func:`issue_time`. A view (``views``) runs no kernel inside a
+    model: its host's time alone, what a further copy of it adds to a run (``repeat_s``), else its
+    latency. Its unsynchronized issue time (``host_s``) is not used: onnxruntime's runs without
+    synchronization cost the host more than synchronous ones (see docs/gpu.md). A brick whose host
+    waits for its kernels (no device time), a predicted one, and one measured without queue times
+    are counted as blocking, for their latency, as in the sequential sum."""
     own = {sig: ms[0] for sig, ms in measured.items() if ms}
-    if not own or any(m.host_s is None for m in own.values()):
+    if not any(m.host_s is not None for m in own.values()):
         return None
     times = {}
     for sig in dec.bricks:
         m = own.get(sig)
         device = None if m is None else (m.device_warm_s if m.device_warm_s is not None else m.device_s)
-        if device is None or latency[sig] == 0.0:
+        if sig in views or latency[sig] == 0.0:
+            repeat = None if m is None else m.repeat_s
+            times[sig] = QueueTimes(latency[sig] if repeat is None else repeat, 0.0)
+        elif m is None or m.host_s is None or device is None:
             times[sig] = QueueTimes(latency[sig], 0.0, blocking=True)
         else:
-            times[sig] = QueueTimes(max(latency[sig] - device, 0.0), device)
+            times[sig] = QueueTimes(issue_time(latency[sig], device, m.repeat_s), device)
     return times
+
+
+def issue_time(latency_s: float, device_s: float, repeat_s: float | None) -> float:
+    """Seconds the host spends issuing a brick inside a model, from its floor-corrected latency
+    (a synchronous run alone), its kernels' time and what a further copy of it adds to a run of
+    several side by side (``repeat_s``; None where not measured).
+
+    A further copy costs the larger of its host's time and its kernels': where that is more than its
+    kernels, the host is the limit and ``repeat_s`` is its time, allocating its output and all, as
+    a layer's inside a model. Else (or without ``repeat_s``) the host's time is read off the run
+    alone: its latency less its kernels (a run with no node is the floor, and the brick's kernels
+    run as it issues them, the last one after), at most ``repeat_s``.
+    """
+    alone = max(latency_s - device_s, 0.0)
+    if repeat_s is None:
+        return alone
+    return repeat_s if repeat_s > device_s else min(alone, repeat_s)
 
 
 def _queued(dec: Decomposition, queue: Mapping[str, QueueTimes], floor_s: float) -> tuple[float, float]:

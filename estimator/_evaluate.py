@@ -197,7 +197,9 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     """Run the main job over zoo models (names) and return the table.
 
     Bricks are measured once each in the estimate's configuration, and (``lower_bound_sweep``) once
-    more with warm caches, the fastest state a brick can meet, for the lower bound. The suite runs
+    more with warm caches, the fastest state a brick can meet, for the lower bound; on CUDA the launch
+    queue's times already hold each brick's kernels after themselves, which its lower bound takes,
+    and the warm run is left out. The suite runs
     model by model: each model is measured whole, held in a worker and sampled again every
     :data:`~dlbricks.benchmarks_db.PAIR_INTERVAL_S` seconds while its not yet measured bricks are
     measured (:class:`~dlbricks.benchmarks_db.PairedWhole`, a paired design against the machine's
@@ -237,7 +239,8 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     summary = brickset.summary()
     say(f"{summary.models} models, {summary.layers} layers, {summary.unique_bricks} unique bricks")
     _calibrate_once(store, system, config, say)
-    configs = [config] + ([replace(config, cache="warm")] if lower_bound_sweep else [])
+    queued = getattr(get_backend(backend_name(config)), "takes_queue_times", lambda config: False)(config)
+    configs = [config] + ([replace(config, cache="warm")] if lower_bound_sweep and not queued else [])
     turns = [_Turns(brickset, configs, target_ci)] + (
         [_Turns(layer_set, [config], target_ci)] if granularity == "both" else [])
     whole_time = _measure_suite(models, brickset, turns, store, system, config, budget, say)
@@ -296,7 +299,7 @@ def _sweep_algorithms(brickset: BrickSet, configs: Sequence[OrtConfig], store: S
         say(f"algorithm sweep: {len(todo)} bricks, cudnn_conv_algo_search {cfg.cudnn_conv_algo_search}, "
             f"use_tf32 {dict(cfg.provider_options).get('use_tf32', 'default')}")
         chosen = [b for b in bricks if b.signature in todo]
-        for m in benchmark(chosen, backend=backend, config=cfg, budget=PILOT_BUDGET):
+        for m in benchmark(chosen, backend=backend, config=cfg, budget=PILOT_BUDGET, repeat=False):
             store.record(m, system, budget=PILOT_BUDGET)
 
 
@@ -376,7 +379,7 @@ def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_T
 
     backend = backend_name(config)
     whole_time = 0.0
-    workers = _KeptRunners()
+    workers = _KeptRunners(repeat_for=config.config_id)
     whole_runner = Runner(backend, config, budget)  # one worker holds each model in turn
     try:
         for name in models:
@@ -531,13 +534,15 @@ class _KeptRunners:
     configuration, closed by :meth:`close`), so that a suite run model by model starts its brick
     workers once."""
 
-    def __init__(self) -> None:
+    def __init__(self, repeat_for: str | None = None) -> None:
         self._runners: dict[str, Runner] = {}
+        self._repeat_for = repeat_for  # the configuration whose bricks are timed side by side on a GPU
 
     def __call__(self, backend: str, config: Any, budget: Any, keep_samples: bool) -> _Kept:
         key = f"{backend}/{config.config_id}"
         if key not in self._runners:
-            self._runners[key] = Runner(backend, config, budget, keep_samples=keep_samples)
+            self._runners[key] = Runner(backend, config, budget, keep_samples=keep_samples,
+                                        repeat=self._repeat_for in (None, config.config_id))
         return _Kept(self._runners[key])
 
     def close(self) -> None:

@@ -31,6 +31,7 @@ def benchmark(
     budget: Budget | None = None,
     progress: ProgressCallback | None = None,
     keep_samples: bool = False,
+    repeat: bool = True,
 ) -> Iterator[Measurement]:
     """Measure each item in an isolated worker subprocess; yield one measurement per item, in order.
 
@@ -55,6 +56,9 @@ def benchmark(
         ``progress(done, total, measurement)`` after each item.
     keep_samples : bool, default False
         Keep raw per-call samples in ``Measurement.samples_s``.
+    repeat : bool, default True
+        On an accelerator, also time copies of each brick side by side (``repeat_s``; see
+        :class:`~dlbricks.generators.Runner`).
 
     Returns
     -------
@@ -76,7 +80,7 @@ def benchmark(
     resolved = [resolve_item(item, i) for i, item in enumerate(items)]
     if progress is not None and not callable(progress):
         raise InvalidArgumentError(f"'progress' must be callable. Got {type(progress).__name__} instead.")
-    runner = Runner(backend, config, budget, keep_samples=keep_samples)
+    runner = Runner(backend, config, budget, keep_samples=keep_samples, repeat=repeat)
     return _run_all(runner, resolved, progress)
 
 

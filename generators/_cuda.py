@@ -30,7 +30,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["CudaDriverError", "QueueSample", "QueueProbe", "cuda_probe", "NO_SYNC_ENTRY"]
+__all__ = ["CudaDriverError", "QueueSample", "QueueProbe", "cuda_probe", "repeat_s", "NO_SYNC_ENTRY",
+           "REPEAT_COPIES",
+           "REPEAT_MAX_DEVICE_S"]
 
 #: Run option that leaves the stream unsynchronized at the end of a run.
 NO_SYNC_ENTRY = "disable_synchronize_execution_providers"
@@ -49,16 +51,28 @@ BLOCK_MARGIN = 2.0
 #: Attempts with doubled memsets before a run is declared to make its host wait.
 BLOCK_ATTEMPTS = 4
 CU_STREAM_NON_BLOCKING = 1
+#: Copies of a brick side by side in the run whose time, against one copy's, gives ``repeat_s``.
+REPEAT_COPIES = 4
+#: Timed runs of each (one copy, all copies), taken in turn; the medians are kept.
+REPEAT_ROUNDS = 15
+#: Untimed runs of each before: a CUDA session's first runs search its cuDNN algorithms.
+REPEAT_WARMUP = 2
+#: Bricks whose kernels take longer are not timed side by side: a further copy costs its kernels'
+#: time (a layer's host takes 5-15 us), and the copies of a slow kernel would take seconds.
+REPEAT_MAX_DEVICE_S = 100e-6
 
 
 @dataclass(frozen=True, slots=True)
 class QueueSample:
     """Medians of one run's times on CUDA (seconds): the host's time to issue it, the device's time
-    to run it with a cold L2 cache and after itself; device times None where the host waits."""
+    to run it with a cold L2 cache and after itself; device times None where the host waits. With
+    ``repeat_s``, what one further copy of it adds to a run of several side by side (:func:`repeat_s`;
+    None where it was not taken)."""
 
     host_s: float
     device_s: float | None
     device_warm_s: float | None
+    repeat_s: float | None = None
 
 
 class CudaDriverError(RuntimeError):
@@ -179,6 +193,32 @@ class QueueProbe:
         if all(m is not None for m in many):
             warm = max(statistics.median(m for m in many if m is not None) - device, 0.0) / (WARM_RUNS - 1)
         return QueueSample(host, device, warm)
+
+
+def repeat_s(one: Callable[[], object], many: Callable[[], object], copies: int, *,
+             rounds: int = REPEAT_ROUNDS, warmup: int = REPEAT_WARMUP,
+             clock: Callable[[], int] = time.perf_counter_ns) -> float:
+    """Seconds that one further copy of a brick adds to a run: ``one`` runs a single copy, ``many``
+    runs ``copies`` side by side (synchronous runs both, built alike); each is timed ``rounds`` times,
+    in turn, after ``warmup`` untimed runs, and the difference of their medians is shared among the
+    ``copies - 1`` further copies (at least 0).
+
+    Inside the run of several copies the host issues each copy while the device runs the one before,
+    as it issues a model's layers: a further copy costs the larger of its host's time and its
+    kernels', with its output allocated as a layer's is.
+    """
+    if copies < 2:
+        raise ValueError(f"'copies' must be >= 2. Got {copies!r} instead.")
+    for _ in range(warmup):
+        one()
+        many()
+    ones, manys = [], []
+    for _ in range(rounds):
+        for run, times in ((one, ones), (many, manys)):
+            t0 = clock()
+            run()
+            times.append(clock() - t0)
+    return max(statistics.median(manys) - statistics.median(ones), 0.0) / (copies - 1) / 1e9
 
 
 @functools.cache

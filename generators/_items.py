@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import onnx
+import onnx.compose
 from onnx import TensorProto, helper
 
 from dlbricks._errors import InvalidArgumentError
 
-__all__ = ["FLOOR_KEY", "Item", "floor_model", "resolve_item"]
+__all__ = ["FLOOR_KEY", "Item", "floor_model", "resolve_item", "side_by_side"]
 
 FLOOR_KEY = "dlbricks.floor:identity-float32-1"
 
@@ -74,3 +75,34 @@ def floor_model(nodes: int = 1) -> onnx.ModelProto:
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
     graph = helper.make_graph(chain, "dlbricks_floor", [x], [y])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def side_by_side(model: onnx.ModelProto, copies: int) -> onnx.ModelProto:
+    """``copies`` copies of ``model``'s graph in one graph, run one after another by a sequential
+    executor: every copy reads the same inputs and weights, and writes outputs of its own (copy ``i``
+    after the first prefixes its nodes, tensors and outputs with ``c{i}_``). The metadata is dropped:
+    the result is no brick.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If ``copies`` is not an int >= 1, or an output of ``model`` is no node's (an input or a
+        weight passed through, which a copy cannot write afresh).
+    """
+    if isinstance(copies, bool) or not isinstance(copies, int) or copies < 1:
+        raise InvalidArgumentError(f"'copies' must be an int >= 1. Got {copies!r} instead.")
+    graph = model.graph
+    written = {name for node in graph.node for name in node.output}
+    passed = [o.name for o in graph.output if o.name not in written]
+    if passed:
+        raise InvalidArgumentError(f"Model {graph.name!r} passes {passed[0]!r} through to its outputs; "
+                                   "its copies cannot write it afresh.")
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    del result.metadata_props[:]
+    for i in range(1, copies):
+        copy = onnx.compose.add_prefix_graph(graph, f"c{i}_", rename_inputs=False, rename_initializers=False)
+        result.graph.node.extend(copy.node)
+        result.graph.output.extend(copy.output)
+        result.graph.value_info.extend(copy.value_info)
+    return result

@@ -37,7 +37,7 @@ _FLOAT_FIELDS = (
     "device_warm_s",
 )
 #: Fields of a measurement on an accelerator (None elsewhere): what its launch queue needs.
-QUEUE_FIELDS = ("host_s", "device_s", "device_warm_s")
+QUEUE_FIELDS = ("host_s", "device_s", "device_warm_s", "repeat_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +78,9 @@ class Measurement:
     On CUDA a brick's measurement also holds the times of the launch queue (:data:`QUEUE_FIELDS`,
     medians, None elsewhere): ``host_s`` the calling thread's time to issue one run unsynchronized,
     ``device_s`` the kernels alone with a cold L2 cache (None where the host waits for them), and
-    ``device_warm_s`` the kernels of a run that follows itself (see :mod:`dlbricks.generators._cuda`).
+    ``device_warm_s`` the kernels of a run that follows itself, and ``repeat_s`` what one further copy
+    of the brick adds to a run that holds several side by side, the host issuing each while the device
+    runs the one before, as inside a model (see :mod:`dlbricks.generators._cuda`).
     """
 
     key: str
@@ -104,6 +106,7 @@ class Measurement:
     device_s: float | None = None
     device_warm_s: float | None = None
     node_s: float | None = None
+    repeat_s: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -10,7 +10,7 @@ import functools
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -23,9 +23,10 @@ from dlbricks._errors import BackendError, BackendUnavailableError, InvalidArgum
 
 from ._config import ConfigBase
 from ._inputs import input_specs, random_inputs, value_ranges
+from ._items import side_by_side
 from ._util import closed, one_line, prepare_previous, round_robin
 
-__all__ = ["OrtBackend", "OrtConfig", "OrtPrepared"]
+__all__ = ["OrtBackend", "OrtConfig", "OrtPrepared", "repeat_time"]
 
 DEVICES = ("cpu", "cuda")
 EXECUTION_MODES = ("sequential", "parallel")
@@ -263,8 +264,11 @@ class OrtPrepared:
         config: OrtConfig,
         previous: Any = None,
         weight_bytes: int = 0,
+        model: onnx.ModelProto | None = None,
     ) -> None:
         self.session = sessions[0]
+        #: The brick, where ``queue_times`` also times copies of it side by side (CUDA), else None.
+        self.model = model
         self.copies = len(sessions)
         self._ort = ort
         self._sessions = sessions
@@ -328,13 +332,15 @@ class OrtPrepared:
         on_cuda = device == "cuda"
         self.run = round_robin([_one_run(s, b, on_cuda) for s, b in zip(self._sessions, bindings, strict=True)])
 
-    def queue_times(self) -> Any:
-        """On CUDA, the host's time to issue one run and the device's time to run it
+    def queue_times(self, repeat: bool = True) -> Any:
+        """On CUDA, the host's time to issue one run and the device's time to run it, and (``repeat``)
+        for a brick whose kernels take at most :data:`~dlbricks.generators._cuda.REPEAT_MAX_DEVICE_S`
+        what a further copy adds to a run of several (:func:`repeat_time`)
         (:class:`~dlbricks.generators._cuda.QueueSample`, see :mod:`~dlbricks.generators._cuda`);
         None on the CPU, or where the CUDA driver cannot be reached from here."""
         if self._config.device != "cuda" or self.binding is None:
             return None
-        from ._cuda import NO_SYNC_ENTRY, cuda_probe
+        from ._cuda import NO_SYNC_ENTRY, REPEAT_MAX_DEVICE_S, cuda_probe
 
         probe = cuda_probe(self._config.device_id)
         if probe is None:
@@ -342,9 +348,16 @@ class OrtPrepared:
         options = self._ort.RunOptions()
         options.add_run_config_entry(NO_SYNC_ENTRY, "1")
         try:
-            return probe.measure(functools.partial(self.session.run_with_iobinding, self.binding, options))
+            sample = probe.measure(functools.partial(self.session.run_with_iobinding, self.binding, options))
         except RuntimeError:  # a driver call or an unsynchronized run refused: the latency stands alone
             return None
+        device = sample.device_warm_s if sample.device_warm_s is not None else sample.device_s
+        if not repeat or self.model is None or device is None or device > REPEAT_MAX_DEVICE_S:
+            return sample
+        try:
+            return replace(sample, repeat_s=repeat_time(self.model, self._config, self._inputs))
+        except (UnrunnableBrickError, RuntimeError):  # copies that cannot load or run: the rest stands
+            return sample
 
     def outputs(self) -> list[np.ndarray]:
         """The bound outputs of the last run, copied to host memory."""
@@ -511,7 +524,42 @@ class OrtBackend:
         previous = None
         if config.cache in ("cold", "cold-weights") and config.previous_layer and _is_brick(model):
             previous = prepare_previous(self.prepare, before, config)
-        return OrtPrepared(ort, sessions, inputs, first, config, previous, weight_bytes(model))
+        keep = model if config.device == "cuda" and _is_brick(model) else None
+        return OrtPrepared(ort, sessions, inputs, first, config, previous, weight_bytes(model), keep)
+
+
+def repeat_time(model: onnx.ModelProto, config: OrtConfig, inputs: Mapping[str, np.ndarray],
+                copies: int | None = None) -> float:
+    """Seconds that one further copy of ``model`` adds to a run of ``copies`` (default
+    :data:`~dlbricks.generators._cuda.REPEAT_COPIES`) side by side under ``config``: one copy and
+    ``copies`` (:func:`~dlbricks.generators._items.side_by_side`), each in a session of its own with
+    ``inputs`` bound on the device and its outputs allocated by each run, as a model's layers' are,
+    timed in turn (:func:`~dlbricks.generators._cuda.repeat_s`).
+
+    Raises
+    ------
+    UnrunnableBrickError
+        If onnxruntime cannot load the copies.
+    """
+    from ._cuda import REPEAT_COPIES, repeat_s
+
+    copies = REPEAT_COPIES if copies is None else copies
+    ort = _ort()
+    runs, held = [], []
+    for count in (1, copies):
+        session = _make_session(ort, side_by_side(model, count), config)
+        binding = session.io_binding()
+        for name, array in inputs.items():
+            value = ort.OrtValue.ortvalue_from_numpy(array, config.device, config.device_id)
+            binding.bind_ortvalue_input(name, value)
+            held.append(value)
+        for meta in session.get_outputs():
+            binding.bind_output(meta.name, config.device, config.device_id)
+        if config.device == "cuda":
+            binding.synchronize_inputs()
+        held.append(session)
+        runs.append(_one_run(session, binding, config.device == "cuda"))
+    return repeat_s(runs[0], runs[1], copies)
 
 
 #: Most bytes of random inputs a process keeps for :func:`_seeded_inputs`.

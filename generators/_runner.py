@@ -177,6 +177,9 @@ class Runner:
     keep_bytes : int, default 2 GiB
         Bytes of prepared items the worker keeps between measurements (0: none): an item measured
         again is timed without being prepared again (see :mod:`dlbricks.generators._cache`).
+    repeat : bool, default True
+        On an accelerator, also time copies of each brick side by side (``repeat_s``, the host's time
+        in the launch queue); False takes its other queue times only (a sweep that wants kernels).
 
     Raises
     ------
@@ -209,6 +212,7 @@ class Runner:
         keep_samples: bool = False,
         floor: bool = True,
         keep_bytes: int = DEFAULT_CACHE_BYTES,
+        repeat: bool = True,
     ) -> None:
         if not isinstance(backend, str):
             raise InvalidArgumentError(
@@ -232,6 +236,7 @@ class Runner:
         self._worker: _Worker | None = None
         self._idle_spin_s = getattr(self.backend, "idle_spin_s", lambda config: 0.0)(self.config)
         self._queue = bool(getattr(self.backend, "takes_queue_times", lambda config: False)(self.config))
+        self._repeat = bool(repeat)
 
     def __enter__(self) -> Runner:
         return self
@@ -349,7 +354,8 @@ class Runner:
             self.release(key)
             return measurement
         try:
-            status, sample = self._worker.request(("queue", {"key": key}), self.budget.timeout)
+            status, sample = self._worker.request(("queue", {"key": key, "repeat": self._repeat}),
+                                                  self.budget.timeout)
         except (WorkerTimeoutError, WorkerDiedError):
             self._replace_worker()
             return measurement
@@ -357,7 +363,7 @@ class Runner:
         if status != "ok" or sample is None:
             return measurement
         return dataclasses.replace(measurement, host_s=sample.host_s, device_s=sample.device_s,
-                                   device_warm_s=sample.device_warm_s)
+                                   device_warm_s=sample.device_warm_s, repeat_s=getattr(sample, "repeat_s", None))
 
     def _floor_s(self) -> float | None:
         """The floor (extrapolated to no node), calibrating it first if asked to; None if it failed."""

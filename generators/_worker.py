@@ -155,10 +155,11 @@ def _again(state: _State, payload: dict[str, Any]) -> Any:
 
 
 def _queue(state: _State, payload: dict[str, Any]) -> Any:
-    """The launch-queue times of a held model (its prepared ``queue_times()``), None where it has none."""
+    """The launch-queue times of a held model (its prepared ``queue_times(repeat=...)``), None where
+    it has none."""
     held = state.held.get(payload["key"])
     queue_times = getattr(held[0], "queue_times", None) if held is not None else None
-    return queue_times() if queue_times is not None else None
+    return queue_times(repeat=payload.get("repeat", True)) if queue_times is not None else None
 
 
 def _release(state: _State, payload: dict[str, Any]) -> None:

@@ -123,7 +123,7 @@ class _FaultyPrepared:
         elif behavior == "env":
             raise RuntimeError(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
 
-    def queue_times(self) -> Any:
+    def queue_times(self, repeat: bool = True) -> Any:
         """Launch-queue times (a backend on an accelerator): fixed ones, or a crash for
         ``"queue-abort"`` (an unsynchronized run that brings its process down)."""
         from dlbricks.generators._cuda import QueueSample

@@ -93,3 +93,23 @@ def test_without_a_cuda_driver_there_is_no_probe_and_no_stream_option() -> None:
         pytest.skip("a CUDA driver is here: the CPU path is what this test checks")
     (cuda, cpu) = _providers(OrtConfig(device="cuda", onnxruntime_version="1"))
     assert cpu == "CPUExecutionProvider" and "user_compute_stream" not in cuda[1]
+
+
+def test_a_further_copy_costs_the_difference_of_the_medians() -> None:
+    """``repeat_s``: runs of one copy and of eight taken in turn; what the eight take beyond the
+    one, over the seven further copies, whatever the noise of single runs."""
+    from dlbricks.generators._cuda import repeat_s
+
+    now = [0]
+    one_ns, further_ns = 30 * US, 9 * US
+    noise = iter([0, 4 * US, 0, 0, 50 * US, 0] * 100)
+
+    def run(copies: int):
+        def go() -> None:
+            now[0] += one_ns + (copies - 1) * further_ns + next(noise)
+        return go
+
+    seconds = repeat_s(run(1), run(8), 8, rounds=9, warmup=1, clock=lambda: now[0])
+    assert seconds == pytest.approx(further_ns / 1e9)
+    with pytest.raises(ValueError, match="copies"):
+        repeat_s(run(1), run(1), 1)

@@ -80,14 +80,14 @@ def test_an_older_database_is_migrated_in_place(tmp_path) -> None:
     with pytest.raises(DatabaseError, match="to migrate it"):
         Store(path, readonly=True)
     with Store(path) as s:
-        assert s.schema_version == bdb.SCHEMA_VERSION == 7
+        assert s.schema_version == bdb.SCHEMA_VERSION == 8
         assert [x.fingerprint for x in s.systems()] == ["old"]
         assert s.peaks("old") is None
         names = [r[0] for r in s.db.execute("SELECT name FROM schema_migrations ORDER BY version")]
         assert names == ["0001_initial", "0002_peaks", "0003_model_reorders", "0004_fused_overheads",
-                         "0005_contexts", "0006_queue_times", "0007_node_cost"]
+                         "0005_contexts", "0006_queue_times", "0007_node_cost", "0008_repeat_time"]
         assert "context" in s.db["measurements"].columns_dict and s.db["context_measurements"].count == 0
-        assert {"host_s", "device_s", "device_warm_s", "node_s"} <= set(s.db["context_measurements"].columns_dict)
+        assert {"host_s", "device_s", "device_warm_s", "node_s", "repeat_s"} <= set(s.db["context_measurements"].columns_dict)
         assert s.overheads("old", "cfg", ["sig"]) == {} and s.reorder_price("old", "cfg") is None
 
 
@@ -195,6 +195,7 @@ def measurements(draw: st.DrawFn) -> Measurement:
         std_s=draw(stat), iqr_s=draw(stat), ci_low_s=draw(stat), ci_high_s=draw(stat | st.none()),
         wall_time_s=draw(finite), converged=draw(st.booleans()), backend="onnxruntime", config=cfg,
         floor_s=draw(finite | st.none()), node_s=draw(finite | st.none()),
+        **{name: draw(finite | st.none()) for name in ("host_s", "device_s", "device_warm_s", "repeat_s")},
         samples_s=draw(st.none() | st.lists(finite, max_size=20).map(tuple)))
 
 

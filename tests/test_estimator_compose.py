@@ -250,3 +250,54 @@ def test_a_cuda_brick_whose_host_waits_is_counted_whole_in_the_queue() -> None:
     assert overlapped.sequential_s < est.sequential_s <= plain.sequential_s * (1 + 1e-12)
     count = sum(1 for o in dec.occurrences if o.signature == blocking)
     assert est.sequential_s >= floor + count * 30e-6
+
+
+@pytest.mark.parametrize(("repeat", "expected"), [
+    (None, 20e-6),  # no copies timed: its latency less its kernels
+    (25e-6, 25e-6),  # a further copy costs more than its kernels: the host is the limit, at that cost
+    (10e-6, 10e-6),  # ... and less than the run alone showed
+    (5e-6, 5e-6),  # a further copy costs its kernels' time: the host at most that
+])
+def test_the_hosts_issue_time_of_a_brick(repeat: float | None, expected: float) -> None:
+    from dlbricks.estimator import issue_time
+
+    assert issue_time(25e-6, 5e-6, repeat) == pytest.approx(expected)
+    assert issue_time(25e-6, 30e-6, None) == 0.0
+
+
+def test_on_cuda_copies_side_by_side_set_the_hosts_time_in_the_queue() -> None:
+    """What a further copy of each brick adds to a run of several (``repeat_s``) is the host's time
+    in the queue where it exceeds the kernels; a brick measured without queue times waits whole."""
+    from dataclasses import replace
+
+    dec = dlbricks.decompose(_models.matmul_stack(shared=False, layers=6))
+    floor, n = 10e-6, len(dec.occurrences)
+    cuda = {sig: _on_cuda(_measurement(sig, floor + 30e-6, floor=floor), 5e-6) for sig in dec.bricks}
+    alone = estimate_decomposition(dec, cuda, config_id="c")
+    assert alone.sequential_s == pytest.approx(floor + n * 25e-6 + 5e-6)
+    repeated = estimate_decomposition(dec, {s: replace(m, repeat_s=12e-6) for s, m in cuda.items()}, config_id="c")
+    assert repeated.sequential_s == pytest.approx(floor + n * 12e-6 + 5e-6)
+    assert repeated.lower_bound_s == alone.lower_bound_s == pytest.approx(floor + n * 5e-6)
+    unprobed = next(iter(cuda))
+    partial = estimate_decomposition(dec, {**cuda, unprobed: replace(cuda[unprobed], host_s=None)}, config_id="c")
+    count = sum(1 for o in dec.occurrences if o.signature == unprobed)
+    waited = floor + (n - count) * 25e-6 + count * 30e-6  # its whole latency, after the kernels before it
+    assert waited < partial.sequential_s <= waited + (count + 1) * 5e-6 + 1e-12
+
+
+def test_on_cuda_a_view_costs_its_host_and_never_waits_for_the_device() -> None:
+    """A view runs no kernel inside a model: in the queue it costs the host what a further copy of
+    it adds to a run, and the kernels issued before it keep running."""
+    from dataclasses import replace
+
+    dec = dlbricks.decompose(_models.resnet_like(blocks=2), batch_size=1)
+    flat = next(sig for sig, b in dec.bricks.items() if b.op_type == "Flatten")
+    floor = 10e-6
+    cuda = {sig: _on_cuda(_measurement(sig, floor + 30e-6, floor=floor), 20e-6) for sig in dec.bricks}
+    cuda[flat] = replace(cuda[flat], repeat_s=1e-6)
+    viewed = estimate_decomposition(dec, cuda, config_id="c", views={flat})
+    others = [o for o in dec.occurrences if o.signature != flat]
+    # device-bound: the first brick's host time, then kernels back to back; no drain at the view
+    assert viewed.sequential_s == pytest.approx(floor + 10e-6 + len(others) * 20e-6)
+    plain = estimate_decomposition(dec, cuda, config_id="c")
+    assert viewed.sequential_s < plain.sequential_s
