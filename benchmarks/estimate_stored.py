@@ -5,9 +5,11 @@ its configurations and its whole-model measurements: this script estimates each 
 configuration it was measured whole in, with that system's bricks, and prints the error against the
 stored whole-model median, the lower bound and the roofline. Nothing is measured. With
 ``--no-launch-queue`` a CUDA database is composed as the sequential sum of its bricks instead of
-through the launch queue (``dlbricks.estimator.estimate(..., launch_queue=False)``).
+through the launch queue (``dlbricks.estimator.estimate(..., launch_queue=False)``); with
+``--without-repeat`` the queue takes each brick's issue time from its run alone, as if the copies
+side by side (``repeat_s``) had not been timed (a copy of the database without them is read).
 
-    python benchmarks/estimate_stored.py --db cuda_layer.db [--no-launch-queue]
+    python benchmarks/estimate_stored.py --db cuda_layer.db [--no-launch-queue] [--without-repeat]
 
 The H100 run of docs/gpu.md is ``benchmarks/data/h100_layer_2026-11-24.db.gz`` (gunzip it first).
 """
@@ -15,6 +17,9 @@ The H100 run of docs/gpu.md is ``benchmarks/data/h100_layer_2026-11-24.db.gz`` (
 from __future__ import annotations
 
 import argparse
+import os
+import sqlite3
+import tempfile
 from dataclasses import dataclass, fields
 
 from dlbricks import DlbricksError
@@ -35,13 +40,25 @@ class StoredConfig(OrtConfig):
         return self.stored_id
 
 
+def _without_repeat(path: str) -> str:
+    """A temporary copy of the database at ``path`` with every ``repeat_s`` cleared."""
+    copy = os.path.join(tempfile.mkdtemp(prefix="dlbricks-"), "without_repeat.db")
+    with sqlite3.connect(path) as source, sqlite3.connect(copy) as target:
+        source.backup(target)
+        for table in ("measurements", "context_measurements", "model_measurements"):
+            target.execute(f"UPDATE {table} SET repeat_s = NULL")
+    return copy
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", required=True, help="The brick database (read only).")
     parser.add_argument("--no-launch-queue", action="store_true", help="The sequential sum, even on CUDA.")
+    parser.add_argument("--without-repeat", action="store_true",
+                        help="Issue times from each brick's run alone (repeat_s left out).")
     args = parser.parse_args()
     try:
-        store = Store(args.db, readonly=True)
+        store = Store(_without_repeat(args.db) if args.without_repeat else args.db, readonly=True)
     except DlbricksError as e:
         raise SystemExit(f"estimate_stored: {e}") from None
     configs = {b.config_id: b.options for b in store.backends()}
