@@ -370,6 +370,7 @@ class OrtPrepared:
         self._inputs = {}
         self._sessions = []
         self.session = None
+        self.model = None
         self.run = closed
         if self.previous is not None:
             self.previous.close()
