@@ -73,13 +73,17 @@ def statistics_array(shape: tuple[int, ...], dtype: np.dtype | str, statistics: 
                      rng: np.random.Generator) -> np.ndarray:
     """A random feature map distributed like ``statistics``: per channel (axis 1) its mean and
     standard deviation, along each channel's flattened spatial plane an AR(1) process with its
-    correlation.
+    correlation. Where ``statistics`` kept the tensor's values themselves (see
+    :class:`~dlbricks.ValueStatistics`), those values.
 
     Raises
     ------
     InvalidArgumentError
         If the shape has no channel axis or another number of channels than ``statistics``.
     """
+    recorded = statistics.recorded(tuple(shape))
+    if recorded is not None:
+        return recorded.astype(dtype)
     channels = len(statistics.mean)
     if len(shape) < 3 or shape[1] != channels:
         raise InvalidArgumentError(

@@ -514,7 +514,8 @@ def _value_statistics(label: str, symbol: Any, weights: Mapping[str, Any], input
     output is summarized as it is produced and dropped after its last reader, so that the run holds
     the weights and the tensors live at one point of the model, not an executor's static plan of
     every tensor. Each feature map is read through one copy (:func:`_array_statistics`); the weights
-    are left as read (inputs that an op's kernel writes to are given copies).
+    are left as read (inputs that an op's kernel writes to are given copies). A feature map read by
+    an op of :data:`VALUE_DEPENDENT_OPS` keeps its values too, up to :data:`RECORD_MAX_BYTES`.
 
     Raises
     ------
@@ -529,6 +530,7 @@ def _value_statistics(label: str, symbol: Any, weights: Mapping[str, Any], input
     graph = json.loads(symbol.tojson())
     visible = set(symbol.get_internals().list_outputs())
     readers = Counter((int(ref[0]), int(ref[1])) for node in graph["nodes"] for ref in node["inputs"])
+    recorded = _value_dependent_inputs(graph["nodes"], visible)
     arrays = {**weights, **{k: to_ndarray(mx, v) for k, v in random_inputs(inputs).items()}}
     live: dict[tuple[int, int], Any] = {}
     try:
@@ -546,6 +548,8 @@ def _value_statistics(label: str, symbol: Any, weights: Mapping[str, Any], input
             for position, (out, array) in enumerate(zip(_node_outputs(node, visible), outputs, strict=False)):
                 if out in wanted and out not in seen:
                     seen[out] = _array_statistics(mx, array)
+                    if out in recorded and seen[out] is not None and array.size * 4 <= RECORD_MAX_BYTES:
+                        seen[out] = seen[out].with_values(array.asnumpy())
                 if readers[(index, position)]:
                     live[(index, position)] = array
             del outputs
@@ -557,6 +561,26 @@ def _value_statistics(label: str, symbol: Any, weights: Mapping[str, Any], input
     except mx.base.MXNetError as e:
         raise ModelLoadError(f"{label}: MXNet cannot run the model: {_first_line(e)}") from e
     return {k: v for k, v in seen.items() if v is not None}
+
+
+#: MXNet ops whose time depends on how their input's values are arranged, not only on how they are
+#: distributed: a brick of one is fed its model's own tensor (:meth:`ValueStatistics.with_values`).
+VALUE_DEPENDENT_OPS = frozenset({"_contrib_box_nms", "_contrib_box_non_maximum_suppression",
+                                 "_contrib_MultiBoxDetection"})
+#: Largest tensor whose values are kept for such an op (float32 bytes).
+RECORD_MAX_BYTES = 16 << 20
+
+
+def _value_dependent_inputs(nodes: Sequence[Mapping[str, Any]], visible: set[str]) -> set[str]:
+    """Names of the tensors that ops of :data:`VALUE_DEPENDENT_OPS` read."""
+    names = set()
+    for node in nodes:
+        if node["op"] in VALUE_DEPENDENT_OPS:
+            for ref in node["inputs"]:
+                outputs = _node_outputs(nodes[int(ref[0])], visible)
+                if int(ref[1]) < len(outputs):
+                    names.add(outputs[int(ref[1])])
+    return names
 
 
 def _array_statistics(mx: ModuleType, array: Any) -> ValueStatistics | None:

@@ -248,3 +248,30 @@ def test_footprint_counts_every_weight_and_the_activations_alive_at_once() -> No
 def add_input(dec: dlbricks.Decomposition, occurrence: object) -> str:
     first = next(o for o in dec.occurrences if o.signature == occurrence.signature)
     return first.inputs[0]
+
+
+def test_kept_values_travel_with_the_brick_and_into_its_signature() -> None:
+    """Statistics that kept a tensor's values (inputs of value-dependent ops) give those values back
+    to the generators, survive the brick's bytes, and show in its description (the decomposition
+    hashes them into its signature: tests/test_mxnet_backend.py)."""
+    import dataclasses
+
+    import numpy as np
+
+    from dlbricks._inputs import statistics_array
+    from dlbricks._types import ValueStatistics
+
+    values = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    stats = ValueStatistics.of(values)
+    kept = stats.with_values(values)
+    assert ValueStatistics.from_dict(kept.to_dict()) == kept and kept != stats
+    np.testing.assert_array_equal(kept.recorded((1, 4, 8, 8)), values)
+    assert kept.recorded((1, 4, 8, 9)) is None and stats.recorded((1, 4, 8, 8)) is None
+    np.testing.assert_array_equal(statistics_array((1, 4, 8, 8), np.float32, kept, np.random.default_rng(0)), values)
+
+    dec = dlbricks.decompose(_models.resnet_like(channels=4), batch_size=1)
+    brick = next(b for b in dec.bricks.values() if b.op_type == "Relu" and b.inputs[0].shape[1] == 4)
+    marked = dataclasses.replace(brick, inputs=(brick.inputs[0].with_statistics(kept),))
+    assert marked.describe()["inputs"][0]["values_sha256"]
+    again = dlbricks.Brick.from_bytes(marked.to_bytes())
+    np.testing.assert_array_equal(again.inputs[0].statistics.recorded((1, 4, 8, 8)), values)

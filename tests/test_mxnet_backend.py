@@ -325,6 +325,39 @@ def test_bricks_are_fed_values_distributed_as_in_the_model() -> None:
     assert abs(fed["activations"].correlation - fed["model"].correlation) > 0.3  # the kinds differ here
 
 
+
+def _nms_symbol(scale: float) -> mx.sym.Symbol:
+    """Scores and boxes from a sigmoid, then a non-maximum suppression (``scale`` changes its values)."""
+    data = mx.sym.var("data", shape=(1, 256, 6))
+    boxes = mx.sym.sigmoid(data * scale, name="act")
+    return mx.sym.contrib.box_nms(boxes, overlap_thresh=0.45, valid_thresh=0.6, topk=100, coord_start=2,
+                                  score_index=1, id_index=0, name="nms")
+
+
+def test_a_value_dependent_brick_is_fed_its_models_own_tensor() -> None:
+    """A non-maximum suppression runs at the speed of the boxes it is given: its brick keeps the
+    tensor it reads in the model's run (on the seeded normal input a whole model gets), is fed it,
+    and two models that feed it other values get two bricks."""
+    from dlbricks._inputs import random_inputs
+    from dlbricks._mxnet_frontend import load_mxnet
+
+    signatures = []
+    for scale in (1.0, 3.0):
+        graph = load_mxnet(_nms_symbol(scale))
+        dec = dlbricks.decompose(graph)
+        nms = next(b for b in dec.bricks.values() if b.op_type == "_contrib_box_nms")
+        x = random_inputs(graph.inputs)["data"]
+        expected = 1 / (1 + np.exp(-scale * x.astype(np.float64)))
+        kept = nms.inputs[0].statistics.recorded(nms.inputs[0].shape)
+        np.testing.assert_allclose(kept, expected, rtol=1e-5, atol=1e-6)
+        prepared = MxnetBackend().prepare(nms.to_onnx(), MxnetConfig(cache="warm"))
+        np.testing.assert_array_equal(prepared.executors[0].arg_dict["in0"].asnumpy(), kept)
+        prepared.close()
+        assert all(s.statistics is None or s.statistics.values is None
+                   for b in dec.bricks.values() if b is not nms for s in b.inputs)
+        signatures.append(nms.signature)
+    assert signatures[0] != signatures[1]
+
 def test_activation_like_inputs() -> None:
     base = np.zeros((2, 8, 16, 64), np.float32)
     values = activation_like(base, seed=1)
