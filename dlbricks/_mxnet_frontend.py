@@ -41,7 +41,7 @@ from dlbricks._errors import InvalidArgumentError, ModelLoadError, ShapeInferenc
 from dlbricks._graph import LayerNode, ModelGraph, ModelSource
 from dlbricks._inputs import random_inputs
 from dlbricks._onnx_frontend import _check_batch_size, _check_input_shapes
-from dlbricks._types import TensorSpec, ValueStatistics
+from dlbricks._types import KEEP_VALUES_MAX_BYTES, TensorSpec, ValueStatistics
 
 __all__ = ["LAYOUTS_ATTR", "MXNET_DOMAIN", "MXNET_OPSET", "import_mxnet", "is_mxnet_model", "load_mxnet",
            "runs_on_onednn_layouts"]
@@ -515,7 +515,8 @@ def _value_statistics(label: str, symbol: Any, weights: Mapping[str, Any], input
     the weights and the tensors live at one point of the model, not an executor's static plan of
     every tensor. Each feature map is read through one copy (:func:`_array_statistics`); the weights
     are left as read (inputs that an op's kernel writes to are given copies). A feature map read by
-    an op of :data:`VALUE_DEPENDENT_OPS` keeps its values too, up to :data:`RECORD_MAX_BYTES`.
+    an op of :data:`VALUE_DEPENDENT_OPS` keeps its values too, up to
+    :data:`~dlbricks._types.KEEP_VALUES_MAX_BYTES`.
 
     Raises
     ------
@@ -548,7 +549,7 @@ def _value_statistics(label: str, symbol: Any, weights: Mapping[str, Any], input
             for position, (out, array) in enumerate(zip(_node_outputs(node, visible), outputs, strict=False)):
                 if out in wanted and out not in seen:
                     seen[out] = _array_statistics(mx, array)
-                    if out in recorded and seen[out] is not None and array.size * 4 <= RECORD_MAX_BYTES:
+                    if out in recorded and seen[out] is not None and array.size * 4 <= KEEP_VALUES_MAX_BYTES:
                         seen[out] = seen[out].with_values(array.asnumpy())
                 if readers[(index, position)]:
                     live[(index, position)] = array
@@ -567,8 +568,6 @@ def _value_statistics(label: str, symbol: Any, weights: Mapping[str, Any], input
 #: distributed: a brick of one is fed its model's own tensor (:meth:`ValueStatistics.with_values`).
 VALUE_DEPENDENT_OPS = frozenset({"_contrib_box_nms", "_contrib_box_non_maximum_suppression",
                                  "_contrib_MultiBoxDetection"})
-#: Largest tensor whose values are kept for such an op (float32 bytes).
-RECORD_MAX_BYTES = 16 << 20
 
 
 def _value_dependent_inputs(nodes: Sequence[Mapping[str, Any]], visible: set[str]) -> set[str]:

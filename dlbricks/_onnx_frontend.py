@@ -25,7 +25,7 @@ from onnx.reference import ReferenceEvaluator
 
 from dlbricks._errors import InvalidArgumentError, ModelLoadError, ShapeInferenceError
 from dlbricks._graph import VALUE_RANGES_KEY, LayerNode, ModelGraph, ModelSource
-from dlbricks._types import TensorSpec, onnx_dtype_to_name
+from dlbricks._types import KEEP_VALUES_MAX_BYTES, TensorSpec, ValueStatistics, onnx_dtype_to_name
 
 __all__ = ["FOLD_MAX_ELEMENTS", "QUANTIZATION_OPS", "load_model"]
 
@@ -103,6 +103,7 @@ def load_model(
     layers = _layers(nodes, folded)
     _require_specs(layers, specs, constants, proto, concrete, ranges, label)
     _check_reshapes(layers, specs, label)
+    _keep_values(layers, specs, proto, concrete, ranges, label)
     inputs = tuple(specs[n].with_range(ranges.get(n)) for n in concrete)
     outputs = tuple(specs[o.name] for o in proto.graph.output if o.name in specs)
     sha = _content_hash(proto)
@@ -608,6 +609,37 @@ def _require_specs(layers: tuple[LayerNode, ...], specs: dict[str, TensorSpec],
         raise ShapeInferenceError(
             f"{label}: tensor '{still[0]}'{where(still[0])} has no concrete shape; give input_shapes or "
             f"re-export the model with static shapes.")
+
+
+#: Standard ops whose time depends on how their input's values are arranged, not only on how they
+#: are distributed: a non-maximum suppression's follows the boxes that pass its threshold and
+#: overlap. Its boxes and scores keep their values in the model's run
+#: (:meth:`~dlbricks.ValueStatistics.with_values`), which its brick is fed.
+VALUE_DEPENDENT_OPS = frozenset({"NonMaxSuppression"})
+
+
+def _keep_values(layers: tuple[LayerNode, ...], specs: dict[str, TensorSpec], proto: onnx.ModelProto,
+                 concrete: Mapping[str, tuple[int, ...]], ranges: Mapping[str, tuple[int, int]],
+                 label: str) -> None:
+    """Give the float tensors (rank >= 3, up to :data:`~dlbricks._types.KEEP_VALUES_MAX_BYTES`) that
+    ops of :data:`VALUE_DEPENDENT_OPS` read statistics that keep their values in one onnxruntime run
+    of the model on the seeded inputs a whole model is measured with (none where it cannot run)."""
+    names = [t for la in layers if la.op_type in VALUE_DEPENDENT_OPS and la.domain in ("", "ai.onnx")
+             for t in la.all_inputs[:2] if t in specs and len(specs[t].shape) >= 3
+             and specs[t].numel * 4 <= KEEP_VALUES_MAX_BYTES]
+    if not names:
+        return
+    from dlbricks._runtime_shapes import values_from_runtime
+
+    try:
+        values = values_from_runtime(proto, concrete, ranges, list(dict.fromkeys(names)),
+                                     f"{label}: tensor '{names[0]}'")
+    except ShapeInferenceError:  # a model onnxruntime cannot run: its bricks get random values, as others
+        return
+    for name, array in values.items():
+        stats = ValueStatistics.of(array)
+        if stats is not None:
+            specs[name] = specs[name].with_statistics(stats.with_values(array))
 
 
 def _check_reshapes(layers: tuple[LayerNode, ...], specs: Mapping[str, TensorSpec], label: str) -> None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import onnx
 
 from dlbricks._errors import ShapeInferenceError
 from dlbricks._inputs import random_inputs
 from dlbricks._types import TensorSpec, onnx_dtype_to_name, runnable_ir_version
 
-__all__ = ["shapes_from_runtime"]
+__all__ = ["shapes_from_runtime", "values_from_runtime"]
 
 
 def shapes_from_runtime(proto: onnx.ModelProto, concrete: Mapping[str, tuple[int, ...]],
@@ -21,6 +22,15 @@ def shapes_from_runtime(proto: onnx.ModelProto, concrete: Mapping[str, tuple[int
     ``label`` names the model and the first tensor of ``names`` (with the node that computes it)
     in the error raised when the run fails.
     """
+    values = values_from_runtime(proto, concrete, ranges, names, label)
+    return {n: TensorSpec(n, tuple(v.shape), v.dtype.name) for n, v in values.items()}
+
+
+def values_from_runtime(proto: onnx.ModelProto, concrete: Mapping[str, tuple[int, ...]],
+                        ranges: Mapping[str, tuple[int, int]], names: Sequence[str],
+                        label: str) -> dict[str, np.ndarray]:
+    """The values of ``names`` in one run of the model (onnxruntime, CPU, optimizations off) on the
+    seeded random inputs a whole model is measured with. ``label`` as :func:`shapes_from_runtime`'s."""
     import onnxruntime as ort
 
     model = onnx.ModelProto()
@@ -48,4 +58,4 @@ def shapes_from_runtime(proto: onnx.ModelProto, concrete: Mapping[str, tuple[int
         raise ShapeInferenceError(
             f"{label} has no inferred shape, and running the model to find it failed ({first}); "
             f"{hint}.") from e
-    return {n: TensorSpec(n, tuple(v.shape), v.dtype.name) for n, v in zip(wanted, values, strict=True)}
+    return dict(zip(wanted, values, strict=True))

@@ -50,6 +50,10 @@ def _itemsize(dtype: str) -> int:
     return np.dtype(dtype).itemsize
 
 
+#: Largest tensor (float32 bytes) whose values a frontend keeps for an op whose time depends on them.
+KEEP_VALUES_MAX_BYTES = 16 << 20
+
+
 @dataclass(frozen=True, slots=True)
 class ValueStatistics:
     """How the values of a feature map are distributed in the model it belongs to.

@@ -22,7 +22,7 @@ from dlbricks._bricks import SIGNATURE_KEY, reuse_bytes, split_previous
 from dlbricks._errors import BackendError, BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
 
 from ._config import ConfigBase
-from ._inputs import input_specs, random_inputs, value_ranges
+from ._inputs import input_specs, random_inputs, value_ranges, value_statistics
 from ._items import side_by_side
 from ._util import closed, one_line, prepare_previous, round_robin
 
@@ -571,9 +571,12 @@ _input_cache: dict[tuple[Any, ...], list[np.ndarray]] = {}
 def _seeded_inputs(model: onnx.ModelProto, names: list[str]) -> dict[str, np.ndarray]:
     """:func:`random_inputs` of ``model``, each a fresh copy of arrays drawn once per process for the
     same shapes, dtypes and value ranges: the values the seeded generator draws, drawn once for
-    every brick that meets those inputs instead of once per brick."""
+    every brick that meets those inputs instead of once per brick. An input whose statistics kept
+    its model's values (a non-maximum suppression's boxes and scores) gets those values."""
     ranges = value_ranges(model)
     specs = input_specs(model, names)
+    statistics = value_statistics(model)
+    kept = {name: statistics[name].recorded(tuple(shape)) for name, shape, _ in specs if name in statistics}
     key = tuple((tuple(shape), np.dtype(dtype).str, ranges.get(name)) for name, shape, dtype in specs)
     arrays = _input_cache.get(key)
     if arrays is None:
@@ -583,7 +586,8 @@ def _seeded_inputs(model: onnx.ModelProto, names: list[str]) -> dict[str, np.nda
         if held + sum(a.nbytes for a in arrays) > INPUT_CACHE_BYTES:
             _input_cache.clear()
         _input_cache[key] = arrays
-    return {name: array.copy() for (name, _, _), array in zip(specs, arrays)}
+    return {name: (kept[name] if kept.get(name) is not None else array).astype(dtype, copy=True)
+            for (name, _, dtype), array in zip(specs, arrays)}
 
 
 def _make_session(ort: ModuleType, model: onnx.ModelProto, config: OrtConfig,

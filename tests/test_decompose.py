@@ -275,3 +275,52 @@ def test_kept_values_travel_with_the_brick_and_into_its_signature() -> None:
     assert marked.describe()["inputs"][0]["values_sha256"]
     again = dlbricks.Brick.from_bytes(marked.to_bytes())
     np.testing.assert_array_equal(again.inputs[0].statistics.recorded((1, 4, 8, 8)), values)
+
+
+def _nms_model(scale: float) -> onnx.ModelProto:
+    """Boxes and scores from sigmoids of the inputs (``scale`` changes their values), then a
+    non-maximum suppression."""
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("Mul", ["x", "k"], ["xs"]),
+        helper.make_node("Sigmoid", ["xs"], ["boxes"]),
+        helper.make_node("Sigmoid", ["s"], ["scores"]),
+        helper.make_node("NonMaxSuppression", ["boxes", "scores", "max", "iou", "thr"], ["selected"]),
+    ]
+    inits = [helper.make_tensor("k", TensorProto.FLOAT, [], [scale]),
+             helper.make_tensor("max", TensorProto.INT64, [1], [50]),
+             helper.make_tensor("iou", TensorProto.FLOAT, [1], [0.5]),
+             helper.make_tensor("thr", TensorProto.FLOAT, [1], [0.6])]
+    graph = helper.make_graph(nodes, "nms", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256, 4]),
+                                              helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 1, 256])],
+                              [helper.make_tensor_value_info("selected", TensorProto.INT64, None)], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_a_suppressions_boxes_and_scores_are_its_models_own() -> None:
+    """An ONNX NonMaxSuppression's brick keeps the boxes and scores of the model's run on the seeded
+    inputs a whole model gets, the onnxruntime backend feeds them, and other values make another
+    brick."""
+    import numpy as np
+
+    from dlbricks._inputs import random_inputs
+    from dlbricks.generators import OrtBackend, OrtConfig
+
+    signatures = []
+    for scale in (1.0, 3.0):
+        graph = dlbricks.load_model(_nms_model(scale))
+        x = random_inputs(graph.inputs, seed=0)
+        expected = {"in0": 1 / (1 + np.exp(-scale * x["x"].astype(np.float64))), "in1": 1 / (1 + np.exp(-x["s"]))}
+        dec = dlbricks.decompose(graph)
+        nms = next(b for b in dec.bricks.values() if b.op_type == "NonMaxSuppression")
+        for spec in nms.inputs[:2]:
+            np.testing.assert_allclose(spec.statistics.recorded(spec.shape), expected[spec.name], rtol=1e-5, atol=1e-6)
+        prepared = OrtBackend().prepare(nms.to_onnx(), OrtConfig(cache="warm"))
+        for name in ("in0", "in1"):
+            np.testing.assert_array_equal(prepared._inputs[name], nms.inputs[int(name[-1])].statistics.recorded(
+                nms.inputs[int(name[-1])].shape))
+        prepared.close()
+        assert all(s.statistics is None for b in dec.bricks.values() if b is not nms for s in b.inputs)
+        signatures.append(nms.signature)
+    assert signatures[0] != signatures[1]
