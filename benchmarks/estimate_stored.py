@@ -40,9 +40,9 @@ class StoredConfig(OrtConfig):
         return self.stored_id
 
 
-def _without_repeat(path: str) -> str:
-    """A temporary copy of the database at ``path`` with every ``repeat_s`` cleared."""
-    copy = os.path.join(tempfile.mkdtemp(prefix="dlbricks-"), "without_repeat.db")
+def _without_repeat(path: str, folder: str) -> str:
+    """A copy of the database at ``path``, in ``folder``, with every ``repeat_s`` cleared."""
+    copy = os.path.join(folder, "without_repeat.db")
     with sqlite3.connect(path) as source, sqlite3.connect(copy) as target:
         source.backup(target)
         for table in ("measurements", "context_measurements", "model_measurements"):
@@ -57,10 +57,17 @@ def main() -> None:
     parser.add_argument("--without-repeat", action="store_true",
                         help="Issue times from each brick's run alone (repeat_s left out).")
     args = parser.parse_args()
-    try:
-        store = Store(_without_repeat(args.db) if args.without_repeat else args.db, readonly=True)
-    except DlbricksError as e:
-        raise SystemExit(f"estimate_stored: {e}") from None
+    with tempfile.TemporaryDirectory(prefix="dlbricks-") as folder:
+        try:
+            store = Store(_without_repeat(args.db, folder) if args.without_repeat else args.db, readonly=True)
+        except DlbricksError as e:
+            raise SystemExit(f"estimate_stored: {e}") from None
+        _report(store, args.no_launch_queue)
+        store.close()
+
+
+def _report(store: Store, no_launch_queue: bool) -> None:
+    """Estimate every stored model measured whole and print the table."""
     configs = {b.config_id: b.options for b in store.backends()}
     names = {m.key: m.name for m in store.models()}
     errors, held = [], 0
@@ -73,7 +80,7 @@ def main() -> None:
         config = StoredConfig(**{f.name: getattr(base, f.name) for f in fields(base)}, stored_id=record.config_id)
         try:
             est = estimate(store.decomposition(record.key), store, system=record.system, config=config,
-                           on_missing="predict", launch_queue=not args.no_launch_queue)
+                           on_missing="predict", launch_queue=not no_launch_queue)
         except Exception as e:  # noqa: BLE001 - a model that cannot be estimated is a row, not the end
             print(f"{names.get(record.key, record.key):20s} cannot be estimated: {e}")
             continue

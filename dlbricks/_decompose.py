@@ -422,7 +422,7 @@ def _make_brick(graph: ModelGraph, group: tuple[LayerNode, ...], granularity: st
     opsets = tuple(sorted((d, graph.opsets[d]) for d in domains if d in graph.opsets))
     if nhwc is not None:
         opsets = tuple(sorted({*opsets, (nhwc.domain, 1)}))
-    recorded = [s.to_dict(statistics=False).get("values_sha256") for s in in_specs]  # value-dependent ops
+    recorded = [s.values_digest for s in in_specs]  # inputs of value-dependent ops
     signature = signature_of(
         granularity=granularity, nodes=nodes, opsets=dict(opsets),
         inputs=[(s.shape, s.dtype) for s in in_specs], constants=sig_consts,

@@ -206,9 +206,16 @@ class TensorSpec:
             out["value_range"] = list(self.value_range)
         if statistics and self.statistics is not None:
             out["statistics"] = self.statistics.to_dict()
-        elif self.statistics is not None and self.statistics.values is not None:
-            out["values_sha256"] = hashlib.sha256(self.statistics.values.encode("ascii")).hexdigest()[:16]
+        elif self.values_digest is not None:
+            out["values_sha256"] = self.values_digest
         return out
+
+    @property
+    def values_digest(self) -> str | None:
+        """16 hex digits of the SHA-256 of the values its statistics kept; None where they kept none."""
+        if self.statistics is None or self.statistics.values is None:
+            return None
+        return hashlib.sha256(self.statistics.values.encode("ascii")).hexdigest()[:16]
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TensorSpec:
