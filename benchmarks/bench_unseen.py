@@ -49,6 +49,7 @@ from dlbricks.estimator import (
     calibrate_peaks,
     estimate_decomposition,
     last_level_cache,
+    matvec_rates,
     memory_rate,
     merge_peaks,
 )
@@ -310,9 +311,9 @@ def main() -> None:
     all_known = {s: m for n in names for s, m in measured[n].items()}
     llc = last_level_cache(None, system)
     with Store(path) as store:
-        streamed = memory_rate(store, system, llc)
+        streamed, looped = memory_rate(store, system, llc), matvec_rates(store, system)
     full = LatencyPredictor().fit_measurements([suite_bricks[s] for s in all_known], all_known, peaks=peaks,
-                                               cache_bytes=llc, memory_rate=streamed)
+                                               cache_bytes=llc, memory_rate=streamed, step_rates=looped)
     reference = {n: _all_measured_error(decs[n], measured[n], whole[n], full, config.config_id, peaks)
                  for n in graphs if n in whole}
 
@@ -333,7 +334,8 @@ def main() -> None:
         rest = [n for n in names if family[n] != fam]
         known = {s: m for n in rest for s, m in measured[n].items()}
         predictor = LatencyPredictor().fit_measurements([suite_bricks[s] for s in known], known, peaks=peaks,
-                                                        cache_bytes=llc, memory_rate=streamed)
+                                                        cache_bytes=llc, memory_rate=streamed,
+                                                        step_rates=looped)
         for n in (n for n in names if family[n] == fam):
             rows["family"].append(_row(n, fam, decs[n], whole[n], known, predictor, config.config_id, peaks,
                                        composition([m for m in rest if m in reference]), reference[n]))

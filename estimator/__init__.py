@@ -4,7 +4,7 @@ Composition (sequential sum, critical path), Benanza-style lower bounds, rooflin
 of bricks never measured, and estimates with uncertainty, coverage and a per-brick breakdown.
 """
 
-from ._api import Validation, estimate, last_level_cache, memory_rate, open_store, plan, validate
+from ._api import Validation, estimate, last_level_cache, matvec_rates, memory_rate, open_store, plan, validate
 from ._calibrate import Calibration, calibrate_peaks, merge_peaks
 from ._compose import combined_halfwidth, critical_path, sequential
 from ._estimate import (
@@ -29,6 +29,7 @@ __all__ = [
     "estimate",
     "last_level_cache",
     "memory_rate",
+    "matvec_rates",
     "validate",
     "Validation",
     "evaluate",

@@ -134,7 +134,7 @@ def _predictor(store: Store, system: Any, config_id: str, peaks: Peaks | None = 
     bricks = [store.brick(sig) for sig in latency]
     cache = last_level_cache(store, system)
     return LatencyPredictor().fit(bricks, latency, peaks=peaks, cache_bytes=cache,
-                                  memory_rate=memory_rate(store, system, cache))
+                                  memory_rate=memory_rate(store, system, cache), step_rates=matvec_rates(store, system))
 
 
 def memory_rate(store: Any, system: Any, cache_bytes: int | None) -> float | None:
@@ -151,6 +151,21 @@ def memory_rate(store: Any, system: Any, cache_bytes: int | None) -> float | Non
     larger = [(size, rate) for key, b in backends.items() if ":" not in key
               for size, rate in (b.get("gemv") or ()) if size > cache_bytes]
     return min(larger, key=lambda p: (p[0], -p[1]))[1] if larger else None
+
+
+def matvec_rates(store: Any, system: Any) -> tuple[tuple[int, float], ...]:
+    """The calibrated matrix-vector products of ``system`` on the CPU as ``(weight bytes, bytes/s)``,
+    smallest first, each size at the best rate of the backends calibrated (``dlbricks
+    calibrate``); empty where none was."""
+    getter = getattr(store, "peaks", None)
+    stored = None if getter is None else getter(system)
+    if stored is None:
+        return ()
+    best: dict[int, float] = {}
+    cpu = [record for key, record in (stored.details.get("backends") or {}).items() if ":" not in key]
+    for size, rate in (point for record in cpu for point in record.get("gemv") or ()):
+        best[int(size)] = max(best.get(int(size), 0.0), float(rate))
+    return tuple(sorted(best.items()))
 
 
 def last_level_cache(store: Any, system: Any) -> int | None:

@@ -666,15 +666,17 @@ class LatencyPredictor:
         self.alpha = alpha
 
     def fit_measurements(self, bricks: Iterable[Brick], measurements: Mapping[str, Any], *,
-                         peaks: Any = None, cache_bytes: int | None = None,
-                         memory_rate: float | None = None) -> LatencyPredictor:
+                         peaks: Any = None, cache_bytes: int | None = None, memory_rate: float | None = None,
+                         step_rates: Sequence[tuple[int, float]] = ()) -> LatencyPredictor:
         """Fit on ok measurements (``Measurement`` records), floor-corrected."""
         latency = {sig: m.median_s - (m.floor_s or 0.0) for sig, m in measurements.items()
                    if m.status == "ok" and m.median_s is not None}
-        return self.fit(bricks, latency, peaks=peaks, cache_bytes=cache_bytes, memory_rate=memory_rate)
+        return self.fit(bricks, latency, peaks=peaks, cache_bytes=cache_bytes, memory_rate=memory_rate,
+                        step_rates=step_rates)
 
     def fit(self, bricks: Iterable[Brick], latency: Mapping[str, float], *, peaks: Any = None,
-            cache_bytes: int | None = None, memory_rate: float | None = None) -> LatencyPredictor:
+            cache_bytes: int | None = None, memory_rate: float | None = None,
+            step_rates: Sequence[tuple[int, float]] = ()) -> LatencyPredictor:
         """Fit on the bricks whose signature has a measured, floor-corrected ``latency`` (seconds).
 
         ``peaks`` (``flops_per_s``, ``bytes_per_s``, as :class:`Peaks`), where calibrated, floor
@@ -687,7 +689,9 @@ class LatencyPredictor:
         (bytes/s) is how fast a loop reads weights larger than the cache again and again (the
         calibrated matrix-vector product of that size, :func:`~dlbricks.estimator.memory_rate`);
         without it, the rate measured bricks with weights larger than the cache reached (see
-        :meth:`_recurrent`).
+        :meth:`_recurrent`). ``step_rates``, the calibrated matrix-vector products as ``(weight bytes,
+        bytes/s)`` (:func:`~dlbricks.estimator.matvec_rates`), give the rate a step reads recurrent
+        weights that fit in the cache at.
         """
         measured = [b for b in bricks if b.signature in latency and latency[b.signature] > 0]
         self.training_ = (tuple(measured), dict(latency))
@@ -696,6 +700,7 @@ class LatencyPredictor:
         self.data_rates_ = _reached_rates(measured, latency, None)
         self.floor_rates_ = self.rates_ if peaks is not None else None
         self.memory_rate_ = memory_rate if memory_rate and cache_bytes else _memory_rate(measured, latency, cache_bytes)
+        self.step_rates_ = tuple(sorted((int(size), float(rate)) for size, rate in step_rates if rate > 0))
         groups: dict[str, list[Brick]] = {}
         for brick in measured:
             for key in dict.fromkeys((brick.op_type, kernel_class(brick))):
@@ -715,7 +720,7 @@ class LatencyPredictor:
             return self
         clone = LatencyPredictor(min_bricks=self.min_bricks, neighbours=self.neighbours, alpha=self.alpha)
         return clone.fit(*self.training_, peaks=peaks, cache_bytes=getattr(self, "cache_bytes_", None),
-                         memory_rate=getattr(self, "memory_rate_", None))
+                         memory_rate=getattr(self, "memory_rate_", None), step_rates=getattr(self, "step_rates_", ()))
 
     def _fit_group(self, key: str, group: Sequence[Brick], latency: Mapping[str, float], k: int) -> OpModel:
         kind = "generic" if key == "*" else _kind(key)
@@ -793,9 +798,13 @@ class LatencyPredictor:
         recurrent weights ``R`` again:
 
         - where ``R`` fits in the last-level cache (``cache_bytes`` given to :meth:`fit`), or the
-          cache is not known, a step runs at its roofline at the calibrated peaks (a step of an LSTM
-          of 650 units, 6.8 MB of ``R``, took 81 us against 80 us at the calibrated bandwidth), and
-          at most at the rate measured bricks read weights at;
+          cache is not known, a step reads ``R`` at the rate of the calibrated matrix-vector product
+          of its size (``step_rates``, log-interpolated between the calibrated sizes that fit in
+          the cache): the same loop over weights of that size, not the Adds' streams that set the
+          peak bandwidth (steps of LSTMs of 256-1500 units ran within 20% of a matrix-vector product
+          of their ``R``, at 0.4-0.6 of the peak); without ``step_rates``, at its roofline at the
+          calibrated peaks. The interval reaches down to the roofline and up to the rate measured
+          bricks read weights at;
         - where it does not, a step reads ``R`` from memory at the memory rate given to :meth:`fit`
           (a calibrated matrix-vector product larger than the cache, the same loop over the same
           weights), else at the rate measured bricks with weights larger than the cache reached
@@ -813,9 +822,10 @@ class LatencyPredictor:
         seconds, distance, _ = model._raw_terms(product.features(), product.descriptor(), work, "MatMul")
         width = model.log_halfwidth(distance)
         step, steps = recurrence.step(), recurrence.seq
-        cached = (self.floor_rates_ or self.data_rates_).product_s(step)
+        fast = (self.floor_rates_ or self.data_rates_).product_s(step)
+        cached = max(fast, self._looped_s(step))
         slow = max(self.data_rates_.product_s(step), cached)
-        fast, central = cached, cached
+        central = cached
         memory = self._streamed_s(step)
         if memory is not None:  # the cache is known
             if step.weight_bytes > self.cache_bytes_:
@@ -827,6 +837,18 @@ class LatencyPredictor:
         low = max(seconds * math.exp(-width) + steps * fast, floor)
         high = max(seconds * math.exp(width) + steps * slow, total)
         return math.log(high / total), Prediction(total, low, high, model.op_type, distance, floor, False)
+
+    def _looped_s(self, product: Product) -> float:
+        """A product's time with its weights read from the cache at the calibrated matrix-vector
+        rate of their size (0.0 where none was calibrated)."""
+        points = getattr(self, "step_rates_", ())
+        cache = getattr(self, "cache_bytes_", None)
+        fitting = [p for p in points if not cache or p[0] <= cache] or list(points)
+        if not fitting:
+            return 0.0
+        sizes = np.log([float(size) for size, _ in fitting])
+        rate = float(np.interp(math.log(max(product.weight_bytes, 1)), sizes, [r for _, r in fitting]))
+        return max(product.weight_bytes / rate, product.flops / self.rates_.flops_per_s)
 
     def _streamed_s(self, product: Product) -> float | None:
         """A product's time with its weights read from memory at the predictor's memory rate (and

@@ -92,12 +92,33 @@ def test_recurrent_weights_larger_than_the_cache_are_read_from_memory() -> None:
     assert read is not None and read.low_s < read.seconds
 
 
+def test_recurrent_weights_in_the_cache_are_read_at_the_matrix_vector_rate_of_their_size() -> None:
+    """With calibrated matrix-vector products, a step whose recurrent weights fit in the cache reads
+    them at the rate calibrated for their size (log-interpolated between the sizes that fit), not at
+    the peak bandwidth; the interval still reaches down to the roofline."""
+    peaks = Peaks(flops_per_s=1e11, bytes_per_s=8e10)
+    bricks = [matmul_brick(r, d, c) for r in (1, 8, 32, 128) for d in (256, 512, 1024) for c in (512, 2048)]
+    latency = {b.signature: 2e-6 + max((b.flops or 0) / 8e10, b.constant_bytes / 2.5e10) for b in bricks}
+    cache = 32 << 20
+    rates = ((1 << 20, 5e10), (16 << 20, 3e10), (64 << 20, 1e10))  # the 64 MiB point lies beyond the cache
+    predictor = LatencyPredictor().fit(bricks, latency, peaks=peaks, cache_bytes=cache, step_rates=rates)
+    lstm = lstm_brick(35, 512, 512)  # R: 4 MiB, two of the four octaves from 1 MiB to 16 MiB
+    found, product = predictor.prediction(lstm), predictor.prediction(matmul_brick(35, 512, 2048))
+    assert found is not None and product is not None
+    r_bytes = 4 * 512 * 2048
+    rate = 5e10 + (3e10 - 5e10) * 0.5
+    assert (found.seconds - product.seconds) / 35 == pytest.approx(r_bytes / rate, rel=0.02)
+    assert found.low_s <= product.seconds + 35 * r_bytes / 8e10 < found.seconds
+    assert found.low_s >= predictor.floor_rates_.roofline_s(lstm)
+    assert predictor.with_peaks(peaks).step_rates_ == tuple(rates)
+
+
 def test_the_cache_and_memory_rate_come_from_the_database(tmp_path) -> None:
     """The estimate's predictor learns the last-level cache from the stored system and the memory
     rate from the calibrated matrix-vector product just larger than it, not from the Adds' streams,
     even where those were faster: a recurrent step runs the matrix-vector product's loop."""
     from dlbricks.benchmarks_db import Store
-    from dlbricks.estimator import Calibration, last_level_cache, memory_rate, merge_peaks
+    from dlbricks.estimator import Calibration, last_level_cache, matvec_rates, memory_rate, merge_peaks
     from dlbricks.generators import collect_system_info
 
     system = collect_system_info()
@@ -111,3 +132,4 @@ def test_the_cache_and_memory_rate_come_from_the_database(tmp_path) -> None:
         assert last_level_cache(store, system.fingerprint) == cache == last_level_cache(None, system)
         assert memory_rate(store, system.fingerprint, cache) == 3e10
         assert memory_rate(store, system, cache * 16) is None
+        assert matvec_rates(store, system.fingerprint) == gemv
