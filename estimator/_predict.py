@@ -801,8 +801,7 @@ class LatencyPredictor:
           cache is not known, a step reads ``R`` at the rate of the calibrated matrix-vector product
           of its size (``step_rates``, log-interpolated between the calibrated sizes that fit in
           the cache): the same loop over weights of that size, not the Adds' streams that set the
-          peak bandwidth (steps of LSTMs of 256-1500 units ran within 20% of a matrix-vector product
-          of their ``R``, at 0.4-0.6 of the peak); without ``step_rates``, at its roofline at the
+          peak bandwidth; without ``step_rates``, at its roofline at the
           calibrated peaks. The interval reaches down to the roofline and up to the rate measured
           bricks read weights at;
         - where it does not, a step reads ``R`` from memory at the memory rate given to :meth:`fit`
