@@ -319,8 +319,8 @@ def main() -> None:
 
     def composition(models: Sequence[str]) -> float:
         """How far brick sums of ``models`` landed from their whole runs: the split-conformal 95%
-        quantile of their |errors| (the largest where they are too few for that level)."""
-        errors = [abs(reference[m]) for m in models if reference.get(m) is not None]
+        quantile of their |log errors| (the largest where they are too few for that level)."""
+        errors = [abs(math.log1p(reference[m])) for m in models if reference.get(m) is not None]
         if not errors:
             return 0.0
         bound = conformal_quantile(errors, 0.05)

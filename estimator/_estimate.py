@@ -212,9 +212,10 @@ def estimate_decomposition(
         ``view_ops``): their measured time is a copy that the model does not make, so they count
         only what a node costs beyond the per-call floor (:func:`view_cost`).
     composition_error : float
-        Relative error of a sum of measured bricks against the whole model, at the interval's level
-        (from validation runs of other models: how far brick sums landed from whole-model runs);
-        it joins the bricks' own intervals in quadrature.
+        Log error of a sum of measured bricks against the whole model, ``|ln(sum / whole)|`` at the
+        interval's level (from validation runs of other models: how far brick sums landed from
+        whole-model runs); it joins the bricks' own interval in quadrature, in log space, so the
+        interval stays above zero and as wide above as an error of that size needs.
     launch_queue : bool, default True
         Where every measured brick has launch-queue times (``host_s``: CUDA), compose the sequential
         and parallel estimates and the lower bound through the launch queue
@@ -295,9 +296,7 @@ def _compose(dec: Decomposition, latency: Mapping[str, float], halfwidth: Mappin
     latency.update({sig: p.seconds for sig, p in predictions.items()})
     (seq, par), lower = _bounds(dec, latency, alternatives, floor_s, overhead, launch_queue, views)
     counts = dec.counts()
-    down, up = _interval(counts, halfwidth, predictions)
-    systematic = composition_error * seq
-    down, up = math.hypot(down, systematic), math.hypot(up, systematic)
+    down, up = _with_composition(seq, *_interval(counts, halfwidth, predictions), composition_error)
     total_work = seq - floor_s
     breakdown = tuple(sorted((
         _contribution(sig, b, counts[sig], latency[sig], total_work, halfwidth.get(sig, 0.0),
@@ -316,6 +315,17 @@ def _compose(dec: Decomposition, latency: Mapping[str, float], halfwidth: Mappin
         coverage=measured_occ / len(dec.occurrences) if dec.occurrences else 1.0,
         predicted_share=share, predicted=tuple(predicted), breakdown=breakdown, far_share=far,
         warning=_warning(share, far, len(predicted)))
+
+
+def _with_composition(seq: float, down: float, up: float, log_error: float) -> tuple[float, float]:
+    """Half-widths (below, above) of an interval of ``seq`` with a log error ``log_error`` of the
+    composition itself joined in quadrature in log space (unchanged where it is 0)."""
+    if log_error <= 0 or seq <= 0:
+        return down, up
+    below = math.log(seq / (seq - down)) if down < seq else math.inf
+    above = math.log1p(up / seq)
+    return (seq * -math.expm1(-math.hypot(below, log_error)),
+            seq * math.expm1(math.hypot(above, log_error)))
 
 
 def _above(prediction: Prediction, floor_s: float) -> Prediction:

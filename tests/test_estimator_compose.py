@@ -76,6 +76,25 @@ def test_estimate_from_measurements() -> None:
     assert est.breakdown[0].total_s == max(c.total_s for c in est.breakdown)
 
 
+def test_a_composition_error_widens_the_interval_in_log_space() -> None:
+    """The composition's log error joins the bricks' interval in quadrature in log space: an error of
+    a factor 3 leaves the interval above zero and reaching three times the estimate, and an estimate
+    off by exactly that factor either way lies inside it."""
+    import math
+
+    dec = dlbricks.decompose(_models.resnet_like(blocks=2), batch_size=1)
+    ms = {sig: _measurement(sig, _fake_latency(b), spread=0.0) for sig, b in dec.bricks.items()}
+    plain = estimate_decomposition(dec, ms, config_id="cfg")
+    wide = estimate_decomposition(dec, ms, config_id="cfg", composition_error=math.log(3.0))
+    seq = plain.sequential_s
+    assert wide.sequential_s == pytest.approx(seq)
+    assert (plain.ci_low_s, plain.ci_high_s) == pytest.approx((seq, seq))
+    assert wide.ci_low_s == pytest.approx(seq / 3) and wide.ci_high_s == pytest.approx(seq * 3)
+    some = estimate_decomposition(dec, {s: _measurement(s, m.median_s, spread=0.1) for s, m in ms.items()},
+                                  config_id="cfg", composition_error=0.05)
+    assert some.ci_low_s > 0 and some.ci_high_s - seq > seq - some.ci_low_s
+
+
 def test_alternative_configurations_lower_the_bound() -> None:
     dec = dlbricks.decompose(_models.resnet_like(blocks=2), batch_size=1)
     ms = {sig: _measurement(sig, _fake_latency(b)) for sig, b in dec.bricks.items()}
