@@ -1,7 +1,8 @@
 """Unseen models: predict models the database has never seen, and measure them whole in the same run.
 
-Fills a database with the bricks of a suite of zoo models (short budgets), measures every model
-whole, then estimates with ``on_missing="predict"`` two held-out sets:
+Fills a database with the bricks of a suite of zoo models the way ``dlbricks evaluate`` does (short
+budgets; each model measured whole and sampled again while its bricks are measured, a paired design
+against the machine's drift), then estimates with ``on_missing="predict"`` two held-out sets:
 
 - leave-one-family-out: for each zoo family of the suite, a predictor fitted on the bricks of the
   other families; bricks shared with them are reused, the family's own bricks are predicted;
@@ -48,6 +49,7 @@ from dlbricks.estimator import (
     Peaks,
     calibrate_peaks,
     estimate_decomposition,
+    evaluate,
     last_level_cache,
     matvec_rates,
     memory_rate,
@@ -289,6 +291,10 @@ def main() -> None:
     held = [f for f in args.families.split(",") if f] or list(dict.fromkeys(family.values()))
     held = [] if args.no_families else held
     with Store(path) as store:
+        unpaired = [n for n in names
+                    if store.measurement(decs[n].model_key, system, config.config_id, kind="model") is None]
+        if unpaired:  # bricks and whole samples in each model's turn (a database of evaluate has them)
+            evaluate(unpaired, store, config=config, budget=budget, lower_bound_sweep=False)
         populate(store, [decs[n] for n in graphs], [config], BenchOptions(budget=budget))
         print(f"machine: {system.cpu_model}; database {path}: {len(names)} zoo models and {len(graphs) - len(names)} "
               f"variants, {len({s for n in graphs for s in decs[n].bricks})} unique bricks measured with "
