@@ -280,7 +280,9 @@ def test_integer_peak_is_measured_on_an_8bit_gemm() -> None:
     model = int_gemm_model(32)
     onnx.checker.check_model(model)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    x = np.random.default_rng(0).integers(0, 256, (32, 32), dtype=np.uint8)
+    # under 128: on x86 without VNNI, onnxruntime's u8s8 kernel adds pairs of products in int16
+    # and saturates where both are near 255 x 127 (the quantization tools' "reduce_range")
+    x = np.random.default_rng(0).integers(0, 128, (32, 32), dtype=np.uint8)
     w = numpy_helper.to_array(model.graph.initializer[0])
     (y,) = session.run(None, {"x": x})
     assert np.array_equal(y, x.astype(np.int32) @ w.astype(np.int32))
