@@ -285,7 +285,9 @@ def test_evaluate_measures_shared_bricks_again_in_each_models_turn(tmp_path: Pat
     shared = set(decs[0].bricks) & set(decs[1].bricks)
     assert shared and f"ncf_ml20m: {len(shared)} layer bricks of earlier models again" in lines
     assert {key for key, n in pooled if key in shared} == shared
-    assert all(n == 2 for key, n in pooled if key in shared)
+    # the earlier model's run and this turn's; a brick that holds 5% of a model on a slow moment
+    # is dominant and brings its further moments too
+    assert all(n >= 2 for key, n in pooled if key in shared)
     assert [r.model for r in ev.rows] == models
 
 
