@@ -16,7 +16,14 @@ def main() -> None:
         seen.append(signum)
         signal.default_int_handler(signum, frame)
 
+    def unraisable(hook: object) -> None:
+        # a KeyboardInterrupt raised in a callback the interpreter runs on its own (importlib's
+        # module-lock weakref) is "ignored" with a traceback: the exit below reports it instead
+        if not isinstance(getattr(hook, "exc_value", None), KeyboardInterrupt):
+            previous_hook(hook)  # type: ignore[arg-type]
+
     previous = signal.signal(signal.SIGINT, on_sigint)
+    previous_hook, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
         from dlbricks.cli import main as cli
     except BaseException:
@@ -26,6 +33,7 @@ def main() -> None:
         raise
     finally:
         signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = previous_hook
     if seen:  # Ctrl-C swallowed by an import that caught it: stop all the same
         sys.stderr.write("Interrupted.\n")
         raise SystemExit(130)
