@@ -143,14 +143,9 @@ def memory_rate(store: Any, system: Any, cache_bytes: int | None) -> float | Non
     ``dlbricks calibrate``), or None where none was. The calibrated Adds are left out: a recurrent
     step runs the matrix-vector product's loop over its weights, not an Add's two read streams and
     one write stream."""
-    getter = getattr(store, "peaks", None)
-    stored = None if getter is None or not cache_bytes else getter(system)
-    if stored is None:
+    if not cache_bytes:
         return None
-    backends = stored.details.get("backends") or {}
-    larger = [(size, rate) for key, b in backends.items() if ":" not in key
-              for size, rate in (b.get("gemv") or ()) if size > cache_bytes]
-    return min(larger, key=lambda p: (p[0], -p[1]))[1] if larger else None
+    return next((rate for size, rate in matvec_rates(store, system) if size > cache_bytes), None)
 
 
 def matvec_rates(store: Any, system: Any) -> tuple[tuple[int, float], ...]:
