@@ -358,12 +358,15 @@ def _print_per_brick(v: Any, top: int) -> None:
 
 @click.command("calibrate")
 @_config_options
+@click.option("--budget", "budget_name", type=click.Choice(tuple(_BUDGETS)), default="default", show_default=True,
+              help="Stopping rule for each calibration kernel (default: calibrate's own, 0.3-2 s each; quick for "
+                   "a smoke run, whose peaks read low).")
 @handle_errors
-def calibrate_cmd(db: str, threads: int, opt_level: str, device: str) -> None:
+def calibrate_cmd(db: str, threads: int, opt_level: str, device: str, budget_name: str) -> None:
     """Measure this machine's peak FLOP/s and memory bandwidth and store them (roofline)."""
     config = _config(threads, opt_level, device)
     Store.preflight(db)  # before the seconds of measuring
-    cal = calibrate_peaks(config)
+    cal = calibrate_peaks(config, budget=None if budget_name == "default" else _BUDGETS[budget_name]())
     with open_store(db) as store:
         from dlbricks.generators import collect_system_info
 

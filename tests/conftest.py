@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -14,3 +17,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def calibrated_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A database with this machine's onnxruntime peaks calibrated once (quick budget): a test that
+    copies it skips ``evaluate``'s calibration (half a minute at the default budget)."""
+    from dlbricks.benchmarks_db import Store
+    from dlbricks.estimator import calibrate_peaks, merge_peaks
+    from dlbricks.estimator._api import peaks_key
+    from dlbricks.generators import Budget, OrtConfig, collect_system_info
+
+    db = tmp_path_factory.mktemp("calibrated") / "peaks.db"
+    system = collect_system_info()
+    with Store(db) as store:
+        store.record_peaks(system, *merge_peaks(None, peaks_key(OrtConfig()), calibrate_peaks(budget=Budget.quick())))
+    return db
+
+
+@pytest.fixture
+def with_peaks(calibrated_db: Path, tmp_path: Path) -> Callable[[str], Path]:
+    """``with_peaks(name)``: a fresh database file in the test's folder holding only the calibrated peaks."""
+
+    def copy(name: str) -> Path:
+        target = tmp_path / name
+        shutil.copyfile(calibrated_db, target)
+        return target
+
+    return copy

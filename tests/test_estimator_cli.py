@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import onnx
@@ -82,7 +83,7 @@ def test_fused_estimates_are_kept_apart_from_layer_ones(filled: tuple[Path, Path
 
 def test_calibrate_stores_peaks(tmp_path: Path) -> None:
     db = tmp_path / "p.db"
-    result = CliRunner().invoke(main, ["calibrate", "--db", str(db)])
+    result = CliRunner().invoke(main, ["calibrate", "--db", str(db), "--budget", "quick"])
     assert result.exit_code == 0, result.output
     from dlbricks.generators import collect_system_info
 
@@ -176,21 +177,21 @@ def test_device_cuda_without_the_provider_is_one_clear_line(tmp_path: Path, comm
     assert "Traceback" not in result.output
 
 
-def test_evaluate_main_job_on_a_tiny_suite(tmp_path: Path) -> None:
-    db = tmp_path / "e.db"
+def test_evaluate_main_job_on_a_tiny_suite(with_peaks: Callable[[str], Path]) -> None:
+    db = with_peaks("e.db")
     result = CliRunner().invoke(main, ["evaluate", "--suite", "squeezenet1_1", "--db", str(db), "--budget",
                                        "quick", "--quiet"])
     assert result.exit_code == 0, result.output
     assert "squeezenet1_1" in result.output and "speedup" in result.output and "mean |error|" in result.output
 
 
-def test_evaluate_shows_layer_bricks_beside_fused_ones_in_one_run(tmp_path: Path) -> None:
+def test_evaluate_shows_layer_bricks_beside_fused_ones_in_one_run(with_peaks: Callable[[str], Path]) -> None:
     """--granularity both: fused bricks at the level, and in the same run layer bricks at that level,
     each column the estimate of its own decomposition from the run's database."""
     from dlbricks.estimator import estimate
     from dlbricks.generators import OrtConfig
 
-    db = tmp_path / "both.db"
+    db = with_peaks("both.db")
     args = ["evaluate", "--suite", "mobilenet_v2_0.35", "--db", str(db), "--budget", "quick", "--quiet",
             "--opt-level", "extended"]
     result = CliRunner().invoke(main, [*args, "--granularity", "both"])
@@ -224,7 +225,7 @@ MEASURED_NOISE = 0.05  # speed swings of the reference machine within seconds (R
 
 @pytest.mark.parametrize("factory", [lambda: _models.resnet_like(blocks=2, batch=1),
                                      lambda: _models.transformer_layer(seq=32, hidden=64)])
-def test_bounds_are_bounds(factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_bounds_are_bounds(factory, with_peaks: Callable[[str], Path]) -> None:  # type: ignore[no-untyped-def]
     """roofline <= lower bound <= measured, with the warm sweep giving each brick its fastest state.
 
     The whole model is measured seconds after its bricks, and the reference machine's speed swings
@@ -235,18 +236,15 @@ def test_bounds_are_bounds(factory, tmp_path: Path) -> None:  # type: ignore[no-
     import dlbricks
     from dlbricks.benchmarks_db import BenchOptions, populate
     from dlbricks.estimator import validate
-    from dlbricks.estimator._calibrate import calibrate_peaks
-    from dlbricks.generators import Budget, OrtConfig, collect_system_info
+    from dlbricks.generators import Budget, OrtConfig
 
     graph = dlbricks.load_model(factory(), batch_size=1)
     budget = Budget(min_time=0.05, max_time=0.5)
     misses = []
     for attempt in range(3):
-        with Store(tmp_path / f"b{attempt}.db") as store:
+        with Store(with_peaks(f"b{attempt}.db")) as store:  # the peaks calibrated once for the session
             dec = dlbricks.decompose(graph)
             populate(store, [dec], [OrtConfig(), replace(OrtConfig(), cache="warm")], BenchOptions(budget=budget))
-            cal = calibrate_peaks(budget=Budget.quick())
-            store.record_peaks(collect_system_info(), cal.peaks.flops_per_s, cal.peaks.bytes_per_s)
             v = validate(graph, store, budget=budget)
         est = v.estimate
         assert est.roofline_s is not None
@@ -258,7 +256,7 @@ def test_bounds_are_bounds(factory, tmp_path: Path) -> None:  # type: ignore[no-
     assert est.lower_bound_parallel_s <= est.lower_bound_s
 
 
-def test_evaluate_measures_shared_bricks_again_in_each_models_turn(tmp_path: Path,
+def test_evaluate_measures_shared_bricks_again_in_each_models_turn(with_peaks: Callable[[str], Path],
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A brick that an earlier model of the run measured is measured again while the next model's
     whole samples are taken, in that model's context, and the two are pooled."""
@@ -277,7 +275,7 @@ def test_evaluate_measures_shared_bricks_again_in_each_models_turn(tmp_path: Pat
     monkeypatch.setattr(_evaluate, "MIN_WHOLE_SAMPLES", 0)  # no further rounds of dominant bricks
     lines: list[str] = []
     models = ["dlrm_criteo_kaggle", "ncf_ml20m"]
-    ev = _evaluate.evaluate(models, tmp_path / "s.db", budget=Budget.quick(), lower_bound_sweep=False,
+    ev = _evaluate.evaluate(models, with_peaks("s.db"), budget=Budget.quick(), lower_bound_sweep=False,
                             say=lines.append)
     from dlbricks.model_zoo import build
 
@@ -291,7 +289,8 @@ def test_evaluate_measures_shared_bricks_again_in_each_models_turn(tmp_path: Pat
     assert [r.model for r in ev.rows] == models
 
 
-def test_evaluate_samples_each_model_while_its_bricks_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_evaluate_samples_each_model_while_its_bricks_run(with_peaks: Callable[[str], Path],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The paired design: a model is held in its own worker and sampled between its bricks."""
     from dlbricks.benchmarks_db import _schedule
     from dlbricks.estimator import _evaluate
@@ -299,7 +298,8 @@ def test_evaluate_samples_each_model_while_its_bricks_run(tmp_path: Path, monkey
 
     monkeypatch.setattr(_schedule, "PAIR_INTERVAL_S", 0.0)  # sample after every brick
     lines: list[str] = []
-    ev = _evaluate.evaluate(["squeezenet1_1"], tmp_path / "p.db", budget=Budget.quick(), lower_bound_sweep=False,
+    db = with_peaks("p.db")
+    ev = _evaluate.evaluate(["squeezenet1_1"], db, budget=Budget.quick(), lower_bound_sweep=False,
                             say=lines.append)
     sampled = [line for line in lines if "whole model sampled" in line]
     assert len(sampled) == 1
@@ -310,7 +310,7 @@ def test_evaluate_samples_each_model_while_its_bricks_run(tmp_path: Path, monkey
     assert count == len(ticks) + 2 and len(ticks) > ev.rows[0].unique_bricks
     from dlbricks.generators import OrtConfig, collect_system_info
 
-    with Store(tmp_path / "p.db") as store:
+    with Store(db) as store:
         key = store.model("squeezenet1_1").key
         stored = store.measurement(key, collect_system_info(), OrtConfig().config_id, kind="model")
     assert stored is not None and stored.ok
