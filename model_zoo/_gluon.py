@@ -129,12 +129,18 @@ def gluon_block(name: str, batch_size: int = 1, seed: int = 0) -> Any:
 
     prefix = bare.replace(".", "_") + "_"
     block = vision.get_model(bare, pretrained=False, prefix=prefix)
+    params = block.collect_params()
+    for param in params.values():
+        param.init = None  # zeros, not the block's own initializers: every value is set below
     block.initialize(mx.init.Zero())
     size = _image_size(bare)
-    block(mx.nd.zeros((batch_size, 3, size, size)))  # finishes deferred initialization
+    # the deferred shapes by shape inference, then every parameter allocated: a forward pass (what
+    # finishes deferred initialization otherwise) took seconds for VGG
+    block.infer_shape(mx.nd.zeros((batch_size, 3, size, size)))
+    block.initialize(mx.init.Zero(), force_reinit=True)
     from dlbricks._mxnet_bricks import to_ndarray
 
-    for param in block.collect_params().values():
+    for param in params.values():
         param.set_data(to_ndarray(mx, _init_value(param.name, tuple(param.shape), seed)))
     return block
 
