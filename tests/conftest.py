@@ -21,17 +21,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def calibrated_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A database with this machine's onnxruntime peaks calibrated once (quick budget): a test that
-    copies it skips ``evaluate``'s calibration (half a minute at the default budget)."""
+    """A database with this machine's onnxruntime peaks calibrated once (calibrate's own budget, as
+    ``evaluate`` calibrates: the quick one reads the bandwidth a quarter low, which can lift a tiny
+    model's roofline above its lower bound): a test that copies it skips ``evaluate``'s calibration."""
     from dlbricks.benchmarks_db import Store
     from dlbricks.estimator import calibrate_peaks, merge_peaks
     from dlbricks.estimator._api import peaks_key
-    from dlbricks.generators import Budget, OrtConfig, collect_system_info
+    from dlbricks.generators import OrtConfig, collect_system_info
 
     db = tmp_path_factory.mktemp("calibrated") / "peaks.db"
     system = collect_system_info()
     with Store(db) as store:
-        store.record_peaks(system, *merge_peaks(None, peaks_key(OrtConfig()), calibrate_peaks(budget=Budget.quick())))
+        store.record_peaks(system, *merge_peaks(None, peaks_key(OrtConfig()), calibrate_peaks()))
     return db
 
 
