@@ -15,7 +15,9 @@ against the machine's drift), then estimates with ``on_missing="predict"`` two h
 
 Per model it prints the error of the estimate, the predicted share of its time (and the share
 predicted far from the data), whether the 95% interval covers the measured value (with the
-composition error of the database's other models, and from the bricks' intervals alone), and, for
+composition error of the database's other models nearest in latency, as ``dlbricks estimate`` gives
+it; the summary also sets it beside every reference model's pooled, and the bricks' intervals alone,
+with the median width of each), and, for
 reference, the error when every brick is measured (what prediction cannot beat).
 
     python benchmarks/bench_unseen.py                       # default suite, database in a temp dir
@@ -44,19 +46,21 @@ from onnx import TensorProto, helper, numpy_helper
 import dlbricks
 from dlbricks.benchmarks_db import BenchOptions, Store, populate
 from dlbricks.estimator import (
+    CompositionReference,
     Estimate,
     LatencyPredictor,
     Peaks,
     calibrate_peaks,
+    composition_error,
     estimate_decomposition,
     evaluate,
     last_level_cache,
     matvec_rates,
     memory_rate,
     merge_peaks,
+    with_composition,
 )
 from dlbricks.estimator._evaluate import measure_whole, suite_models
-from dlbricks.estimator._predict import conformal_quantile
 from dlbricks.generators import Budget, Measurement, OrtConfig, collect_system_info, get_backend
 from dlbricks.model_zoo import build, get_model
 
@@ -196,6 +200,7 @@ class Row:
     measured_s: float
     all_measured_error: float | None  # the estimate from the model's own measured bricks
     bricks_only: tuple[float, float]  # the interval from the bricks' intervals alone
+    pooled: tuple[float, float]  # with the composition error of every reference model, not the nearest
 
     @property
     def error(self) -> float:
@@ -208,6 +213,10 @@ class Row:
     @property
     def covered_by_bricks(self) -> bool:
         return self.bricks_only[0] <= self.measured_s <= self.bricks_only[1]
+
+    @property
+    def covered_pooled(self) -> bool:
+        return self.pooled[0] <= self.measured_s <= self.pooled[1]
 
 
 def _measured(store: Store, dec: dlbricks.Decomposition, system: object, config_id: str) -> dict[str, Measurement]:
@@ -236,7 +245,16 @@ def _summary(label: str, rows: Sequence[Row], within: float) -> None:
     print(f"  {label}: {len(rows)} models, mean |error| {100 * np.mean(errors):.1f}%, max {100 * max(errors):.1f}%, "
           f"{sum(e <= within for e in errors)} within +-{100 * within:.0f}%, interval covers "
           f"{sum(r.covered for r in rows)}/{len(rows)} ({sum(r.covered_by_bricks for r in rows)}/{len(rows)} "
-          f"from the bricks' intervals alone)")
+          f"from the bricks' intervals alone, {sum(r.covered_pooled for r in rows)}/{len(rows)} with every reference "
+          f"model's composition error)")
+    print(f"    median width (high / low): {_median_ratio([(r.est.ci_low_s, r.est.ci_high_s) for r in rows]):.2f}x "
+          f"with the nearest reference models, {_median_ratio([r.pooled for r in rows]):.2f}x with every one, "
+          f"{_median_ratio([r.bricks_only for r in rows]):.2f}x from the bricks alone")
+
+
+def _median_ratio(intervals: Sequence[tuple[float, float]]) -> float:
+    """The median of high / low over ``intervals`` (inf where a low end is 0)."""
+    return float(np.median([high / low if low > 0 else math.inf for low, high in intervals]))
 
 
 HEADER = (f"  {'model':24s} {'held out':12s} {'meas ms':>9s} {'est ms':>9s} {'error':>8s} {'pred':>7s} "
@@ -323,14 +341,10 @@ def main() -> None:
     reference = {n: _all_measured_error(decs[n], measured[n], whole[n], full, config.config_id, peaks)
                  for n in graphs if n in whole}
 
-    def composition(models: Sequence[str]) -> float:
-        """How far brick sums of ``models`` landed from their whole runs: the split-conformal 95%
-        quantile of their |log errors| (the largest where they are too few for that level)."""
-        errors = [abs(math.log1p(reference[m])) for m in models if reference.get(m) is not None]
-        if not errors:
-            return 0.0
-        bound = conformal_quantile(errors, 0.05)
-        return bound if math.isfinite(bound) else max(errors)
+    def composition(models: Sequence[str]) -> list[CompositionReference]:
+        """How far brick sums of ``models`` landed from their whole runs (those all measured)."""
+        return [CompositionReference(m, float(whole[m].median_s), float(whole[m].median_s) * (1 + reference[m]))
+                for m in models if reference.get(m) is not None]
 
     rows: dict[str, list[Row]] = {"family": [], "variants": [], "exports": []}
     print("\nleave-one-family-out (database: the suite less the family; "
@@ -385,13 +399,17 @@ def _exports(folder: Path, only: str) -> dict[str, dlbricks.ModelGraph]:
 
 def _row(name: str, held_out: str, dec: dlbricks.Decomposition, whole: Measurement,
          known: Mapping[str, Measurement], predictor: LatencyPredictor, config_id: str, peaks: Peaks,
-         composition_error: float, reference: float | None) -> Row:
+         references: Sequence[CompositionReference], reference: float | None) -> Row:
+    """The model's estimate, its interval with the composition error of the reference models
+    nearest in latency (what ``dlbricks estimate`` prints), of every one, and of none."""
     own = {s: m for s, m in known.items() if s in dec.bricks}
-    est = estimate_decomposition(dec, own, config_id=config_id, on_missing="predict", predictor=predictor,
-                                 peaks=peaks, views=_views(dec), composition_error=composition_error)
     bare = estimate_decomposition(dec, own, config_id=config_id, on_missing="predict", predictor=predictor,
                                   peaks=peaks, views=_views(dec))
-    return Row(name, held_out, est, float(whole.median_s or 0.0), reference, (bare.ci_low_s, bare.ci_high_s))
+    est = with_composition(bare, composition_error(references, bare.sequential_s), len(references))
+    pooled = with_composition(bare, composition_error(references, bare.sequential_s, neighbours=len(references)),
+                              len(references))
+    return Row(name, held_out, est, float(whole.median_s or 0.0), reference, (bare.ci_low_s, bare.ci_high_s),
+               (pooled.ci_low_s, pooled.ci_high_s))
 
 
 def _all_measured_error(dec: dlbricks.Decomposition, own: Mapping[str, Measurement], whole: Measurement,

@@ -4,19 +4,33 @@ Composition (sequential sum, critical path), Benanza-style lower bounds, rooflin
 of bricks never measured, and estimates with uncertainty, coverage and a per-brick breakdown.
 """
 
-from ._api import Validation, estimate, last_level_cache, matvec_rates, memory_rate, open_store, plan, validate
+from ._api import (
+    Validation,
+    composition_references,
+    estimate,
+    last_level_cache,
+    matvec_rates,
+    memory_rate,
+    open_store,
+    plan,
+    validate,
+)
 from ._calibrate import Calibration, calibrate_peaks, merge_peaks
 from ._compose import combined_halfwidth, critical_path, sequential
 from ._estimate import (
+    COMPOSITION_NEIGHBOURS,
     ON_MISSING,
     BrickContribution,
+    CompositionReference,
     Estimate,
     MissingBrick,
     Peaks,
     Plan,
     estimate_decomposition,
+    composition_error,
     issue_time,
     plan_decomposition,
+    with_composition,
 )
 from ._evaluate import DEFAULT_SUITE, Evaluation, EvaluationRow, evaluate, measure_whole
 from ._predict import LatencyPredictor, OpModel, Prediction
@@ -27,6 +41,11 @@ from ._sweep import SweepPoint, SweepShape, estimate_sweep, validate_sweep
 __all__ = [
     # estimating from a database
     "estimate",
+    "composition_references",
+    "composition_error",
+    "with_composition",
+    "CompositionReference",
+    "COMPOSITION_NEIGHBOURS",
     "last_level_cache",
     "memory_rate",
     "matvec_rates",

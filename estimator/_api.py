@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,11 +22,21 @@ from dlbricks.generators import (
     last_level_cache_bytes,
 )
 
-from ._estimate import Estimate, Peaks, Plan, estimate_decomposition, plan_decomposition
+from ._estimate import (
+    COMPOSITION_NEIGHBOURS,
+    CompositionReference,
+    Estimate,
+    Peaks,
+    Plan,
+    composition_error,
+    estimate_decomposition,
+    plan_decomposition,
+    with_composition,
+)
 from ._predict import LatencyPredictor
 from ._profile import InModelTimes, in_model_times
 
-__all__ = ["estimate", "validate", "plan", "Validation", "open_store"]
+__all__ = ["estimate", "composition_references", "validate", "plan", "Validation", "open_store"]
 
 def open_store(db: Store | str | os.PathLike[str]) -> Store:
     """The Store for ``db`` (a Store is returned as it is)."""
@@ -179,7 +190,8 @@ def last_level_cache(store: Any, system: Any) -> int | None:
 
 def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = None,
              config: OrtConfig | None = None, granularity: str = "layer", on_missing: str = "error",
-             budget: Budget | None = None, peaks: Peaks | None = None, launch_queue: bool = True) -> Estimate:
+             budget: Budget | None = None, peaks: Peaks | None = None, launch_queue: bool = True,
+             composition: bool = True) -> Estimate:
     """Estimate a model's latency from the brick database.
 
     Parameters
@@ -202,12 +214,59 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
         Default: the peaks stored for the system by ``dlbricks calibrate``.
     launch_queue : bool, default True
         On an accelerator, compose through the launch queue where the bricks have its times
-        (:func:`estimate_decomposition`); False: the sequential sum, as on the CPU.
+        (:func:`estimate_decomposition`); False, as on the CPU: the sequential sum.
+    composition : bool, default True
+        Widen the interval by how far the brick sums of the database's other models, those nearest
+        in latency, landed from their whole runs (:func:`composition_references`,
+        :func:`~dlbricks.estimator.composition_error`): the bricks' own intervals do not hold the
+        error of composing them. Unchanged where the database has no such model.
     """
     store = open_store(db)
     system = _system_key(system)
     cfg = config or OrtConfig()
     dec = _decomposition(model, store, granularity, cfg)
+    est = _estimate_decomposition(dec, store, system, cfg, on_missing, budget, peaks, launch_queue)
+    if not composition:
+        return est
+    references = composition_references(store, system=system, config=cfg, granularity=granularity,
+                                        near_s=est.sequential_s, exclude=(dec.model_key,))
+    if not references:
+        return est
+    return with_composition(est, composition_error(references, est.sequential_s), len(references))
+
+
+def composition_references(store: Store, *, system: Any = None, config: OrtConfig | None = None,
+                           granularity: str = "layer", near_s: float | None = None,
+                           count: int = COMPOSITION_NEIGHBOURS, exclude: Collection[str] = ()
+                           ) -> list[CompositionReference]:
+    """Stored models measured whole under ``config`` on ``system`` (each its latest ok run), beside
+    the estimate from their own measured bricks: up to ``count`` of them, those nearest in log
+    latency to ``near_s`` first (every one without ``near_s``). Models whose bricks are not all
+    measured, or not stored at ``granularity``, are passed over; ``exclude`` holds model keys."""
+    system = _system_key(system)
+    cfg = config or OrtConfig()
+    latest: dict[str, Any] = {}
+    for run in store.model_measurements(system=system, config_id=cfg.config_id, status="ok"):
+        if run.median_s and run.key not in exclude and (run.key not in latest or run.id > latest[run.key].id):
+            latest[run.key] = run
+    runs = sorted(latest.values(), key=lambda r: (0.0 if near_s is None or near_s <= 0
+                                                   else abs(math.log(r.median_s / near_s)), r.key))
+    found: list[CompositionReference] = []
+    for run in runs:
+        if len(found) >= count:
+            break
+        try:
+            dec = store.decomposition(run.key, _label(granularity, cfg))
+            est = _estimate_decomposition(dec, store, system, cfg, "error", None, None, True)
+        except InvalidArgumentError:
+            continue
+        found.append(CompositionReference(dec.model, float(run.median_s), est.sequential_s))
+    return found
+
+
+def _estimate_decomposition(dec: Decomposition, store: Store, system: Any, cfg: OrtConfig, on_missing: str,
+                            budget: Budget | None, peaks: Peaks | None, launch_queue: bool) -> Estimate:
+    """:func:`estimate` of a decomposition, its interval from its bricks alone."""
     measured = _lookup(store, dec, system, cfg.config_id)
 
     def measure(bricks: Sequence[Brick]) -> dict[str, Measurement]:
@@ -347,7 +406,7 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     if not whole.ok:
         raise InvalidArgumentError(f"model '{graph.name}' could not be measured whole: {whole.error}")
     est = estimate(dec, store, system=system, config=config,
-                   on_missing=on_missing, budget=budget)
+                   on_missing=on_missing, budget=budget, composition=False)
     in_model = None
     if per_brick:
         if backend_name(config) == "mxnet":

@@ -25,23 +25,27 @@ from dlbricks._errors import InvalidArgumentError
 from dlbricks.generators import Budget, Measurement
 
 from ._compose import critical_path, sequential
-from ._predict import LatencyPredictor, Prediction, computes_on_8bit, roofline_work
+from ._predict import ALPHA, LatencyPredictor, Prediction, computes_on_8bit, conformal_quantile, roofline_work
 from ._queue import QueueTimes, queue_critical_path, queue_latency
 
 __all__ = [
     "ON_MISSING",
     "WARN_FAR_SHARE",
     "WARN_PREDICTED_SHARE",
+    "COMPOSITION_NEIGHBOURS",
     "BrickContribution",
+    "CompositionReference",
     "Estimate",
     "MissingBrick",
     "Peaks",
     "Plan",
+    "composition_error",
     "computes_on_8bit",
     "estimate_decomposition",
     "issue_time",
     "measure_time_s",
     "plan_decomposition",
+    "with_composition",
 ]
 
 ON_MISSING = ("error", "predict", "measure")
@@ -49,6 +53,9 @@ ON_MISSING = ("error", "predict", "measure")
 WARN_PREDICTED_SHARE = 0.3
 #: An estimate with at least this share of its time predicted far from the data carries a warning.
 WARN_FAR_SHARE = 0.1
+#: Reference models, nearest in latency, whose composition errors bound an estimate's: 19 is the
+#: fewest with a finite split-conformal 95% quantile.
+COMPOSITION_NEIGHBOURS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +144,8 @@ class Estimate:
     breakdown: tuple[BrickContribution, ...]
     far_share: float = 0.0  # share of the sequential estimate predicted far from measured bricks
     warning: str | None = None  # why the estimate should not be trusted as it is, if it should not
+    composition_error: float = 0.0  # |ln(sum / whole)| joined into the interval (see with_composition)
+    references: int = 0  # stored models measured whole that gave composition_error
 
     @property
     def warn(self) -> bool:
@@ -148,6 +157,45 @@ class Estimate:
         from dataclasses import asdict
 
         return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class CompositionReference:
+    """A model measured whole beside the estimate from its own measured bricks (seconds)."""
+
+    model: str
+    measured_s: float
+    estimated_s: float
+
+    @property
+    def log_error(self) -> float:
+        """``|ln(estimated / measured)|``."""
+        return abs(math.log(self.estimated_s / self.measured_s))
+
+
+def composition_error(references: Iterable[CompositionReference], latency_s: float, *,
+                      neighbours: int = COMPOSITION_NEIGHBOURS, alpha: float = ALPHA) -> float:
+    """How far a sum of measured bricks may land from its whole model, for a model of ``latency_s``:
+    the split-conformal ``1 - alpha`` quantile of the log errors of the ``neighbours`` references
+    nearest in log latency (the largest of them where they are too few for that level; 0 without
+    any). Conditioning on latency keeps tiny models, whose sums miss by more, from widening the
+    interval of large ones (a Mondrian-style split of the calibration set)."""
+    usable = [r for r in references if r.measured_s > 0 and r.estimated_s > 0]
+    if not usable or latency_s <= 0:
+        return 0.0
+    near = sorted(usable, key=lambda r: (abs(math.log(r.measured_s / latency_s)), r.model))[:neighbours]
+    errors = [r.log_error for r in near]
+    bound = conformal_quantile(errors, alpha)
+    return bound if math.isfinite(bound) else max(errors)
+
+
+def with_composition(est: Estimate, log_error: float, references: int) -> Estimate:
+    """``est`` with the composition error ``log_error`` (of ``references`` models) joined into its
+    interval in quadrature, in log space (:func:`composition_error`)."""
+    seq = est.sequential_s
+    down, up = _with_composition(seq, seq - est.ci_low_s, est.ci_high_s - seq, log_error)
+    return replace(est, ci_low_s=max(seq - down, 0.0), ci_high_s=seq + up, composition_error=log_error,
+                   references=references)
 
 
 def _halfwidth(m: Measurement) -> float:

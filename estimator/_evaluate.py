@@ -414,10 +414,11 @@ def _rows(models: Sequence[str], brickset: BrickSet, layer_set: BrickSet | None,
         if not _measured(measured):
             raise InvalidArgumentError(f"model '{name}' could not be measured whole: "
                                        f"{measured.error if measured else 'no measurement'}")
-        est = estimate(dec, store, system=system, config=config)
+        est = estimate(dec, store, system=system, config=config, composition=False)
         for c in est.breakdown:
             op_times[c.op_type] = op_times.get(c.op_type, 0.0) + c.total_s
-        layer_est = (estimate(layer_set.models[name], store, system=system, config=config).sequential_s
+        layer_est = (estimate(layer_set.models[name], store, system=system, config=config,
+                              composition=False).sequential_s
                      if layer_set is not None else None)
         rows.append(EvaluationRow(
             model=name, layers=dec.layers, unique_bricks=len(dec.bricks),

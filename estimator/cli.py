@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 from pathlib import Path
@@ -123,6 +124,12 @@ def _print_estimate(est: Estimate, top: int) -> None:
                f"granularity {est.granularity}, configuration {est.config_id}")
     click.echo(f"  sequential estimate  {_ms(est.sequential_s)} ms  "
                f"(95% CI {_ms(est.ci_low_s)} - {_ms(est.ci_high_s)} ms)")
+    if est.references:
+        click.echo(f"  the interval holds how far brick sums landed from whole runs for the {est.references} stored "
+                   f"model{'s' if est.references != 1 else ''} nearest in latency: x{math.exp(est.composition_error):.3f} at 95%")
+    else:
+        click.echo("  the interval holds the bricks' own uncertainty only: no stored model measured whole to tell "
+                   "how far brick sums land ('dlbricks validate' or 'dlbricks evaluate' store some)")
     click.echo(f"  parallel estimate    {_ms(est.parallel_s)} ms (critical path)")
     click.echo(f"  lower bound          {_ms(est.lower_bound_s)} ms sequential, "
                f"{_ms(est.lower_bound_parallel_s)} ms parallel")

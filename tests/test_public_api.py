@@ -34,6 +34,8 @@ ESTIMATOR = {
     "estimate_sweep", "validate_sweep", "SweepShape", "SweepPoint", "last_level_cache", "memory_rate", "matvec_rates",
     "merge_peaks",
     "QueueTimes", "queue_latency", "queue_critical_path", "issue_time",
+    "COMPOSITION_NEIGHBOURS", "CompositionReference", "composition_error", "composition_references",
+    "with_composition",
 }
 MODEL_ZOO = {"TASKS", "ZooModel", "build", "count_params", "export", "get_model", "list_models"}
 
