@@ -201,6 +201,8 @@ def _model_arg(model: str, batch_size: int | None, shapes: dict[str, tuple[int, 
 @click.command("estimate", help=f"""Estimate MODEL's latency from the brick database.
 
     {model_help()} Reads the database only, unless --on-missing measure (which may also create it).
+    The 95% interval holds the bricks' own uncertainty and how far brick sums landed from whole runs
+    for the stored models nearest in latency (those 'validate' or 'evaluate' measured whole).
     With a sweep (--batch-size 1,2,4,8 or --input-shape input_ids=1,{{64,128,256}}), the model is
     estimated at each shape and printed as one table; bricks that shapes share are measured once.
     """)
