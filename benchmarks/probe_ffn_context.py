@@ -9,7 +9,8 @@ times the down-projection:
 
 - in its region: the Gelu chain and the MatMul as one model, less the Gelu chain alone;
 - as a brick run again and again;
-- as a brick run right after the Gelu chain (its dirty intermediates in the cache);
+- as a brick run right after the Gelu chain (its dirty intermediates in the cache), on an input of
+  its own, and on the very tensor the chain wrote;
 - as a brick run right after a model that reads as many bytes and writes nothing.
 
 Each variant is timed in rounds taken in turn, so that the machine's drift meets all alike, and
@@ -55,12 +56,13 @@ def _models(rng: np.random.Generator) -> dict[str, ModelProto]:
     w2 = numpy_helper.from_array(rng.uniform(-bound, bound, (FFN, HIDDEN)).astype(np.float32), "w2")
     gelu, consts = _gelu_nodes("h", "g")
     down = helper.make_node("MatMul", ["g", "w2"], ["y"])
-    reader = helper.make_node("ReduceSum", ["r"], ["s"], keepdims=0)
+    axes = numpy_helper.from_array(np.array([0], np.int64), "axes")
+    reader = helper.make_node("ReduceSum", ["r", "axes"], ["s"], keepdims=0)
     return {
         "region": _model([*gelu, down], [_tensor("h", [TOKENS, FFN])], [_tensor("y", [TOKENS, HIDDEN])], [*consts, w2]),
         "gelu": _model(gelu, [_tensor("h", [TOKENS, FFN])], [_tensor("g", [TOKENS, FFN])], consts),
         "brick": _model([down], [_tensor("g", [TOKENS, FFN])], [_tensor("y", [TOKENS, HIDDEN])], [w2]),
-        "reader": _model([reader], [_tensor("r", [5, TOKENS, FFN])], [_tensor("s", [TOKENS, FFN])], []),
+        "reader": _model([reader], [_tensor("r", [5, TOKENS, FFN])], [_tensor("s", [TOKENS, FFN])], [axes]),
     }
 
 
@@ -103,12 +105,16 @@ def main() -> None:
     region, gelu = _bound(models["region"], {"h": h}), _bound(models["gelu"], {"h": h})
     brick = _bound(models["brick"], {"g": g})
     reader = _bound(models["reader"], {"r": rng.standard_normal((5, TOKENS, FFN)).astype(np.float32)})
-    results: dict[str, list[float]] = {k: [] for k in ("in region", "brick", "after Gelu", "after reader")}
+    fed = _bound(models["brick"], {"g": g})
+    fed[1].bind_ortvalue_input("g", gelu[1].get_outputs()[0])  # the chain's own output buffer
+    results: dict[str, list[float]] = {k: [] for k in ("in region", "brick", "after Gelu", "on its output",
+                                                       "after reader")}
     for _ in range(args.rounds):
         whole, chain = _timed(*region, args.runs), _timed(*gelu, args.runs)
         results["in region"].append(whole - chain)
         results["brick"].append(_timed(*brick, args.runs))
         results["after Gelu"].append(_timed(*brick, args.runs, before=gelu))
+        results["on its output"].append(_timed(*fed, args.runs, before=gelu))
         results["after reader"].append(_timed(*brick, args.runs, before=reader))
     reference = statistics.median(results["in region"])
     print(f"down-projection {TOKENS}x{FFN} by {FFN}x{HIDDEN}, 1 thread, {args.rounds} rounds of {args.runs} runs")
