@@ -61,10 +61,12 @@ from dlbricks.estimator import (
     with_composition,
 )
 from dlbricks.estimator._evaluate import measure_whole, suite_models
-from dlbricks.generators import Budget, Measurement, OrtConfig, collect_system_info, get_backend
+from dlbricks.generators import Budget, Measurement, OrtConfig, collect_system_info, get_backend, pool
 from dlbricks.model_zoo import build, get_model
 
 WHOLE_BUDGET = Budget(warmup_time=0.05, min_time=0.3, min_runs=5, max_time=1.5, rel_ci=0.02)
+#: Rounds over the models measured whole here (pooled per model).
+WHOLE_ROUNDS = 3
 
 
 # ------------------------------------------------------------------------------------------ variants
@@ -261,15 +263,26 @@ HEADER = (f"  {'model':24s} {'held out':12s} {'meas ms':>9s} {'est ms':>9s} {'er
           f"{'far':>7s} {'95% interval (ms)':>20s} cov bricks {'all-measured'}")
 
 
-def _whole(store: Store, graph: dlbricks.ModelGraph, dec: dlbricks.Decomposition, system: object,
-           config: OrtConfig) -> Measurement:
-    """The model measured whole: kept in the database, measured (and recorded) where it is not."""
-    kept = store.measurement(dec.model_key, system, config.config_id, kind="model")
-    if kept is not None and kept.ok and kept.median_s:
-        return kept
-    whole = measure_whole(graph, config, WHOLE_BUDGET, workers=1)
-    store.record_model(whole, system, budget=WHOLE_BUDGET)
-    return whole
+def _wholes(store: Store, models: Mapping[str, tuple[dlbricks.ModelGraph, dlbricks.Decomposition]],
+            system: object, config: OrtConfig) -> dict[str, Measurement]:
+    """Each model measured whole: kept in the database, or measured and recorded where it is not.
+    The models not kept are measured in :data:`WHOLE_ROUNDS` rounds, each round over all of them in
+    turn, and each model's rounds pooled, so that a swing of the machine does not fall on one model
+    alone."""
+    found: dict[str, Measurement] = {}
+    for name, (_, dec) in models.items():
+        kept = store.measurement(dec.model_key, system, config.config_id, kind="model")
+        if kept is not None and kept.ok and kept.median_s:
+            found[name] = kept
+    todo = [name for name in models if name not in found]
+    rounds: dict[str, list[Measurement]] = {name: [] for name in todo}
+    for _ in range(WHOLE_ROUNDS):
+        for name in todo:
+            rounds[name].append(measure_whole(models[name][0], config, WHOLE_BUDGET, workers=1))
+    for name in todo:
+        found[name] = pool(rounds[name])
+        store.record_model(found[name], system, budget=WHOLE_BUDGET)
+    return found
 
 
 def _peaks(store: Store, system: object, config: OrtConfig) -> Peaks:
@@ -320,13 +333,13 @@ def main() -> None:
         measured = {n: _measured(store, decs[n], system, config.config_id) for n in graphs}
         to_run = [n for n in graphs if family.get(n, "variant") in held or n in VARIANTS]
         # the suite's own whole runs give the composition error that the exports' intervals carry
-        whole = {n: _whole(store, graphs[n], decs[n], system, config)
-                 for n in (list(graphs) if exports else to_run)}
+        whole = _wholes(store, {n: (graphs[n], decs[n]) for n in (list(graphs) if exports else to_run)},
+                        system, config)
         # an export is measured whole (and kept, so that runs on one database compare predictions on
         # the same measurement); none of its bricks is measured
         for n in exports:
             store.add_decomposition(decs[n])
-        whole |= {n: _whole(store, g, decs[n], system, config) for n, g in exports.items()}
+        whole |= _wholes(store, {n: (g, decs[n]) for n, g in exports.items()}, system, config)
         peaks = _peaks(store, system, config)
     print(f"whole models and peaks measured ({time.perf_counter() - start:.0f} s); peaks "
           f"{peaks.flops_per_s / 1e9:.1f} GFLOP/s, {peaks.bytes_per_s / 1e9:.1f} GB/s")
