@@ -271,6 +271,16 @@ def _m0008_repeat_time(db: sqlite_utils.Database) -> None:
     db.executescript(_V8)
 
 
+_V9 = "\n".join(f"ALTER TABLE {table} ADD COLUMN empty_s REAL;"
+                for table in ("measurements", "model_measurements", "context_measurements"))
+
+
+def _m0009_empty_time(db: sqlite_utils.Database) -> None:
+    """The floor's one-node model timed beside each brick, right before and after its samples
+    (``empty_s``): the per-call cost at the brick's own moments. None for rows measured before."""
+    db.executescript(_V9)
+
+
 #: ``(name, migration)`` in order; migration ``i`` (0-based) brings the schema to version ``i + 1``.
 MIGRATIONS: tuple[tuple[str, Callable[[sqlite_utils.Database], None]], ...] = (
     ("0001_initial", _m0001_initial),
@@ -281,6 +291,7 @@ MIGRATIONS: tuple[tuple[str, Callable[[sqlite_utils.Database], None]], ...] = (
     ("0006_queue_times", _m0006_queue_times),
     ("0007_node_cost", _m0007_node_cost),
     ("0008_repeat_time", _m0008_repeat_time),
+    ("0009_empty_time", _m0009_empty_time),
 )
 
 #: The schema version this code writes and reads.

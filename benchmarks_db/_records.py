@@ -194,6 +194,7 @@ class MeasurementRecord:
     device_warm_s: float | None = None
     node_s: float | None = None  # the floor's cost of one further node: see dlbricks.generators.Measurement
     repeat_s: float | None = None  # launch queue: a further copy's time in one run (see Measurement)
+    empty_s: float | None = None  # the floor's model timed beside it: see dlbricks.generators.Measurement
 
     @property
     def ok(self) -> bool:
@@ -214,7 +215,7 @@ class MeasurementRecord:
             wall_time_s=row["wall_time_s"], converged=bool(row["converged"]), floor_s=row["floor_s"],
             samples_s=tuple(float(s) for s in samples) if samples is not None else None,
             budget=budget, created_at=row["created_at"], context=row["context"] if "context" in row.keys() else None,
-            **{name: row[name] for name in (*QUEUE_FIELDS, "node_s") if name in row.keys()})
+            **{name: row[name] for name in (*QUEUE_FIELDS, "node_s", "empty_s") if name in row.keys()})
 
 
 class ClaimStatus(enum.Enum):

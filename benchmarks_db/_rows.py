@@ -133,5 +133,5 @@ def measurement_row(m: Measurement, item: str, system: str, budget: Any, created
                 "samples": None if m.samples_s is None else json.dumps(list(m.samples_s)),
                 "budget": None if budget is None else to_json(budget.to_dict()),
                 "created_at": created_at})
-    row.update({name: getattr(m, name, None) for name in (*QUEUE_FIELDS, "node_s")})
+    row.update({name: getattr(m, name, None) for name in (*QUEUE_FIELDS, "node_s", "empty_s")})
     return row

@@ -44,7 +44,8 @@ MEASUREMENT_KEYS = {"measurements": ("signature",), "model_measurements": ("mode
                     "context_measurements": ("model", "signature")}
 #: The columns written for a measurement (besides its item, system and config_id).
 MEASUREMENT_COLUMNS = ("status", "error", "n", *STAT_FIELDS, "wall_time_s", "converged", "floor_s",
-                       "samples", "budget", "created_at", "context", *QUEUE_FIELDS, "node_s")
+                       "samples", "budget", "created_at", "context", *QUEUE_FIELDS, "node_s",
+                       "empty_s")
 #: When a new row replaces an existing row of the same (item, system, config_id); ``cur`` is the
 #: existing row, ``excluded`` the new one.
 MERGE_RULES: Mapping[str, str] = {

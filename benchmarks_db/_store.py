@@ -566,7 +566,7 @@ class Store:
         options = json.loads(self._db["backends"].get(config_id)["options"])
         data = {name: getattr(rec, name) for name in ("key", "status", "error", "n", *STAT_FIELDS,
                                                       "wall_time_s", "converged", "floor_s",
-                                                      *QUEUE_FIELDS, "node_s")}
+                                                      *QUEUE_FIELDS, "node_s", "empty_s")}
         data.update(backend=rec.runtime, config=options, config_id=config_id,
                     samples_s=None if rec.samples_s is None else list(rec.samples_s))
         return Measurement.from_dict(data)

@@ -33,7 +33,7 @@ from ._estimate import (
     with_composition,
 )
 from ._evaluate import DEFAULT_SUITE, Evaluation, EvaluationRow, evaluate, measure_whole
-from ._predict import LatencyPredictor, OpModel, Prediction
+from ._predict import LatencyPredictor, OpModel, Prediction, floor_drift_s
 from ._profile import InModelTimes, in_model_times
 from ._queue import QueueTimes, queue_critical_path, queue_latency
 from ._sweep import SweepPoint, SweepShape, estimate_sweep, validate_sweep
@@ -88,4 +88,5 @@ __all__ = [
     "queue_critical_path",
     "QueueTimes",
     "combined_halfwidth",
+    "floor_drift_s",
 ]

@@ -33,7 +33,7 @@ from ._estimate import (
     plan_decomposition,
     with_composition,
 )
-from ._predict import LatencyPredictor
+from ._predict import LatencyPredictor, brick_call_s
 from ._profile import InModelTimes, in_model_times
 
 __all__ = ["estimate", "composition_references", "validate", "plan", "Validation", "open_store"]
@@ -141,7 +141,7 @@ def _alternatives(store: Store, dec: Decomposition, system: Any, config: Any,
 
 def _predictor(store: Store, system: Any, config_id: str, peaks: Peaks | None = None) -> LatencyPredictor:
     records = [r for r in store.measurements(system=system, config_id=config_id, status="ok")]
-    latency = {r.key: r.median_s - (r.floor_s or 0.0) for r in records if r.median_s is not None}
+    latency = {r.key: r.median_s - brick_call_s(r) for r in records if r.median_s is not None}
     bricks = [store.brick(sig) for sig in latency]
     cache = last_level_cache(store, system)
     return LatencyPredictor().fit(bricks, latency, peaks=peaks, cache_bytes=cache,

@@ -25,7 +25,15 @@ from dlbricks._errors import InvalidArgumentError
 from dlbricks.generators import Budget, Measurement
 
 from ._compose import critical_path, sequential
-from ._predict import ALPHA, LatencyPredictor, Prediction, computes_on_8bit, conformal_quantile, roofline_work
+from ._predict import (
+    ALPHA,
+    LatencyPredictor,
+    Prediction,
+    computes_on_8bit,
+    floor_drift_s,
+    conformal_quantile,
+    roofline_work,
+)
 from ._queue import QueueTimes, queue_critical_path, queue_latency
 
 __all__ = [
@@ -205,8 +213,9 @@ def _halfwidth(m: Measurement) -> float:
 
 
 def _fastest(measurements: Sequence[Measurement]) -> float | None:
-    """The brick at its fastest measured configuration: min over configs of (min - floor)."""
-    values = [max((m.min_s or 0.0) - (m.floor_s or 0.0), 0.0) for m in measurements
+    """The brick at its fastest measured configuration: min over configs of (min - floor), less the
+    floor's drift at its moments where that was up (never more: a bound stays a bound)."""
+    values = [max((m.min_s or 0.0) - (m.floor_s or 0.0) - max(floor_drift_s(m), 0.0), 0.0) for m in measurements
               if m.ok and m.min_s is not None]
     return min(values) if values else None
 
@@ -282,7 +291,7 @@ def estimate_decomposition(
         floors = [m.floor_s for m in found.values() if m.floor_s is not None]
         floor_s = min(floors) if floors else 0.0
     overhead = brick_overhead_s or {}
-    latency = {sig: max(m.median_s - floor_s - overhead.get(sig, 0.0), 0.0)  # type: ignore[operator]
+    latency = {sig: max(m.median_s - floor_s - floor_drift_s(m) - overhead.get(sig, 0.0), 0.0)  # type: ignore[operator]
                for sig, m in found.items()}
     halfwidth = {sig: _halfwidth(m) for sig, m in found.items()}
     predicted: list[str] = []

@@ -107,6 +107,23 @@ _MEMORY_OPS = ELEMENTWISE_OPS | DATA_MOVEMENT_OPS | {
     "Upsample", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
 
 
+def floor_drift_s(m: Any) -> float:
+    """How far the per-call floor stood above the run's at a brick's own moments, in seconds (below
+    it if negative): its ``empty_s`` (the floor's one-node model timed beside it) less the run's
+    ``floor_s + node_s`` (the same model's calibrated time); 0 where any of them is unknown. ``m``
+    is a ``Measurement`` or a stored measurement record."""
+    empty, node, floor = getattr(m, "empty_s", None), getattr(m, "node_s", None), m.floor_s
+    if empty is None or node is None or floor is None:
+        return 0.0
+    return float(empty - floor - node)
+
+
+def brick_call_s(m: Any) -> float:
+    """What a brick's measured call costs beyond its share inside a model, in seconds: the run's
+    floor (``floor_s``) and the floor's drift at the brick's moments (:func:`floor_drift_s`)."""
+    return (m.floor_s or 0.0) + floor_drift_s(m)
+
+
 # ------------------------------------------------------------------------------------------ features
 def _specs(brick: Brick) -> dict[str, TensorSpec]:
     return ({s.name: s for s in brick.inputs} | {c.spec.name: c.spec for c in brick.constants}
@@ -668,8 +685,8 @@ class LatencyPredictor:
     def fit_measurements(self, bricks: Iterable[Brick], measurements: Mapping[str, Any], *,
                          peaks: Any = None, cache_bytes: int | None = None, memory_rate: float | None = None,
                          step_rates: Sequence[tuple[int, float]] = ()) -> LatencyPredictor:
-        """Fit on ok measurements (``Measurement`` records), floor-corrected."""
-        latency = {sig: m.median_s - (m.floor_s or 0.0) for sig, m in measurements.items()
+        """Fit on ok measurements (``Measurement`` records), less their call's cost (:func:`brick_call_s`)."""
+        latency = {sig: m.median_s - brick_call_s(m) for sig, m in measurements.items()
                    if m.status == "ok" and m.median_s is not None}
         return self.fit(bricks, latency, peaks=peaks, cache_bytes=cache_bytes, memory_rate=memory_rate,
                         step_rates=step_rates)

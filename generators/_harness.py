@@ -21,7 +21,7 @@ from ._measurement import Measurement
 from ._protocols import Backend, BackendConfig, Prepared
 from ._stats import relative_ci_width, summarize
 
-__all__ = ["Clock", "Timing", "measure_model", "measure_prepared", "time_calls"]
+__all__ = ["Clock", "Timing", "measure_model", "measure_prepared", "paired_empty", "time_calls"]
 
 Clock = Callable[[], int]
 """A monotonic clock returning integer nanoseconds, like ``time.perf_counter_ns``."""
@@ -29,6 +29,8 @@ Clock = Callable[[], int]
 MAX_INNER = 1_000_000
 CHECK_GROWTH = 0.1  # re-check the stopping rule after 10% more samples
 PLACEMENT_SHARE = 0.05  # of min_time, at most, for the untimed calls after buffer moves
+#: Calls of the empty model timed right after each sample of a brick (:func:`sample`).
+EMPTY_INNER = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,10 @@ class Timing:
         the brick before it, bound buffers); 0 when it was prepared elsewhere.
     copies : int
         Copies of the runnable run round-robin (cold-cache emulation), 1 for a plain run.
+    empty_s : float or None
+        Where the runnable has an ``empty`` model beside it (the floor's one-node model, timed right
+        after each sample): the per-call time of that model at the samples' own moments, paired
+        (:func:`paired_empty`); None otherwise.
     """
 
     samples_s: tuple[float, ...]
@@ -67,6 +73,7 @@ class Timing:
     sampling_s: float
     prepare_s: float = 0.0
     copies: int = 1
+    empty_s: float | None = None
 
     @property
     def harness_s(self) -> float:
@@ -109,14 +116,22 @@ def time_calls(
     inner = choose_inner(per_call_ns, budget)
     relocate = getattr(run, "relocate", None)
     placements = choose_placements(per_call_ns, budget) if relocate is not None else 1
+    empty: Callable[[], object] | None = getattr(run, "empty", None)
+    empties: list[int] | None = None if empty is None else []
+    if empty is not None:
+        empty()
     if placements == 1:
-        samples_ns, converged = sample(lambda _part: call, inner, budget, clock, prime)
+        samples_ns, converged = sample(lambda _part: call, inner, budget, clock, prime, empty, empties)
     else:
         samples_ns, converged = sample(
-            _placements(run, relocate, placements), inner, replace(budget, placements=placements), clock, prime
+            _placements(run, relocate, placements), inner, replace(budget, placements=placements), clock, prime,
+            empty, empties,
         )
     sample_end = clock()
     per_call = np.asarray(samples_ns, dtype=np.float64) / (inner * 1e9)
+    empty_s = None
+    if empties:
+        empty_s = paired_empty(per_call, np.asarray(empties, dtype=np.float64) / (EMPTY_INNER * 1e9))
     return Timing(
         samples_s=tuple(per_call.tolist()),
         inner=inner,
@@ -126,7 +141,21 @@ def time_calls(
         timed_s=sum(samples_ns) / 1e9,
         sampling_s=(sample_end - warm_end) / 1e9,
         copies=copies,
+        empty_s=empty_s,
     )
+
+
+def paired_empty(samples_s: np.ndarray, empties_s: np.ndarray) -> float:
+    """The empty model's per-call time that, taken off the median sample, leaves the median of the
+    paired differences: ``median(samples) - median(samples - empties)``, in seconds.
+
+    Each sample of a brick is followed by a sample of the empty model (the floor's), so each pair
+    meets one moment of the machine. A call of a brick of a few microseconds is mostly the fixed
+    cost the empty model pays too, and this machine moves between phases up to twice as slow
+    within a brick's measurement: the median of the differences keeps the brick's own cost at the
+    moments it was timed, where the run's floor, calibrated at another, does not.
+    """
+    return float(np.median(samples_s) - np.median(samples_s - empties_s))
 
 
 def warm_up(run: Callable[[], object], budget: Budget, clock: Clock,
@@ -192,7 +221,8 @@ def _placements(prepared: Prepared, relocate: Callable[[], object], count: int) 
 
 def sample(
     current: Callable[[int], Callable[[], object]], inner: int, budget: Budget, clock: Clock,
-    prime: Callable[[], object] | None = None,
+    prime: Callable[[], object] | None = None, empty: Callable[[], object] | None = None,
+    empties: list[int] | None = None,
 ) -> tuple[list[int], bool]:
     """Take timed samples of ``inner`` calls until the stopping rule or ``max_time``.
 
@@ -200,6 +230,10 @@ def sample(
     layer meets inside a model), every call is timed on its own after a call of ``prime``, a sample
     is the sum of its ``inner`` timed calls, and ``min_time`` and the placements count the primes'
     time too (a brick of 30 us primed by a layer of 500 us would otherwise run for seconds).
+
+    With ``empty`` (the floor's one-node model prepared beside the run), each sample is followed by
+    an untimed call of it and a timed sample of :data:`EMPTY_INNER` calls, appended to
+    ``empties`` (not counted in ``min_time``): the floor at the same moment (:func:`paired_empty`).
 
     ``current(k)`` gives the run to time once ``k`` of the ``budget.placements`` equal parts of
     ``min_time`` have been timed: the harness moves to the next buffer placement at those points.
@@ -241,6 +275,12 @@ def sample(
                 took += t1 - t0
                 spent += t1 - tp
         append(took)
+        if empty is not None and empties is not None:
+            empty()  # untimed: the sample meets the moment's floor, not a call path the run evicted
+            e0 = clock()
+            for _ in repeat(None, EMPTY_INNER):
+                empty()
+            empties.append(clock() - e0)
         timed_ns += spent
         if len(samples) >= next_check and timed_ns >= min_ns:
             if relative_ci_width(np.asarray(samples)) <= budget.rel_ci:
@@ -334,4 +374,5 @@ def timing_to_measurement(
         config=config,
         floor_s=floor_s,
         samples_s=timing.samples_s if keep_samples else None,
+        empty_s=timing.empty_s,
     )

@@ -32,6 +32,7 @@ _FLOAT_FIELDS = (
     "ci_high_s",
     "floor_s",
     "node_s",
+    "empty_s",
     "host_s",
     "device_s",
     "device_warm_s",
@@ -73,7 +74,10 @@ class Measurement:
     session, warming up and the timed runs. ``floor_s`` is the per-call cost of an empty model
     under the same configuration, which the estimator subtracts per brick; ``node_s`` the cost of one
     further node in that configuration (a chain's time per node), which a node doing no work of its
-    own, such as a view, costs inside a model (None where the floor had no chain).
+    own, such as a view, costs inside a model (None where the floor had no chain). ``empty_s`` is
+    the floor's one-node model timed beside the item, right before and right after its samples (None
+    where it was not): the per-call cost at the item's own moments, which the estimator sets against
+    the run's floor (``floor_s + node_s``) to take the machine's drift out of a small brick's call.
 
     On CUDA a brick's measurement also holds the times of the launch queue (:data:`QUEUE_FIELDS`,
     medians, None elsewhere): ``host_s`` the calling thread's time to issue one run unsynchronized,
@@ -107,6 +111,7 @@ class Measurement:
     device_warm_s: float | None = None
     node_s: float | None = None
     repeat_s: float | None = None
+    empty_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -135,7 +140,8 @@ class Measurement:
             If a field is missing or has the wrong type.
         """
         names = [f.name for f in fields(cls)]
-        missing = [name for name in names if name not in data and name not in ("samples_s", "node_s", *QUEUE_FIELDS)]
+        optional = ("samples_s", "node_s", "empty_s", *QUEUE_FIELDS)
+        missing = [name for name in names if name not in data and name not in optional]
         if missing:
             raise InvalidArgumentError(f"A Measurement dict lacks the fields {missing}.")
         values = {name: data.get(name) for name in names}

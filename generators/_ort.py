@@ -23,7 +23,7 @@ from dlbricks._errors import BackendError, BackendUnavailableError, InvalidArgum
 
 from ._config import ConfigBase
 from ._inputs import input_specs, random_inputs, value_ranges, value_statistics
-from ._items import side_by_side
+from ._items import floor_model, side_by_side
 from ._util import closed, one_line, prepare_previous, round_robin
 
 __all__ = ["OrtBackend", "OrtConfig", "OrtPrepared", "repeat_time"]
@@ -265,6 +265,7 @@ class OrtPrepared:
         previous: Any = None,
         weight_bytes: int = 0,
         model: onnx.ModelProto | None = None,
+        empty: Any = None,
     ) -> None:
         self.session = sessions[0]
         #: The brick, where ``queue_times`` also times copies of it side by side (CUDA), else None.
@@ -282,6 +283,11 @@ class OrtPrepared:
         self.previous = previous
         if previous is not None:  # what the harness runs untimed before each timed run
             self.prime: Any = previous.run
+        #: The floor's one-node model, prepared beside a brick on a CPU: the harness times it right
+        #: before and after the brick's samples (:func:`~dlbricks.generators._harness.time_empty`).
+        self.empty_model = empty
+        if empty is not None:
+            self.empty: Any = empty.run
         outputs = sum(math.prod(shape) * dtype.itemsize for shape, dtype in self._output_types)
         #: Bytes its sessions and buffers hold (weights and outputs of every copy, inputs, the brick
         #: before it when it owns it): what a worker's cache of prepared items counts.
@@ -376,6 +382,10 @@ class OrtPrepared:
             self.previous.close()
             self.previous = None
             self.prime = closed
+        if self.empty_model is not None:
+            self.empty_model.close()
+            self.empty_model = None
+            self.empty = closed
 
 
 def _one_run(session: Any, binding: Any, on_cuda: bool) -> Any:
@@ -525,8 +535,9 @@ class OrtBackend:
         previous = None
         if config.cache in ("cold", "cold-weights") and config.previous_layer and _is_brick(model):
             previous = prepare_previous(self.prepare, before, config)
+        empty = self.prepare(floor_model(), config) if config.device == "cpu" and _is_brick(model) else None
         keep = model if config.device == "cuda" and _is_brick(model) else None
-        return OrtPrepared(ort, sessions, inputs, first, config, previous, weight_bytes(model), keep)
+        return OrtPrepared(ort, sessions, inputs, first, config, previous, weight_bytes(model), keep, empty)
 
 
 def repeat_time(model: onnx.ModelProto, config: OrtConfig, inputs: Mapping[str, np.ndarray],

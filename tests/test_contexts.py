@@ -13,7 +13,7 @@ import pytest
 import dlbricks
 from dlbricks import BrickContext, InvalidArgumentError
 from dlbricks.benchmarks_db import BenchOptions, Store, out_of_context, populate
-from dlbricks.estimator import estimate
+from dlbricks.estimator import estimate, floor_drift_s
 from dlbricks.generators import Budget, OrtConfig
 
 from . import _models
@@ -91,10 +91,10 @@ def test_bench_measures_a_brick_again_where_its_context_differs(tmp_path: Path) 
         by_brick = {c.signature: c for c in estimate(shared, store, system=system).breakdown}
         own = store.measurement(sig, system, cfg.config_id, model="shared")
         # a brick counts its time beyond the per-call floor, never below zero (this one is tiny)
-        assert by_brick[sig].latency_s == pytest.approx(max(own.median_s - (own.floor_s or 0.0), 0.0))
+        assert by_brick[sig].latency_s == pytest.approx(max(own.median_s - (own.floor_s or 0.0) - floor_drift_s(own), 0.0))
         first_m = store.measurement(sig, system, cfg.config_id)
         other = {c.signature: c for c in estimate(distinct, store, system=system).breakdown}
-        assert other[sig].latency_s == pytest.approx(max(first_m.median_s - (first_m.floor_s or 0.0), 0.0))
+        assert other[sig].latency_s == pytest.approx(max(first_m.median_s - (first_m.floor_s or 0.0) - floor_drift_s(first_m), 0.0))
 
 
 def test_reuse_leaves_stored_bricks_for_every_model(tmp_path: Path) -> None:
@@ -168,7 +168,7 @@ def test_plan_lists_and_estimate_measures_bricks_stored_from_another_context(tmp
         assert own is not None and own.ok  # measured in the shared model's context, kept for it
         by_brick = {c.signature: c for c in est.breakdown}
         # a brick counts its time beyond the per-call floor, never below zero (this one is tiny)
-        assert by_brick[sig].latency_s == pytest.approx(max(own.median_s - (own.floor_s or 0.0), 0.0))
+        assert by_brick[sig].latency_s == pytest.approx(max(own.median_s - (own.floor_s or 0.0) - floor_drift_s(own), 0.0))
         assert [m for m in plan(shared, store, system=system).missing if m.why == "context"] == []
         # reading only: a plain estimate measures nothing
         n = len(store.context_measurements(shared.model_key, system=system))

@@ -80,14 +80,16 @@ def test_an_older_database_is_migrated_in_place(tmp_path) -> None:
     with pytest.raises(DatabaseError, match="to migrate it"):
         Store(path, readonly=True)
     with Store(path) as s:
-        assert s.schema_version == bdb.SCHEMA_VERSION == 8
+        assert s.schema_version == bdb.SCHEMA_VERSION == 9
         assert [x.fingerprint for x in s.systems()] == ["old"]
         assert s.peaks("old") is None
         names = [r[0] for r in s.db.execute("SELECT name FROM schema_migrations ORDER BY version")]
         assert names == ["0001_initial", "0002_peaks", "0003_model_reorders", "0004_fused_overheads",
-                         "0005_contexts", "0006_queue_times", "0007_node_cost", "0008_repeat_time"]
+                         "0005_contexts", "0006_queue_times", "0007_node_cost", "0008_repeat_time",
+                         "0009_empty_time"]
         assert "context" in s.db["measurements"].columns_dict and s.db["context_measurements"].count == 0
-        assert {"host_s", "device_s", "device_warm_s", "node_s", "repeat_s"} <= set(s.db["context_measurements"].columns_dict)
+        assert {"host_s", "device_s", "device_warm_s", "node_s", "repeat_s", "empty_s"} <= set(
+            s.db["context_measurements"].columns_dict)
         assert s.overheads("old", "cfg", ["sig"]) == {} and s.reorder_price("old", "cfg") is None
 
 

@@ -320,3 +320,27 @@ def test_on_cuda_a_view_costs_its_host_and_never_waits_for_the_device() -> None:
     assert viewed.sequential_s == pytest.approx(floor + 10e-6 + len(others) * 20e-6)
     plain = estimate_decomposition(dec, cuda, config_id="c")
     assert viewed.sequential_s < plain.sequential_s
+
+
+def test_a_brick_pays_the_floor_of_its_own_moments() -> None:
+    """A brick timed while the floor stood 1 us above the run's (its ``empty_s``, the floor's
+    one-node model timed beside it, against ``floor_s + node_s``) counts 1 us less a layer, in the
+    estimate and the lower bound; one timed below it counts more in the estimate and never raises
+    the lower bound."""
+    from dataclasses import replace
+
+    dec = dlbricks.decompose(_models.resnet_like(blocks=2), batch_size=1)
+    node_s, layers = 0.2e-6, sum(dec.counts().values())
+    plain = {sig: replace(_measurement(sig, _fake_latency(b) + 2e-6), node_s=node_s) for sig, b in dec.bricks.items()}
+    base = estimate_decomposition(dec, plain, config_id="cfg")
+    slow = estimate_decomposition(dec, {s: replace(m, empty_s=2e-6 + node_s + 1e-6) for s, m in plain.items()},
+                                  config_id="cfg")
+    assert base.sequential_s - slow.sequential_s == pytest.approx(layers * 1e-6)
+    assert base.lower_bound_s - slow.lower_bound_s == pytest.approx(layers * 1e-6)
+    fast = estimate_decomposition(dec, {s: replace(m, empty_s=2e-6 + node_s - 0.5e-6) for s, m in plain.items()},
+                                  config_id="cfg")
+    assert fast.sequential_s - base.sequential_s == pytest.approx(layers * 0.5e-6)
+    assert fast.lower_bound_s == pytest.approx(base.lower_bound_s)
+    steady = estimate_decomposition(dec, {s: replace(m, empty_s=2e-6 + node_s) for s, m in plain.items()},
+                                    config_id="cfg")
+    assert steady.sequential_s == pytest.approx(base.sequential_s)

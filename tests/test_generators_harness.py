@@ -212,6 +212,53 @@ def test_prime_runs_untimed_before_every_timed_call() -> None:
     assert 200 <= len(timing.samples_s) <= 220
 
 
+class _PhasedPrepared:
+    """A brick whose machine switches phase every 7 calls of its own: fast, a call costs 3 us of
+    fixed cost and 1 us of work; slow, twice both. Its empty model (the floor's) pays the fixed
+    cost of the same phase."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.runs = 0
+
+    def _slow(self) -> bool:
+        return (self.runs // 7) % 3 != 0  # two slow phases in three
+
+    def run(self) -> None:
+        self.runs += 1
+        self.clock.advance((8 if self._slow() else 4) * US)
+
+    def empty(self) -> None:
+        self.clock.advance((6 if self._slow() else 3) * US)
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_floors_model_is_timed_after_each_sample_at_the_same_moment() -> None:
+    """Paired with the empty model's sample that follows it, each sample keeps its own work at its
+    phase: the median sample (8 us, slow) less ``empty_s`` is the median difference (2 us), where
+    the fast phase's floor (3 us) would leave 5 us."""
+    clock = FakeClock()
+    prepared = _PhasedPrepared(clock)
+    timing = time_calls(prepared, _budget(min_time=0.02, warmup_time=0.0, sample_time=1e-6, rel_ci=0.5), clock)
+    samples = np.asarray(timing.samples_s)
+    assert np.median(samples) == pytest.approx(8e-6)
+    assert timing.empty_s == pytest.approx(6e-6)
+    assert np.median(samples) - timing.empty_s == pytest.approx(2e-6)
+    plain = time_calls(_PrimedPrepared(clock), _budget(min_time=0.02, warmup_time=0.0, sample_time=1e-6), clock)
+    assert plain.empty_s is None
+
+
+def test_paired_empty_is_the_median_less_the_median_difference() -> None:
+    from dlbricks.generators._harness import paired_empty
+
+    samples = np.array([4e-6, 8e-6, 8e-6, 4e-6, 8e-6])
+    empties = np.array([3e-6, 6e-6, 6e-6, 3e-6, 6e-6])
+    assert paired_empty(samples, empties) == pytest.approx(8e-6 - 2e-6)
+    assert paired_empty(samples, np.full(5, 3e-6)) == pytest.approx(3e-6)  # a steady floor: itself
+
+
 def test_keep_samples_records_per_call_samples() -> None:
     clock, backend = _fake(itertools.cycle([10 * US, 12 * US]).__next__)
     m = measure(
