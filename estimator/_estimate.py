@@ -30,8 +30,8 @@ from ._predict import (
     LatencyPredictor,
     Prediction,
     computes_on_8bit,
-    floor_drift_s,
     conformal_quantile,
+    floor_drift_s,
     roofline_work,
 )
 from ._queue import QueueTimes, queue_critical_path, queue_latency

@@ -283,8 +283,8 @@ class OrtPrepared:
         self.previous = previous
         if previous is not None:  # what the harness runs untimed before each timed run
             self.prime: Any = previous.run
-        #: The floor's one-node model, prepared beside a brick on a CPU: the harness times it right
-        #: before and after the brick's samples (:func:`~dlbricks.generators._harness.time_empty`).
+        #: The floor's one-node model, prepared beside a brick on a CPU: the harness times it after
+        #: each of the brick's samples (:func:`~dlbricks.generators._harness.paired_empty`).
         self.empty_model = empty
         if empty is not None:
             self.empty: Any = empty.run
