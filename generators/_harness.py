@@ -30,7 +30,7 @@ MAX_INNER = 1_000_000
 CHECK_GROWTH = 0.1  # re-check the stopping rule after 10% more samples
 PLACEMENT_SHARE = 0.05  # of min_time, at most, for the untimed calls after buffer moves
 #: Calls of the empty model timed right after each sample of a brick (:func:`sample`).
-EMPTY_INNER = 20
+EMPTY_INNER = 5
 
 
 @dataclass(frozen=True, slots=True)
