@@ -276,7 +276,7 @@ _V9 = "\n".join(f"ALTER TABLE {table} ADD COLUMN empty_s REAL;"
 
 
 def _m0009_empty_time(db: sqlite_utils.Database) -> None:
-    """The floor's one-node model timed beside each brick, right before and after its samples
+    """The floor's one-node model timed after each sample of a brick, paired with them
     (``empty_s``): the per-call cost at the brick's own moments. None for rows measured before."""
     db.executescript(_V9)
 

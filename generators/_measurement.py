@@ -75,8 +75,8 @@ class Measurement:
     under the same configuration, which the estimator subtracts per brick; ``node_s`` the cost of one
     further node in that configuration (a chain's time per node), which a node doing no work of its
     own, such as a view, costs inside a model (None where the floor had no chain). ``empty_s`` is
-    the floor's one-node model timed beside the item, right before and right after its samples (None
-    where it was not): the per-call cost at the item's own moments, which the estimator sets against
+    the floor's one-node model timed after each of the item's samples, paired with them (None where
+    it was not): the per-call cost at the item's own moments, which the estimator sets against
     the run's floor (``floor_s + node_s``) to take the machine's drift out of a small brick's call.
 
     On CUDA a brick's measurement also holds the times of the launch queue (:data:`QUEUE_FIELDS`,
