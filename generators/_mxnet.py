@@ -31,6 +31,7 @@ from dlbricks._inputs import ar1_noise
 
 from ._config import ConfigBase
 from ._inputs import random_inputs, statistics_array, value_statistics
+from ._items import floor_model
 from ._ort import COLD_SPANS, cold_copies, cold_span_bytes
 from ._util import CPU_ENV, closed, last_core, one_line, prepare_previous, round_robin
 
@@ -250,14 +251,21 @@ class MxnetPrepared:
         Per input draw, the oneDNN-layout inputs to write again before each timed run: name ->
         (source, bound array). ``prime`` then also copies the sources of the executor that runs
         next into its bound inputs.
+    empty : MxnetPrepared or None
+        The floor's one-node model, prepared beside a brick on a CPU; its run is ``empty``, which the
+        harness times after each of the brick's samples
+        (:func:`~dlbricks.generators._harness.paired_empty`).
     """
 
     def __init__(self, executors: list[Any], keep: list[Any], previous: MxnetPrepared | None = None,
-                 written: Sequence[Mapping[str, tuple[Any, Any]]] = ()) -> None:
+                 written: Sequence[Mapping[str, tuple[Any, Any]]] = (), empty: MxnetPrepared | None = None) -> None:
         self.executors = executors
         self.copies = len(executors)
         self._keep = keep  # the bound arrays
         self.previous = previous
+        self.empty_model = empty
+        if empty is not None:
+            self.empty: Callable[[], object] = empty.run
         if not any(written):
             self.run: Callable[[], object] = round_robin([_one_run(e) for e in executors])
             if previous is not None:
@@ -293,6 +301,10 @@ class MxnetPrepared:
             self.previous = None
         if hasattr(self, "prime"):
             self.prime = closed
+        if self.empty_model is not None:
+            self.empty_model.close()
+            self.empty_model = None
+            self.empty = closed
 
 
 def _write_inputs(arrays: Mapping[str, tuple[Any, Any]]) -> None:
@@ -385,7 +397,8 @@ class MxnetBackend:
         }
 
     def prepare(self, model: onnx.ModelProto, config: Any) -> MxnetPrepared:
-        """Build the symbol, draw random inputs, bind executors once, run once.
+        """Build the symbol, draw random inputs, bind executors once, run once; beside a brick on a
+        CPU, the floor's one-node model too (``empty``), as the onnxruntime backend does.
 
         Raises
         ------
@@ -423,7 +436,8 @@ class MxnetBackend:
                     if built.input_layouts.get(k) == "onednn" and v is not arrays[k]}
                    for arrays, bound in zip(plain, inputs, strict=True)
                    ] if onednn and config.cache == "cold" and reorders_onednn_inputs(model) else []
-        return MxnetPrepared(executors, inputs, previous, written)
+        empty = self.prepare(floor_model(), config) if brick and config.context == "cpu" else None
+        return MxnetPrepared(executors, inputs, previous, written, empty)
 
 
 def _input_variants(arrays: Mapping[str, np.ndarray]) -> int:

@@ -417,6 +417,22 @@ def test_validate_per_brick_profiles_the_model_in_mxnet(tmp_path) -> None:  # ty
     assert fused.exit_code == 2 and "take granularity 'layer'" in fused.output
 
 
+def test_a_brick_is_timed_beside_the_floors_model(mobilenet: dlbricks.ModelGraph) -> None:
+    """On a CPU each sample of an MXNet brick is followed by a sample of the floor's one-node model
+    in the same worker (``empty_s``: the floor and a node at the brick's moments, above the
+    zero-node floor); a whole model has none, and the estimator takes the drift off the brick."""
+    from dlbricks.estimator import floor_drift_s
+
+    dec = dlbricks.decompose(mobilenet)
+    bricks = list(dec.bricks.values())[:3]
+    *measured, whole = list(benchmark([*bricks, mobilenet], backend="mxnet", config=MxnetConfig(),
+                                      budget=Budget.quick()))
+    assert all(m.ok for m in (*measured, whole)), [m.error for m in (*measured, whole) if not m.ok]
+    assert all(m.empty_s is not None and m.floor_s < m.empty_s < 20 * (m.floor_s + m.node_s) for m in measured)
+    assert all(floor_drift_s(m) == m.empty_s - m.floor_s - m.node_s for m in measured)
+    assert whole.empty_s is None
+
+
 def test_worker_reports_a_failed_brick() -> None:
     from dlbricks.model_zoo import build
 
