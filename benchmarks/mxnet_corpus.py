@@ -153,11 +153,28 @@ def _run(args: list[str]) -> tuple[str, float, float]:
     return text, usage.ru_maxrss * 1024.0, time.perf_counter() - start
 
 
-def base_rss() -> float:
-    """Peak resident memory (bytes) of a process that imports mxnet and dlbricks' command line."""
+def base_rss(python: str = sys.executable) -> float:
+    """Peak resident memory (bytes) of a process of ``python`` that imports mxnet and dlbricks'
+    command line: pass the interpreter the ``dlbricks`` command runs in (:func:`command_python`),
+    whose packages may differ (gluoncv's environment imports pandas with them)."""
     code = ("import os; os.environ.setdefault('MXNET_SUBGRAPH_BACKEND', 'NONE'); "
             "import mxnet, dlbricks, dlbricks.cli")
-    return _run([sys.executable, "-c", code])[1]
+    return _run([python, "-c", code])[1]
+
+
+def command_python(command: list[str]) -> str:
+    """The Python interpreter that ``command`` (:func:`dlbricks_command`) runs: its script's
+    ``#!`` line, or the command's own first word when that is a Python."""
+    first = Path(command[0])
+    try:
+        line = first.read_bytes().split(b"\n", 1)[0]
+    except OSError:
+        return command[0]
+    if line.startswith(b"#!"):
+        interpreter = line[2:].decode().split()
+        if interpreter and Path(interpreter[0]).name.startswith("python"):
+            return interpreter[0]
+    return command[0] if first.name.startswith("python") else sys.executable
 
 
 def _number(text: str) -> float | None:
@@ -261,7 +278,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
         exe = dlbricks_command()
         if not db.exists():
             _run([*exe, "calibrate", "--db", str(db)])  # peaks for the roofline
-        base = base_rss() / 1e6
+        base = base_rss(command_python(dlbricks_command())) / 1e6
         print(f"a process importing mxnet and dlbricks peaks at {base:.0f} MB", flush=True)
         rows = []
         for name in names:

@@ -70,3 +70,15 @@ def test_the_validate_table_is_read_back() -> None:
     got = _corpus().parse_validate(text)
     assert got == {"measured_ms": 1.0, "estimate_ms": 1.05, "error": 0.05, "lower_bound_ms": 0.9,
                    "roofline_ms": None, "bounds_hold": True}
+
+
+def test_the_memory_base_is_taken_in_the_python_the_command_runs(tmp_path: Path) -> None:
+    """A ``dlbricks`` script of another environment names its interpreter on its ``#!`` line; the
+    base process must run there, not in the corpus script's own Python (whose packages differ)."""
+    corpus = _corpus()
+    script = tmp_path / "dlbricks"
+    script.write_text("#!/opt/other-env/bin/python3.11\nimport sys\n")
+    assert corpus.command_python([str(script)]) == "/opt/other-env/bin/python3.11"
+    assert corpus.command_python([sys.executable, "-m", "dlbricks"]) == sys.executable
+    assert corpus.base_rss(sys.executable) > 50e6  # mxnet imported: tens of MB at least
+
