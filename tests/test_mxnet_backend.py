@@ -419,8 +419,8 @@ def test_validate_per_brick_profiles_the_model_in_mxnet(tmp_path) -> None:  # ty
 
 def test_a_brick_is_timed_beside_the_floors_model(mobilenet: dlbricks.ModelGraph) -> None:
     """On a CPU each sample of an MXNet brick is followed by a sample of the floor's one-node model
-    in the same worker (``empty_s``: the floor and a node at the brick's moments, above the
-    zero-node floor); a whole model has none, and the estimator takes the drift off the brick."""
+    in the same worker (``empty_s``: the floor and a node at the brick's moments); a whole model has
+    none, and the estimator takes the drift off the brick."""
     from dlbricks.estimator import floor_drift_s
 
     dec = dlbricks.decompose(mobilenet)
@@ -428,7 +428,10 @@ def test_a_brick_is_timed_beside_the_floors_model(mobilenet: dlbricks.ModelGraph
     *measured, whole = list(benchmark([*bricks, mobilenet], backend="mxnet", config=MxnetConfig(),
                                       budget=Budget.quick()))
     assert all(m.ok for m in (*measured, whole)), [m.error for m in (*measured, whole) if not m.ok]
-    assert all(m.empty_s is not None and m.floor_s < m.empty_s < 20 * (m.floor_s + m.node_s) for m in measured)
+    # the empty model's time at the brick's moments: about the calibrated floor and a node, which a
+    # swinging machine may have calibrated in a slower or a faster phase
+    assert all(m.empty_s is not None and 0.5 * (m.floor_s + m.node_s) < m.empty_s < 20 * (m.floor_s + m.node_s)
+               for m in measured), [(m.empty_s, m.floor_s, m.node_s) for m in measured]
     assert all(floor_drift_s(m) == m.empty_s - m.floor_s - m.node_s for m in measured)
     assert whole.empty_s is None
 
