@@ -18,6 +18,7 @@ import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from importlib import metadata
 from types import ModuleType
 from typing import Any, ClassVar
@@ -396,9 +397,10 @@ class MxnetBackend:
             "config_id": config.config_id,
         }
 
-    def prepare(self, model: onnx.ModelProto, config: Any) -> MxnetPrepared:
-        """Build the symbol, draw random inputs, bind executors once, run once; beside a brick on a
-        CPU, the floor's one-node model too (``empty``), as the onnxruntime backend does.
+    def prepare(self, model: onnx.ModelProto, config: Any, *, timed: bool = True) -> MxnetPrepared:
+        """Build the symbol, draw random inputs, bind executors once, run once; beside a brick that
+        will be ``timed`` on a CPU, the floor's one-node model too (``empty``), as the onnxruntime
+        backend does. The brick before a brick is prepared untimed: it only runs before each timed run.
 
         Raises
         ------
@@ -431,12 +433,12 @@ class MxnetBackend:
                           for i in range(1, copies)]
         previous = None
         if brick and config.cache == "cold" and config.previous_layer:
-            previous = prepare_previous(self.prepare, before, config)
+            previous = prepare_previous(partial(self.prepare, timed=False), before, config)
         written = [{k: (_to_onednn(mx, arrays[k]), v) for k, v in bound.items()
                     if built.input_layouts.get(k) == "onednn" and v is not arrays[k]}
                    for arrays, bound in zip(plain, inputs, strict=True)
                    ] if onednn and config.cache == "cold" and reorders_onednn_inputs(model) else []
-        empty = self.prepare(floor_model(), config) if brick and config.context == "cpu" else None
+        empty = self.prepare(floor_model(), config) if timed and brick and config.context == "cpu" else None
         return MxnetPrepared(executors, inputs, previous, written, empty)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+from functools import partial
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -502,8 +503,10 @@ class OrtBackend:
         cost = calibrate_reorder(config)
         return cost.sizes, cost.seconds_per_byte
 
-    def prepare(self, model: onnx.ModelProto, config: Any) -> OrtPrepared:
-        """Build the session, draw random inputs, bind inputs and outputs once on the device.
+    def prepare(self, model: onnx.ModelProto, config: Any, *, timed: bool = True) -> OrtPrepared:
+        """Build the session, draw random inputs, bind inputs and outputs once on the device; beside a
+        brick that will be ``timed`` on a CPU, the floor's one-node model too (``empty``). The brick
+        before a brick is prepared untimed: it only runs before each timed run.
 
         Raises
         ------
@@ -534,8 +537,8 @@ class OrtBackend:
             sessions += [_make_session(ort, model, config, shared_arena=shared, data=data) for _ in range(copies - 1)]
         previous = None
         if config.cache in ("cold", "cold-weights") and config.previous_layer and _is_brick(model):
-            previous = prepare_previous(self.prepare, before, config)
-        empty = self.prepare(floor_model(), config) if config.device == "cpu" and _is_brick(model) else None
+            previous = prepare_previous(partial(self.prepare, timed=False), before, config)
+        empty = self.prepare(floor_model(), config) if timed and config.device == "cpu" and _is_brick(model) else None
         keep = model if config.device == "cuda" and _is_brick(model) else None
         return OrtPrepared(ort, sessions, inputs, first, config, previous, weight_bytes(model), keep, empty)
 

@@ -522,3 +522,19 @@ def test_a_brick_is_timed_beside_the_floors_model_and_a_whole_model_is_not() -> 
     assert all(m.empty_s is not None and 0.5 * (m.floor_s + m.node_s) < m.empty_s < 20 * (m.floor_s + m.node_s)
                for m in measured), [(m.empty_s, m.floor_s, m.node_s) for m in measured]
     assert whole.empty_s is None
+
+
+def test_only_the_timed_brick_gets_the_floors_model_not_the_brick_before_it() -> None:
+    """The brick before a brick only runs untimed before each timed run: it is prepared without the
+    floor's model beside it."""
+    from dlbricks.generators._ort import OrtBackend
+    from tests import _models
+
+    dec = dlbricks.decompose(_models.resnet_like(blocks=1), batch_size=1)
+    brick = next(dec.in_context(o.signature).to_onnx() for o in dec.occurrences[1:])
+    prepared = OrtBackend().prepare(brick, OrtConfig())
+    try:
+        assert prepared.previous is not None and prepared.empty_model is not None
+        assert prepared.previous.empty_model is None and not hasattr(prepared.previous, "empty")
+    finally:
+        prepared.close()

@@ -81,4 +81,3 @@ def test_the_memory_base_is_taken_in_the_python_the_command_runs(tmp_path: Path)
     assert corpus.command_python([str(script)]) == "/opt/other-env/bin/python3.11"
     assert corpus.command_python([sys.executable, "-m", "dlbricks"]) == sys.executable
     assert corpus.base_rss(sys.executable) > 50e6  # mxnet imported: tens of MB at least
-
