@@ -105,6 +105,11 @@ class Decomposition:
         of dead tensors."""
         return self._weight_bytes(self.occurrences) + self._activation_peak()
 
+    def weight_bytes(self) -> int:
+        """Bytes of weights one run of the model reads: every occurrence's constants, weights that
+        an earlier occurrence read already counted once (the weight side of :meth:`footprint_bytes`)."""
+        return self._weight_bytes(self.occurrences)
+
     def reuse_bytes(self, signature: str) -> int:
         """The reuse distance of ``signature``'s first occurrence: the bytes touched between two
         reads of its weights in the model run again and again. Where another occurrence reads the

@@ -188,6 +188,19 @@ def last_level_cache(store: Any, system: Any) -> int | None:
     return None
 
 
+def cache_capacity(store: Any, system: Any) -> int | None:
+    """Bytes of data the caches of ``system`` (a ``SystemInfo``, or a fingerprint stored in
+    ``store``) hold at most: every data or unified level summed (a victim cache holds lines the
+    level above does not), or None where they are not known."""
+    sizes = getattr(system, "cache_bytes", None)
+    if sizes is None:
+        fingerprint = getattr(system, "fingerprint", system)
+        record = next((r for r in getattr(store, "systems", lambda: [])() if r.fingerprint == fingerprint), None)
+        sizes = tuple(((record.details or {}).get("cache_bytes") or {}).items()) if record else ()
+    total = sum(size for name, size in sizes if not name.endswith("i"))
+    return total or None
+
+
 def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = None,
              config: OrtConfig | None = None, granularity: str = "layer", on_missing: str = "error",
              budget: Budget | None = None, peaks: Peaks | None = None, launch_queue: bool = True,
@@ -285,6 +298,8 @@ def _estimate_decomposition(dec: Decomposition, store: Store, system: Any, cfg: 
         peaks = store_peaks(store, system, peaks_key(cfg))
     predictor = (_predictor(store, system, cfg.config_id, peaks) if missing and on_missing == "predict"
                  else None)
+    if peaks is not None and ":" not in peaks_key(cfg):  # a CPU's caches keep a small model's weights
+        peaks = peaks.for_model(dec.weight_bytes(), cache_capacity(store, system))
     if on_missing == "measure" and (missing or other_contexts(store, dec, system, cfg)):
         measure([dec.bricks[s] for s in missing])  # first: at fused:all their overheads are stored with them
     overhead, extra = _reorder_costs(dec, cfg, store, system, measured)

@@ -80,6 +80,19 @@ class Peaks:
     flops_per_s: float
     bytes_per_s: float
     int_ops_per_s: float | None = None
+    #: The share of each brick's weight bytes that must come from memory in a run of its model
+    #: (:meth:`for_model`); 1.0, every weight from memory, unless a model's weights fit the caches.
+    weight_share: float = 1.0
+
+    def for_model(self, weight_bytes: int, cache_bytes: int | None) -> Peaks:
+        """These peaks for a model that reads ``weight_bytes`` of weights a run on a machine whose
+        caches hold ``cache_bytes``: run after run, at best the caches keep ``cache_bytes`` of
+        them, so at least ``weight_bytes - cache_bytes`` come from memory, charged to each brick
+        in proportion (``weight_share``). A model whose weights fit the caches is bounded by its
+        arithmetic alone. Unknown caches (None) leave every weight to memory."""
+        if cache_bytes is None or weight_bytes <= 0:
+            return replace(self, weight_share=1.0)
+        return replace(self, weight_share=max(weight_bytes - cache_bytes, 0) / weight_bytes)
 
     def compute_peak(self, brick: Brick) -> float:
         """The peak that bounds ``brick``'s arithmetic: the float one, or for a brick computing on
@@ -95,11 +108,12 @@ class Peaks:
         and so are activations on the memory side: inside a model they live in the cache
         (MXNet's memory pool is 6-13 MB for the Gluon zoo; onnxruntime's arena reuses its
         buffers), and a layer moving them runs faster than the stream bandwidth (MobileNet's
-        ReLUs: 3-5x). Weights come from memory: each layer meets its own once per run. The peak
+        ReLUs: 3-5x). Weights come from memory, each layer meeting its own once per run, but for
+        the share that the caches can keep from one run to the next (:meth:`for_model`). The peak
         ops/s is :meth:`compute_peak`.
         """
         flops, weight_bytes = _roofline_work(brick)
-        return max(flops / self.compute_peak(brick), weight_bytes / self.bytes_per_s)
+        return max(flops / self.compute_peak(brick), self.weight_share * weight_bytes / self.bytes_per_s)
 
 
 _roofline_work = roofline_work
@@ -455,8 +469,8 @@ def _reached(peaks: Peaks, dec: Decomposition, fastest: Mapping[str, float], pre
             integer = max(integer, work / seconds)
         else:
             flops = max(flops, work / seconds)
-        bandwidth = max(bandwidth, weight_bytes / seconds)
-    return Peaks(flops, bandwidth, integer)
+        bandwidth = max(bandwidth, peaks.weight_share * weight_bytes / seconds)
+    return Peaks(flops, bandwidth, integer, peaks.weight_share)
 
 
 def _lower_bounds(dec: Decomposition, alternatives: Mapping[str, Sequence[Measurement]],

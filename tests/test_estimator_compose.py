@@ -344,3 +344,53 @@ def test_a_brick_pays_the_floor_of_its_own_moments() -> None:
     steady = estimate_decomposition(dec, {s: replace(m, empty_s=2e-6 + node_s) for s, m in plain.items()},
                                     config_id="cfg")
     assert steady.sequential_s == pytest.approx(base.sequential_s)
+
+
+def test_the_roofline_charges_only_the_weights_that_the_caches_cannot_keep() -> None:
+    """A model run again and again finds its weights in the caches where they fit: its roofline
+    keeps the arithmetic and charges memory only for the weights beyond the caches' capacity."""
+    dec = dlbricks.decompose(_models.resnet_like(blocks=2), batch_size=1)
+    weights = dec.weight_bytes()
+    assert 0 < weights <= dec.footprint_bytes()
+    memory_bound = Peaks(flops_per_s=1e30, bytes_per_s=1e9)
+    ms = {sig: _measurement(sig, _fake_latency(b)) for sig, b in dec.bricks.items()}
+
+    def roofline(peaks: Peaks) -> float:
+        est = estimate_decomposition(dec, ms, config_id="cfg", peaks=peaks)
+        assert est.roofline_s is not None
+        return est.roofline_s
+
+    every = roofline(memory_bound)
+    assert every == pytest.approx(sum(dec.counts()[s] * b.constant_bytes for s, b in dec.bricks.items()) / 1e9,
+                                  rel=1e-6)
+    assert memory_bound.for_model(weights, None) == memory_bound  # caches unknown: every weight
+    assert roofline(memory_bound.for_model(weights, weights)) == pytest.approx(0.0, abs=1e-12)
+    quarter = memory_bound.for_model(4 * weights, 3 * weights)
+    assert quarter.weight_share == pytest.approx(0.25)
+    assert roofline(quarter) == pytest.approx(every / 4, rel=1e-6)
+
+
+def test_an_estimate_of_a_model_that_fits_the_caches_has_no_memory_side(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Through the library, a system with 1.5 MiB of data caches: a small model's weights fit
+    them, so its roofline is its arithmetic alone, below the bricks' fastest runs."""
+    from dataclasses import replace
+
+    from dlbricks.benchmarks_db import Store
+    from dlbricks.estimator import cache_capacity, estimate
+    from dlbricks.generators import collect_system_info
+    from tests.test_db_support import measurement
+
+    dec = dlbricks.decompose(dlbricks.load_model(_models.transformer_layer(), batch_size=1, name="t"))
+    system = replace(collect_system_info(), cache_bytes=(("L1d", 1 << 19), ("L1i", 1 << 19), ("L2", 1 << 20)))
+    capacity = cache_capacity(None, system)
+    assert capacity == 3 << 19 and dec.weight_bytes() < capacity  # instruction caches hold no weights
+    with Store(tmp_path / "t.db") as store:
+        store.add_decomposition(dec)
+        for sig in dec.bricks:
+            store.record(measurement(sig, median=1e-5), system)
+        assert cache_capacity(store, system.fingerprint) == capacity  # a stored system's, by fingerprint
+        memory_bound = Peaks(flops_per_s=1e30, bytes_per_s=1e6)
+        est = estimate(dec, store, system=system, peaks=memory_bound)
+    assert est.roofline_s is not None and est.roofline_s < 1e-9 < est.lower_bound_s
+    assert estimate_decomposition(dec, {s: measurement(s, median=1e-5) for s in dec.bricks}, config_id="c",
+                                  peaks=memory_bound).roofline_s > est.lower_bound_s  # every weight from memory

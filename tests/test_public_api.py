@@ -31,7 +31,7 @@ ESTIMATOR = {
     "LatencyPredictor", "MissingBrick", "ON_MISSING", "OpModel", "Peaks", "Plan", "Prediction", "Validation",
     "calibrate_peaks", "combined_halfwidth", "critical_path", "estimate", "estimate_decomposition", "evaluate",
     "in_model_times", "measure_whole", "open_store", "plan", "plan_decomposition", "sequential", "validate",
-    "estimate_sweep", "validate_sweep", "SweepShape", "SweepPoint", "last_level_cache", "memory_rate", "matvec_rates",
+    "estimate_sweep", "validate_sweep", "SweepShape", "SweepPoint", "last_level_cache", "cache_capacity", "memory_rate", "matvec_rates",
     "merge_peaks",
     "QueueTimes", "queue_latency", "queue_critical_path", "issue_time",
     "COMPOSITION_NEIGHBOURS", "CompositionReference", "composition_error", "composition_references",
