@@ -6,9 +6,9 @@ of bricks never measured, and estimates with uncertainty, coverage and a per-bri
 
 from ._api import (
     Validation,
+    cache_capacity,
     composition_references,
     estimate,
-    cache_capacity,
     last_level_cache,
     matvec_rates,
     memory_rate,

@@ -174,31 +174,28 @@ def matvec_rates(store: Any, system: Any) -> tuple[tuple[int, float], ...]:
     return tuple(sorted(best.items()))
 
 
+def _cache_sizes(store: Any, system: Any) -> tuple[tuple[str, int], ...]:
+    """``(level, bytes)`` of the caches of ``system`` (a ``SystemInfo``, or a fingerprint stored in
+    ``store``); empty where they are not known."""
+    sizes = getattr(system, "cache_bytes", None)
+    if sizes is not None:
+        return tuple(sizes)
+    fingerprint = getattr(system, "fingerprint", system)
+    record = next((r for r in getattr(store, "systems", lambda: [])() if r.fingerprint == fingerprint), None)
+    return tuple(((record.details or {}).get("cache_bytes") or {}).items()) if record else ()
+
+
 def last_level_cache(store: Any, system: Any) -> int | None:
     """Bytes of the largest cache of ``system`` (a ``SystemInfo``, or a fingerprint stored in
     ``store``), or None where it is not known."""
-    sizes = getattr(system, "cache_bytes", None)
-    if sizes is not None:
-        return max((size for _, size in sizes), default=None)
-    fingerprint = getattr(system, "fingerprint", system)
-    for record in getattr(store, "systems", lambda: [])():
-        if record.fingerprint == fingerprint:
-            found = (record.details or {}).get("cache_bytes") or {}
-            return max(found.values(), default=None)
-    return None
+    return max((size for _, size in _cache_sizes(store, system)), default=None)
 
 
 def cache_capacity(store: Any, system: Any) -> int | None:
     """Bytes of data the caches of ``system`` (a ``SystemInfo``, or a fingerprint stored in
     ``store``) hold at most: every data or unified level summed (a victim cache holds lines the
     level above does not), or None where they are not known."""
-    sizes = getattr(system, "cache_bytes", None)
-    if sizes is None:
-        fingerprint = getattr(system, "fingerprint", system)
-        record = next((r for r in getattr(store, "systems", lambda: [])() if r.fingerprint == fingerprint), None)
-        sizes = tuple(((record.details or {}).get("cache_bytes") or {}).items()) if record else ()
-    total = sum(size for name, size in sizes if not name.endswith("i"))
-    return total or None
+    return sum(size for name, size in _cache_sizes(store, system) if not name.endswith("i")) or None
 
 
 def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = None,

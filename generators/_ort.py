@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import math
-from functools import partial
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -537,7 +536,7 @@ class OrtBackend:
             sessions += [_make_session(ort, model, config, shared_arena=shared, data=data) for _ in range(copies - 1)]
         previous = None
         if config.cache in ("cold", "cold-weights") and config.previous_layer and _is_brick(model):
-            previous = prepare_previous(partial(self.prepare, timed=False), before, config)
+            previous = prepare_previous(functools.partial(self.prepare, timed=False), before, config)
         empty = self.prepare(floor_model(), config) if timed and config.device == "cpu" and _is_brick(model) else None
         keep = model if config.device == "cuda" and _is_brick(model) else None
         return OrtPrepared(ort, sessions, inputs, first, config, previous, weight_bytes(model), keep, empty)
