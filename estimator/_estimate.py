@@ -135,7 +135,7 @@ class BrickContribution:
     share: float  # of the sequential estimate
     source: str  # "measured" | "predicted"
     halfwidth_s: float  # CI half-width of one occurrence
-    lower_bound_s: float | None  # fastest measured configuration, one occurrence (floor-corrected)
+    lower_bound_s: float | None  # fastest measured, floor-corrected, one occurrence; at least the roofline
     roofline_s: float | None
     low_s: float | None = None  # interval of one occurrence (measured: its CI; predicted: conformal)
     high_s: float | None = None
@@ -363,9 +363,10 @@ def _compose(dec: Decomposition, latency: Mapping[str, float], halfwidth: Mappin
         fastest = _bounds(dec, latency, alternatives, floor_s, overhead, launch_queue, views)[1][2]
         peaks = _reached(peaks, dec, fastest, predicted_set)
         roof = {sig: peaks.roofline_s(b) for sig, b in dec.bricks.items()}
+        latency = {sig: max(t, roof[sig]) for sig, t in latency.items()}  # as in _at_least
     predictions = {sig: _above(p, roof[sig]) if roof else p for sig, p in predictions.items()}
     latency.update({sig: p.seconds for sig, p in predictions.items()})
-    (seq, par), lower = _bounds(dec, latency, alternatives, floor_s, overhead, launch_queue, views)
+    (seq, par), lower = _bounds(dec, latency, alternatives, floor_s, overhead, launch_queue, views, roof)
     counts = dec.counts()
     down, up = _with_composition(seq, *_interval(counts, halfwidth, predictions), composition_error)
     total_work = seq - floor_s
@@ -475,30 +476,45 @@ def _reached(peaks: Peaks, dec: Decomposition, fastest: Mapping[str, float], pre
 
 def _lower_bounds(dec: Decomposition, alternatives: Mapping[str, Sequence[Measurement]],
                   latency: Mapping[str, float], floor_s: float, overhead: Mapping[str, float],
+                  roof: Mapping[str, float],
                   ) -> tuple[float, float, dict[str, float]]:
     """Sequential and parallel lower bounds: every brick at its fastest measured configuration
-    (its minimum over samples and configurations); predicted bricks count at their prediction."""
+    (its minimum over samples and configurations); predicted bricks count at their prediction.
+    No brick counts below its roofline (``roof``; see :func:`_at_least`)."""
     fastest: dict[str, float] = {}
     for sig in dec.bricks:
         value = _fastest(alternatives.get(sig, ()))
         if value is not None:
             value = max(value - overhead.get(sig, 0.0), 0.0)
         fastest[sig] = min(value, latency[sig]) if value is not None else latency[sig]
+    return _at_least(dec, fastest, roof, floor_s)
+
+
+def _at_least(dec: Decomposition, fastest: dict[str, float], roof: Mapping[str, float],
+              floor_s: float) -> tuple[float, float, dict[str, float]]:
+    """Sequential and parallel lower bounds of bricks at ``fastest``, each held at or above its
+    roofline: both bound the brick's time, so their maximum does too. A floor-corrected time under
+    the roofline is the floor correction's error (a microsecond MatMul, its share of the per-call
+    floor taken off, can come out faster than its arithmetic at the machine's peak)."""
+    fastest = {sig: max(t, roof.get(sig, 0.0)) for sig, t in fastest.items()}
     node = {o.index: fastest[o.signature] + floor_s for o in dec.occurrences}
     return sequential(dec.dag, node, floor_s), critical_path(dec.dag, node, floor_s), fastest
 
 
 def _bounds(dec: Decomposition, latency: Mapping[str, float], alternatives: Mapping[str, Sequence[Measurement]],
             floor_s: float, overhead: Mapping[str, float], launch_queue: bool, views: Collection[str] = (),
+            roof: Mapping[str, float] | None = None,
             ) -> tuple[tuple[float, float], tuple[float, float, dict[str, float]]]:
     """The (sequential, parallel) estimates and the lower bounds with each brick's fastest time:
-    through the launch queue where the bricks have its times (and ``launch_queue``), else summed."""
+    through the launch queue where the bricks have its times (and ``launch_queue``), else summed.
+    With ``roof``, each brick's rooflines, no brick's fastest time counts below its roofline."""
+    roof = roof or {}
     queue = _queue_times(dec, latency, alternatives, views) if launch_queue else None
     if queue is not None:
-        return _queued(dec, queue, floor_s), _queued_lower_bounds(dec, queue, alternatives, floor_s)
+        return _queued(dec, queue, floor_s), _queued_lower_bounds(dec, queue, alternatives, floor_s, roof)
     node_latency = {o.index: latency[o.signature] + floor_s for o in dec.occurrences}
     estimates = sequential(dec.dag, node_latency, floor_s), critical_path(dec.dag, node_latency, floor_s)
-    return estimates, _lower_bounds(dec, alternatives, latency, floor_s, overhead)
+    return estimates, _lower_bounds(dec, alternatives, latency, floor_s, overhead, roof)
 
 
 def _queue_times(dec: Decomposition, latency: Mapping[str, float],
@@ -560,16 +576,16 @@ def _queued(dec: Decomposition, queue: Mapping[str, QueueTimes], floor_s: float)
 
 def _queued_lower_bounds(dec: Decomposition, queue: Mapping[str, QueueTimes],
                          alternatives: Mapping[str, Sequence[Measurement]], floor_s: float,
-                         ) -> tuple[float, float, dict[str, float]]:
+                         roof: Mapping[str, float]) -> tuple[float, float, dict[str, float]]:
     """Benanza's lower bound through the launch queue: every kernel at its fastest measured device
     time (a run after itself, in any configuration measured), none waiting for its host; a blocking
-    brick at its queue time. Sequential (one stream) and parallel (the DAG's critical path)."""
+    brick at its queue time; none below its roofline (``roof``). Sequential (one stream) and
+    parallel (the DAG's critical path)."""
     fastest: dict[str, float] = {}
     for sig, t in queue.items():
         devices = [d for m in alternatives.get(sig, ()) for d in (m.device_warm_s, m.device_s) if d is not None]
         fastest[sig] = t.host_s + t.device_s if t.blocking else min([t.device_s, *devices])
-    node = {o.index: fastest[o.signature] + floor_s for o in dec.occurrences}
-    return sequential(dec.dag, node, floor_s), critical_path(dec.dag, node, floor_s), fastest
+    return _at_least(dec, fastest, roof, floor_s)
 
 
 # ------------------------------------------------------------------------------------------ planning

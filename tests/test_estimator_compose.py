@@ -183,6 +183,20 @@ def test_roofline_peaks_rise_to_what_the_bricks_reached() -> None:
     assert naive > est.lower_bound_s  # the calibrated peaks alone would break the bound
 
 
+def test_no_brick_counts_below_its_roofline_in_the_lower_bound() -> None:
+    """Microsecond bricks whose floor-corrected times came out faster than their arithmetic at
+    the peak (too small to raise the peaks) count at their roofline in the lower bound."""
+    dec = dlbricks.decompose(_models.transformer_layer(seq=32, hidden=64), batch_size=1)
+    floor = 2e-6
+    ms = {sig: _measurement(sig, floor + 1e-12 * (b.flops or 0) + 1e-8) for sig, b in dec.bricks.items()}
+    peaks = Peaks(flops_per_s=1e11, bytes_per_s=1e30)  # ten times slower than the corrected times
+    est = estimate_decomposition(dec, ms, config_id="cfg", peaks=peaks)
+    assert est.roofline_s is not None and 0 < est.roofline_s <= est.lower_bound_s - est.floor_s
+    held = [c for c in est.breakdown if c.roofline_s and c.roofline_s > 1e-9]
+    assert held and all(c.lower_bound_s == pytest.approx(c.roofline_s) for c in held)
+    assert all(c.lower_bound_s is not None and c.lower_bound_s <= c.latency_s * (1 + 1e-9) for c in est.breakdown)
+
+
 def test_views_count_nothing_beyond_the_floor() -> None:
     """A brick that onnxruntime runs inside a model as a view of its input (Reshape, Flatten...)
     moves no data there; its own measured time is a copy into an output of its own, so it counts
