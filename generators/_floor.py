@@ -9,22 +9,30 @@ of :data:`CHAIN_NODES` are measured with the same harness and budget as the bric
 the one-node time less the chain's time per further node (onnxruntime, one thread: 1.7 us for one
 node, 0.16 us per further node; exploratory). Subtracting the one-node time instead left out 0.16 us
 per layer of every model, 0.3-1.2% of small CNNs with hundreds of layers.
+
+The chain is timed with the one-node model beside it, a sample of each in turn (the harness's
+``empty``): timed apart, the two met different moments of a machine whose speed swings, and a further
+node came out at 0.3-0.9 us. Their paired ratio gives a further node's cost as a share of the
+one-node call, scaled to the one-node model's own measurement, so that the floor and the node cost
+describe one moment.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ._budget import Budget
-from ._harness import Clock, Timing, measure_model
+from ._harness import Clock, Timing, measure_model, measure_prepared
 from ._items import FLOOR_KEY, floor_model
 from ._measurement import Measurement
 from ._protocols import Backend, BackendConfig
 from ._registry import get_backend
 
-__all__ = ["measure_floor", "zero_node_floor", "node_cost", "CHAIN_NODES"]
+__all__ = ["measure_floor", "node_cost", "CHAIN_NODES"]
 
 #: Nodes of the chain whose time, against the one-node model's, gives the cost of a further node.
 CHAIN_NODES = 33
@@ -56,31 +64,50 @@ def measure_floor(
     -------
     Measurement or tuple of (Measurement, Timing)
         The one-node model's measurement, keyed ``"dlbricks.floor:identity-float32-1"``; its
-        ``floor_s`` is the floor extrapolated to no node (:func:`zero_node_floor`), or its own
-        median if the chain could not be measured; its ``node_s`` the chain's time per further node
-        (:func:`node_cost`), None without the chain.
+        ``floor_s`` is the floor extrapolated to no node, its median less ``node_s``, or its own
+        median if the chain could not be measured; its ``node_s`` the cost of a further node
+        (:func:`node_cost`) from the chain and the one-node model timed beside it, scaled to this
+        measurement's median, None without the chain.
     """
     backend_obj = get_backend(backend) if isinstance(backend, str) else backend
     config = backend_obj.default_config() if config is None else config
     budget = Budget() if budget is None else budget
     backend_obj.check(config)
     measurement, timing = measure_model(floor_model(), FLOOR_KEY, backend_obj, config, budget, clock=clock)
-    chain, _ = measure_model(floor_model(CHAIN_NODES), FLOOR_KEY, backend_obj, config, budget, clock=clock)
+    chain = _chain_beside_one_node(backend_obj, config, budget, clock)
     floor, node = measurement.median_s, None
-    if measurement.ok and chain.ok and floor is not None and chain.median_s is not None:
-        floor, node = zero_node_floor(floor, chain.median_s, CHAIN_NODES), node_cost(floor, chain.median_s, CHAIN_NODES)
+    if measurement.ok and floor is not None and chain.ok and chain.median_s is not None and chain.empty_s is not None:
+        node = node_cost(chain.empty_s, chain.median_s, CHAIN_NODES) * floor / chain.empty_s
+        floor = max(floor - node, 0.0)
     measurement = dataclasses.replace(measurement, floor_s=floor, node_s=node)
     result: tuple[Measurement, Timing] = (measurement, timing)
     return result if details else measurement
+
+
+class _Beside:
+    """A prepared model with another's ``run`` as the harness's ``empty``: timed after each of its
+    samples (:func:`~dlbricks.generators._harness.paired_empty`)."""
+
+    def __init__(self, prepared: Any, empty: Callable[[], object]) -> None:
+        self._prepared = prepared
+        self.empty = empty
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._prepared, name)
+
+
+def _chain_beside_one_node(backend: Backend, config: BackendConfig, budget: Budget, clock: Clock) -> Measurement:
+    """The chain of :data:`CHAIN_NODES` nodes timed with the one-node model beside it: its
+    ``empty_s`` is the one-node model's time at the chain's own moments."""
+    with contextlib.ExitStack() as stack:
+        chain = backend.prepare(floor_model(CHAIN_NODES), config)
+        stack.callback(chain.close)
+        one = backend.prepare(floor_model(), config)
+        stack.callback(one.close)
+        return measure_prepared(_Beside(chain, one.run), FLOOR_KEY, backend.name, config, budget, clock=clock)[0]
 
 
 def node_cost(one_node_s: float, chain_s: float, nodes: int) -> float:
     """The time of one further node of a model run, from a one-node call and a chain of ``nodes``
     nodes: the chain's time per further node (at least 0)."""
     return max(chain_s - one_node_s, 0.0) / (nodes - 1)
-
-
-def zero_node_floor(one_node_s: float, chain_s: float, nodes: int) -> float:
-    """The time of a call with no node, from a one-node call and a chain of ``nodes`` nodes: the
-    one-node time less the chain's time per further node (at least 0)."""
-    return max(one_node_s - node_cost(one_node_s, chain_s, nodes), 0.0)

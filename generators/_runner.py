@@ -131,7 +131,7 @@ class _Worker:
         self._stderr.close()
 
 
-#: Seconds between two floor calibrations of a Runner (the lowest is kept).
+#: Seconds between two floor calibrations of a Runner (the fastest is kept).
 FLOOR_REFRESH_S = 60.0
 
 
@@ -173,7 +173,7 @@ class Runner:
         Keep the raw per-call samples in each measurement.
     floor : bool, default True
         Calibrate the floor before the first item and again every :data:`FLOOR_REFRESH_S` seconds,
-        keeping the lowest, and record it in every measurement.
+        keeping the fastest, and record it in every measurement.
     keep_bytes : int, default 2 GiB
         Bytes of prepared items the worker keeps between measurements (0: none): an item measured
         again is timed without being prepared again (see :mod:`dlbricks.generators._cache`).
@@ -257,7 +257,7 @@ class Runner:
 
     def floor(self) -> Measurement:
         """The floor measurement of this configuration: calibrated before the first item, again
-        every :data:`FLOOR_REFRESH_S` seconds, the lowest kept.
+        every :data:`FLOOR_REFRESH_S` seconds, the one whose one-node model ran fastest kept.
 
         The floor is a constant cost per call that the machine's noise only adds to, and every
         brick's estimate subtracts it: one calibration in a noisy moment (17.6 us against 7.1 us
@@ -268,7 +268,7 @@ class Runner:
             payload = {"backend": self.backend_name, "config": self.config, "budget": self.budget}
             floor, _ = self._request(FLOOR_KEY, "floor", payload)
             self._floor_at = time.monotonic()
-            if self._floor is None or (floor.ok and (floor.floor_s or 0.0) < (self._floor.floor_s or 0.0)):
+            if self._floor is None or (floor.ok and (floor.median_s or 0.0) < (self._floor.median_s or 0.0)):
                 self._floor = floor
             if not self._floor.ok:
                 warnings.warn(

@@ -7,6 +7,7 @@ import itertools
 import json
 
 import numpy as np
+import onnx
 import pytest
 from scipy import stats
 
@@ -28,7 +29,7 @@ from dlbricks.generators import (
     time_calls,
     unregister_backend,
 )
-from dlbricks.generators._floor import CHAIN_NODES, zero_node_floor
+from dlbricks.generators._floor import CHAIN_NODES, node_cost
 from dlbricks.generators._harness import measure_model
 from tests.gen_fake_backends import FakeBackend, FakeClock, FakeConfig
 
@@ -54,6 +55,23 @@ def _fake(duration_ns) -> tuple[FakeClock, FakeBackend]:
     return clock, FakeBackend(clock, duration_ns)
 
 
+def test_a_further_nodes_cost_is_paired_with_the_one_node_model() -> None:
+    """The machine runs twice as slow from the moment the chain is prepared: timed apart, a further
+    node would cost (2 x 19 - 3) / 32 = 1.09 us; timed beside the one-node model, its share of a
+    one-node call, 0.5 / 3, scaled to the one-node measurement, keeps 0.5 us and a floor of 2.5 us."""
+    clock = FakeClock()
+    backend = FakeBackend(clock, lambda: 0)
+
+    def duration(model: onnx.ModelProto) -> int:
+        slow = 2.0 if any(len(p.model.graph.node) == CHAIN_NODES for p in backend.prepared) else 1.0
+        return int(slow * (3.0 + 0.5 * (len(model.graph.node) - 1)) * US)
+
+    backend.duration_for = duration
+    m = measure_floor(backend, FakeConfig(), _budget(), clock=clock)
+    assert m.median_s == pytest.approx(3e-6)
+    assert m.node_s == pytest.approx(0.5e-6) and m.floor_s == pytest.approx(2.5e-6)
+
+
 def test_floor_is_extrapolated_to_a_call_without_nodes() -> None:
     """One node: 3 us; each further node of the chain 0.5 us more: the floor is 2.5 us."""
     clock = FakeClock()
@@ -61,9 +79,10 @@ def test_floor_is_extrapolated_to_a_call_without_nodes() -> None:
     backend.duration_for = lambda model: int((3.0 + 0.5 * (len(model.graph.node) - 1)) * US)
     m = measure_floor(backend, FakeConfig(), _budget(), clock=clock)
     assert m.ok and m.median_s == pytest.approx(3e-6) and m.floor_s == pytest.approx(2.5e-6)
-    assert [len(p.model.graph.node) for p in backend.prepared] == [1, CHAIN_NODES]
-    assert zero_node_floor(3e-6, 2e-6, 5) == pytest.approx(3e-6)  # noise never raises it
-    assert zero_node_floor(1e-6, 9e-6, 2) == 0.0
+    assert m.node_s == pytest.approx(0.5e-6)
+    assert [len(p.model.graph.node) for p in backend.prepared] == [1, CHAIN_NODES, 1]  # the chain beside one node
+    assert node_cost(3e-6, 2e-6, 5) == 0.0  # noise never makes it negative
+    assert node_cost(1e-6, 9e-6, 5) == pytest.approx(2e-6)
     assert [n.op_type for n in floor_model(3).graph.node] == ["Identity", "Relu", "Relu"]
     with pytest.raises(InvalidArgumentError, match="'nodes' must be an int >= 1"):
         floor_model(0)

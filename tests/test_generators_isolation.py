@@ -111,10 +111,10 @@ def test_a_held_model_is_timed_again_until_released_or_its_worker_dies() -> None
         assert runner.again(first.key).status == "failed"  # lost with its worker, recorded
 
 
-def test_the_floor_is_calibrated_again_and_the_lowest_kept(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_the_floor_is_calibrated_again_and_the_fastest_kept(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A floor calibrated in a noisy moment would lower every estimate; a Runner calibrates again
-    every FLOOR_REFRESH_S seconds and keeps the lowest floor (the one-node time extrapolated to no
-    node, ``floor_s``: the kept calibration's own median need not be the lowest)."""
+    every FLOOR_REFRESH_S seconds and keeps the calibration whose one-node model ran fastest (its
+    median), with the floor and the cost of a further node of that moment."""
     from dlbricks.generators import _runner
 
     monkeypatch.setattr(_runner, "FLOOR_REFRESH_S", 0.0)
@@ -122,10 +122,11 @@ def test_the_floor_is_calibrated_again_and_the_lowest_kept(monkeypatch) -> None:
         asked = []
         request = runner._request
         runner._request = lambda key, kind, payload, **kw: asked.append(kind) or request(key, kind, payload, **kw)
-        floors = [runner.floor().floor_s for _ in range(4)]
+        floors = [runner.floor() for _ in range(4)]
     assert asked == ["floor"] * 4
-    assert all(later <= earlier for earlier, later in itertools.pairwise(floors))
-    assert all(f > 0 for f in floors)
+    medians = [f.median_s for f in floors]
+    assert all(later <= earlier for earlier, later in itertools.pairwise(medians))
+    assert all(f.floor_s > 0 and f.node_s > 0 and f.floor_s + f.node_s == pytest.approx(f.median_s) for f in floors)
 
 
 def test_a_worker_pins_itself_to_the_core_its_environment_names(monkeypatch) -> None:  # type: ignore[no-untyped-def]
