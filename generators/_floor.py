@@ -76,8 +76,9 @@ def measure_floor(
     measurement, timing = measure_model(floor_model(), FLOOR_KEY, backend_obj, config, budget, clock=clock)
     chain = _chain_beside_one_node(backend_obj, config, budget, clock)
     floor, node = measurement.median_s, None
-    if measurement.ok and floor is not None and chain.ok and chain.median_s is not None and chain.empty_s is not None:
-        node = node_cost(chain.empty_s, chain.median_s, CHAIN_NODES) * floor / chain.empty_s
+    one = chain.empty_s if chain.ok else None  # the one-node model at the chain's moments
+    if measurement.ok and floor is not None and chain.median_s is not None and one is not None and one > 0:
+        node = node_cost(one, chain.median_s, CHAIN_NODES) * floor / one
         floor = max(floor - node, 0.0)
     measurement = dataclasses.replace(measurement, floor_s=floor, node_s=node)
     result: tuple[Measurement, Timing] = (measurement, timing)
