@@ -11,7 +11,7 @@ subprocess (at ``--opt-level all`` both with ``--opt-level all --granularity fus
     dlbricks bench    FILE --db DB --budget B [--opt-level all --granularity fused]
     dlbricks validate FILE --db DB --budget B [--opt-level all --granularity fused] [--per-brick] [--paired]
 
-``--paired`` (``validate --paired``) measures the whole model in turns with its dominant bricks, so
+``--paired`` (``validate --paired``) measures the whole model in turns with its largest bricks, so
 that both meet the same state of a machine whose speed drifts.
 
 One database per opt-level for the whole corpus (``DB-DIR/corpus-OPT.db``, as a user fills one; it is

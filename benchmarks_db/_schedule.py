@@ -52,13 +52,22 @@ DOMINANT_SHARE = 0.05
 PAIR_INTERVAL_S = 2.0
 
 
-def dominant_bricks(dec: Decomposition, medians: Mapping[str, float], share: float = DOMINANT_SHARE) -> list[str]:
+def dominant_bricks(dec: Decomposition, medians: Mapping[str, float], share: float = DOMINANT_SHARE,
+                    cover: float = 0.0) -> list[str]:
     """The bricks of ``dec`` that hold at least ``share`` of its time (count x median over the sum
-    of them), given the medians of its measured bricks; largest first."""
+    of them), given the medians of its measured bricks, and with ``cover`` as many more of the
+    largest as it takes for the chosen ones to hold ``cover`` of that time; largest first."""
     counts = dec.counts()
     totals = {sig: counts[sig] * medians[sig] for sig in dec.bricks if medians.get(sig)}
     whole = sum(totals.values())
-    return [sig for sig, t in sorted(totals.items(), key=lambda kv: -kv[1]) if whole > 0 and t >= share * whole]
+    chosen: list[str] = []
+    held = 0.0
+    for sig, t in sorted(totals.items(), key=lambda kv: -kv[1]):
+        if whole <= 0 or (t < share * whole and held >= cover * whole):
+            break
+        chosen.append(sig)
+        held += t
+    return chosen
 
 
 #: Least seconds of timed runs of a further measurement (drift moments).

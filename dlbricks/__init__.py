@@ -20,6 +20,7 @@ from dlbricks._errors import (
     DatabaseError,
     DlbricksError,
     InvalidArgumentError,
+    MissingBricksError,
     ModelLoadError,
     ShapeInferenceError,
     UnrunnableBrickError,
@@ -55,6 +56,7 @@ __all__ = [
     # errors
     "DlbricksError",
     "InvalidArgumentError",
+    "MissingBricksError",
     "ModelLoadError",
     "ShapeInferenceError",
     "UnrunnableBrickError",

@@ -16,6 +16,7 @@ __all__ = [
     "BackendError",
     "BackendUnavailableError",
     "DatabaseError",
+    "MissingBricksError",
 ]
 
 
@@ -25,6 +26,15 @@ class DlbricksError(Exception):
 
 class InvalidArgumentError(DlbricksError, ValueError):
     """An argument given by the user is not valid (bad shape string, negative batch size...)."""
+
+
+class MissingBricksError(InvalidArgumentError):
+    """Bricks of a model have no measurement in the database and the estimate was told to refuse
+    (``on_missing="error"``); ``missing`` is how many."""
+
+    def __init__(self, message: str, missing: int) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 class ModelLoadError(DlbricksError):

@@ -5,6 +5,8 @@ of bricks never measured, and estimates with uncertainty, coverage and a per-bri
 """
 
 from ._api import (
+    PAIRED_COVER,
+    PAIRED_ROUNDS,
     Validation,
     cache_capacity,
     composition_references,
@@ -53,6 +55,8 @@ __all__ = [
     "matvec_rates",
     "validate",
     "Validation",
+    "PAIRED_COVER",
+    "PAIRED_ROUNDS",
     "evaluate",
     "Evaluation",
     "EvaluationRow",

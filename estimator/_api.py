@@ -389,7 +389,7 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
 
     With ``per_brick``, also profile the model in its runtime (onnxruntime's profiler, or MXNet's
     for an ``MxnetConfig``) to give each occurrence's in-model time. With ``paired``, the model's
-    bricks are set beside the whole model at the same moments, as ``evaluate`` does
+    largest bricks are set beside the whole model at the same moments, as ``evaluate`` does
     (:func:`_paired_whole`): bricks measured long before the model met another state of the machine.
     """
     store = open_store(db)
@@ -432,26 +432,41 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     return Validation(est, whole, dec, in_model)
 
 
+#: Share of a model's estimate that ``validate --paired`` measures again beside the whole model: its
+#: largest bricks until they hold this much (every brick of :data:`~dlbricks.benchmarks_db.DOMINANT_SHARE`
+#: or more besides), so that a model of many small bricks is paired too.
+PAIRED_COVER = 0.8
+#: Least rounds of those bricks in a paired validation: with the stored measurement, each brick is
+#: then pooled from more moments beside the whole model than before it.
+PAIRED_ROUNDS = 2
+
+
 def _paired_whole(graph: ModelGraph, dec: Decomposition, store: Store, system: Any, config: Any,
                   budget: Budget) -> Measurement:
-    """The model measured whole in a worker held while its dominant bricks (those that carry
-    :data:`~dlbricks.benchmarks_db.DOMINANT_SHARE` of its estimate) are measured again in its context,
-    round robin, the whole model sampled after each round, until it has ``whole_samples`` samples;
-    each dominant brick is stored pooled with its stored measurement (its measurement in the model's
-    context where it has one), and the whole model's samples pooled are returned."""
+    """The model measured whole in a worker held while its largest bricks (:data:`PAIRED_COVER` of
+    its estimate, see :func:`~dlbricks.benchmarks_db.dominant_bricks`) are measured again in its
+    context, round robin, the whole model sampled every
+    :data:`~dlbricks.benchmarks_db.PAIR_INTERVAL_S` seconds and after each round, for
+    :data:`PAIRED_ROUNDS` rounds and until it has ``whole_samples`` samples; each of those bricks is
+    stored pooled with its stored measurement (its measurement in the model's context where it has
+    one), and the whole model's samples pooled are returned."""
     from dlbricks.benchmarks_db import PairedWhole, dominant_bricks, remeasure
     from dlbricks.generators import Runner
 
     from ._evaluate import whole_samples
 
     measured = _lookup(store, dec, system, config.config_id)
-    dominant = dominant_bricks(dec, {k: m.median_s or 0.0 for k, m in measured.items() if m.ok})
+    paired = dominant_bricks(dec, {k: m.median_s or 0.0 for k, m in measured.items() if m.ok}, cover=PAIRED_COVER)
     backend = backend_name(config)
     with PairedWhole(graph, config, budget, backend=backend) as whole, Runner(backend, config, budget) as runner:
         wanted = whole_samples(whole.median_s)
-        if dominant and whole.median_s is not None:
-            remeasure(store, dec, dominant, runner.measure, system, config.config_id, budget, rounds=None,
-                      after_round=lambda _k: whole.sample() and whole.samples < wanted, own_context=True)
+
+        def again(k: int) -> bool:
+            return whole.sample() and (k < PAIRED_ROUNDS or whole.samples < wanted)
+
+        if paired and whole.median_s is not None:
+            remeasure(store, dec, paired, runner.measure, system, config.config_id, budget, rounds=None,
+                      after_each=lambda *_: whole.tick(), after_round=again, own_context=True)
         return whole.result()
 
 

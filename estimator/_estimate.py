@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from dlbricks import Brick, Decomposition
+from dlbricks import Brick, Decomposition, MissingBricksError
 from dlbricks._errors import InvalidArgumentError
 from dlbricks.generators import Budget, Measurement
 
@@ -318,10 +318,10 @@ def estimate_decomposition(
             todo = ("no predictor was given: pass a fitted LatencyPredictor" if on_missing == "predict"
                     else "benchmark them with 'dlbricks bench' (--retry-failed for failed ones), or "
                          "estimate with on_missing='predict' or 'measure'")
-            raise InvalidArgumentError(
+            raise MissingBricksError(
                 f"{len(missing)} of {len(dec.bricks)} bricks of '{dec.model}' have no measurement "
                 f"for configuration {config_id[:12]}{why} (first: {first.signature[:12]} {first.op_type}); "
-                f"{todo}.")
+                f"{todo}.", len(missing))
         predictor = predictor.with_peaks(peaks)
         for brick in missing:
             found_prediction = predictor.prediction(brick)

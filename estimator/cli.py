@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import click
+from dlbricks import MissingBricksError
 from dlbricks.benchmarks_db import Store
-from dlbricks.generators import Budget, OrtConfig
+from dlbricks.generators import Budget, OrtConfig, collect_system_info
 
 from dlbricks._cliutil import (
     FRAMEWORKS,
@@ -198,9 +199,43 @@ def _model_arg(model: str, batch_size: int | None, shapes: dict[str, tuple[int, 
     return next(iter_models([model], None, batch_size, shapes))
 
 
+def _estimate_store(db: str, on_missing: str) -> Store:
+    """The database opened for an estimate: read-only, or writable (created if need be) to measure."""
+    measure = on_missing == "measure"
+    if measure:
+        Store.preflight(db)
+    return Store.open(db, create=measure, readonly=not measure)
+
+
+def _filled_here(db: str) -> bool:
+    """Whether the database holds a machine with this machine's fingerprint: it was filled here."""
+    if not os.path.exists(db):
+        return False
+    here = collect_system_info().fingerprint
+    with Store.open(db, create=False, readonly=True) as store:
+        return any(s.fingerprint == here for s in store.systems())
+
+
+def _on_missing_auto(run: Any, on_missing: str, db: str, model: str) -> Any:
+    """``run(on_missing)``; with "auto", read only first, and where bricks are missing from a database
+    filled on this machine, say so and ``run("measure")``; elsewhere the refusal stands."""
+    if on_missing != "auto":
+        return run(on_missing)
+    try:
+        return run("error")
+    except MissingBricksError as missing:
+        if not _filled_here(db):
+            raise
+        click.echo(f"{missing.missing} bricks of {model} are not in {db} for this machine: measuring them now "
+                   "(--on-missing predict predicts them instead, --on-missing error refuses).", err=True)
+    return run("measure")
+
+
 @click.command("estimate", help=f"""Estimate MODEL's latency from the brick database.
 
-    {model_help()} Reads the database only, unless --on-missing measure (which may also create it).
+    {model_help()} Bricks the database lacks are measured now where the database was filled on this
+    machine (--on-missing auto, the default: this machine is the target), else refused; --on-missing
+    predict predicts them from measured bricks. Reads the database only when it lacks nothing.
     The 95% interval holds the bricks' own uncertainty and how far brick sums landed from whole runs
     for the stored models nearest in latency (those 'validate' or 'evaluate' measured whole).
     With a sweep (--batch-size 1,2,4,8 or --input-shape input_ids=1,{{64,128,256}}), the model is
@@ -210,8 +245,9 @@ def _model_arg(model: str, batch_size: int | None, shapes: dict[str, tuple[int, 
 @_config_options
 @_sweep_options
 @_granularity_option
-@click.option("--on-missing", type=click.Choice(ON_MISSING), default="error", show_default=True,
-              help="Bricks without a measurement: refuse, predict, or measure now.")
+@click.option("--on-missing", type=click.Choice(("auto", *ON_MISSING)), default="auto", show_default=True,
+              help="Bricks without a measurement: measure them where the database was filled on this machine "
+                   "(auto), refuse, predict, or measure now.")
 @click.option("--budget", "budget_name", type=click.Choice(tuple(_BUDGETS)), default=None,
               help="Stopping rule for bricks measured by --on-missing measure. Default: the harness's own.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -221,16 +257,17 @@ def _model_arg(model: str, batch_size: int | None, shapes: dict[str, tuple[int, 
 def estimate_cmd(model: str, db: str, threads: int, opt_level: str, device: str, batch_size: str | None,
                  input_shape: tuple[str, ...], granularity: str, on_missing: str, budget_name: str | None,
                  as_json: bool, top: int, framework: str | None) -> None:
-    measure = on_missing == "measure"
     budget = None if budget_name is None else _BUDGETS[budget_name]()
     sweep = _sweep_shapes(batch_size, input_shape)
-    if measure:
-        Store.preflight(db)
     if sweep is not None:
         config = _framework_config(_framework(framework, [model], db), threads, opt_level, device)
-        with Store.open(db, create=measure, readonly=not measure) as store:
-            points = estimate_sweep(model, store, sweep, config=config, granularity=granularity,
-                                    on_missing=on_missing, budget=budget)
+
+        def run_sweep(rule: str) -> list[SweepPoint]:
+            with _estimate_store(db, rule) as store:
+                return estimate_sweep(model, store, sweep, config=config, granularity=granularity,
+                                      on_missing=rule, budget=budget)
+
+        points = _on_missing_auto(run_sweep, on_missing, db, model)
         if as_json:
             click.echo(json.dumps([p.to_dict() for p in points], indent=2))
         else:
@@ -238,9 +275,13 @@ def estimate_cmd(model: str, db: str, threads: int, opt_level: str, device: str,
         return
     target = _model_arg(model, *parse_shape_sweep(batch_size, input_shape)[0])
     framework = _framework(framework, [target], db)
-    with Store.open(db, create=measure, readonly=not measure) as store:
-        est = estimate(target, store, config=_framework_config(framework, threads, opt_level, device),
-                       granularity=granularity, on_missing=on_missing, budget=budget)
+
+    def run(rule: str) -> Estimate:
+        with _estimate_store(db, rule) as store:
+            return estimate(target, store, config=_framework_config(framework, threads, opt_level, device),
+                            granularity=granularity, on_missing=rule, budget=budget)
+
+    est = _on_missing_auto(run, on_missing, db, model)
     if as_json:
         click.echo(json.dumps(est.to_dict(), indent=2))
     else:
@@ -297,8 +338,9 @@ def plan_cmd(model: str, db: str, threads: int, opt_level: str, device: str, bat
               help="Also show each brick's time beside its layers' in-model time (the runtime's profiler).")
 @click.option("--top", type=int, default=15, show_default=True, help="Bricks to show with --per-brick.")
 @click.option("--paired", is_flag=True,
-              help="Measure the model's dominant bricks again, in turn with samples of the whole model, and pool "
-                   "them (as evaluate does): the machine's drift since bench meets both alike.")
+              help="Measure the model's largest bricks (80% of its estimate) again, twice at least, in turn with "
+                   "samples of the whole model, and pool them (as evaluate does): the machine's drift since bench "
+                   "meets both alike.")
 @_granularity_option
 @_framework_option
 @_budget_option
@@ -377,8 +419,6 @@ def calibrate_cmd(db: str, threads: int, opt_level: str, device: str, budget_nam
     Store.preflight(db)  # before the seconds of measuring
     cal = calibrate_peaks(config, budget=None if budget_name == "default" else _BUDGETS[budget_name]())
     with open_store(db) as store:
-        from dlbricks.generators import collect_system_info
-
         system = collect_system_info()
         flops, bandwidth, details = merge_peaks(store.peaks(system), peaks_key(config), cal)
         store.record_peaks(system, flops, bandwidth, details)

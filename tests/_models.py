@@ -200,3 +200,14 @@ def matmul_stack(shared: bool, layers: int = 4, rows: int = 16, hidden: int = 64
     f32 = TensorProto.FLOAT
     return b.model([helper.make_tensor_value_info("x", f32, [rows, hidden])], [(x, f32)],
                    name="shared" if shared else "distinct")
+
+
+def widening_stack(layers: int = 40, rows: int = 4, start: int = 16, step: int = 4) -> onnx.ModelProto:
+    """``layers`` MatMuls in a chain, each ``step`` wider than the one before: as many distinct bricks
+    of much the same time, none of which holds 5% of the model."""
+    b = Builder()
+    x = "x"
+    for i in range(layers):
+        x = b.op1("MatMul", [x, b.weight((start + step * i, start + step * (i + 1)))])
+    f32 = TensorProto.FLOAT
+    return b.model([helper.make_tensor_value_info("x", f32, [rows, start])], [(x, f32)], name="widening")

@@ -142,6 +142,32 @@ def test_paired_validate_measures_dominant_bricks_again_beside_the_whole_model(t
         assert v.estimate.breakdown and abs(v.error) < 1.0
 
 
+def test_paired_validate_pairs_the_largest_bricks_of_a_model_without_dominant_ones(tmp_path: Path) -> None:
+    """A model of many small bricks has none of 5%: its largest ones, 80% of its estimate, are measured
+    again beside the whole model, twice at least each, and the others are left as stored."""
+    from dlbricks.benchmarks_db import dominant_bricks
+    from dlbricks.estimator import PAIRED_COVER, PAIRED_ROUNDS, validate
+
+    path = tmp_path / "widening.onnx"
+    path.write_bytes(_models.widening_stack().SerializeToString())
+    dec = dlbricks.decompose(dlbricks.load_model(str(path)))
+    cfg = OrtConfig()
+    with Store(tmp_path / "w.db") as store:
+        system = populate(store, [dec], [cfg], BenchOptions(budget=QUICK)).system
+        before = {s: store.measurement(s, system, cfg.config_id) for s in dec.bricks}
+        medians = {s: m.median_s for s, m in before.items()}
+        paired = dominant_bricks(dec, medians, cover=PAIRED_COVER)
+        assert len(paired) > len(dominant_bricks(dec, medians)) and len(paired) < len(dec.bricks)
+        v = validate(str(path), store, system=system, budget=QUICK, paired=True)
+        assert v.measured.ok and v.measured.n > PAIRED_ROUNDS
+        for sig, was in before.items():
+            now = store.measurement(sig, system, cfg.config_id, model=dec.model_key)
+            now = now or store.measurement(sig, system, cfg.config_id)
+            if sig in paired:
+                assert now.n >= was.n + PAIRED_ROUNDS, sig  # at least one sample a round
+            else:
+                assert now.n == was.n, sig
+
 def test_cli_paired_is_one_shape(tmp_path: Path) -> None:
     path = tmp_path / "m.onnx"
     path.write_bytes(_models.matmul_stack(True).SerializeToString())

@@ -282,6 +282,23 @@ def test_populate_measures_dominant_bricks_at_several_moments_and_pools_them() -
         populate(Store(":memory:"), [first], [config()], BenchOptions(moments=0), system=SYS, runner_factory=Timed)
 
 
+
+def test_dominant_bricks_with_a_cover_add_the_largest_until_they_hold_it() -> None:
+    """A model of many small bricks has none of 5%; with ``cover`` its largest ones are chosen, largest
+    first, until they hold that share of its time (as ``validate --paired`` asks)."""
+    first, _ = decompositions()
+    counts = first.counts()
+    medians = {s: 1e-5 * (i + 1) / counts[s] for i, s in enumerate(first.bricks)}  # brick i holds i + 1 parts
+    total = sum(counts[s] * medians[s] for s in first.bricks)
+    share = 1.01 * max(counts[s] * medians[s] for s in first.bricks) / total  # above every brick
+    assert dominant_bricks(first, medians, share=share) == []
+    chosen = dominant_bricks(first, medians, share=share, cover=0.5)
+    held = [counts[s] * medians[s] / total for s in chosen]
+    assert held == sorted(held, reverse=True) and chosen[0] == list(first.bricks)[-1]
+    assert sum(held) >= 0.5 > sum(held[:-1])  # the least that reach the cover
+    assert dominant_bricks(first, medians, share=share, cover=1.0) == sorted(
+        first.bricks, key=lambda s: -counts[s] * medians[s])
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
 

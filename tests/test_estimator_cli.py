@@ -45,12 +45,42 @@ def test_estimate_missing_bricks_is_one_line(filled: tuple[Path, Path], tmp_path
     _, db = filled
     other = tmp_path / "other.onnx"
     onnx.save(_models.resnet_like(blocks=2, channels=24, batch=1), other)
-    result = CliRunner().invoke(main, ["estimate", str(other), "--db", str(db)])
+    result = CliRunner().invoke(main, ["estimate", str(other), "--db", str(db), "--on-missing", "error"])
     assert result.exit_code == 2
     assert result.output.count("\n") == 1 and "have no measurement" in result.output
     predicted = CliRunner().invoke(main, ["estimate", str(other), "--db", str(db), "--on-missing", "predict"])
     assert predicted.exit_code == 0, predicted.output
     assert "predicted" in predicted.output
+
+
+def test_estimate_measures_what_a_database_filled_here_lacks_and_refuses_elsewhere(
+        filled: tuple[Path, Path], tmp_path: Path) -> None:
+    """--on-missing auto (the default): this machine is the target where it filled the database, so
+    the missing bricks are measured (and said so); a database of another machine gets the refusal."""
+    model, db = filled
+    here = tmp_path / "here.db"
+    here.write_bytes(db.read_bytes())
+    other = tmp_path / "other.onnx"
+    onnx.save(_models.resnet_like(blocks=2, channels=24, batch=1), other)
+    args = ["estimate", str(other), "--db", str(here), "--budget", "quick"]
+    measured = CliRunner().invoke(main, args)
+    assert measured.exit_code == 0, measured.output
+    assert "measuring them now" in measured.output and "coverage 100.0%" in measured.output
+    with Store(here, readonly=True) as store:
+        before = len(store.measurements())
+    again = CliRunner().invoke(main, args)  # nothing lacking now: read only
+    assert again.exit_code == 0 and "measuring" not in again.output, again.output
+    with Store(here, readonly=True) as store:
+        assert len(store.measurements()) == before
+
+    elsewhere = tmp_path / "elsewhere.db"
+    filled_there = CliRunner().invoke(main, ["bench", str(model), "--db", str(elsewhere), "--budget", "quick",
+                                             "--system-id", "another-machine"])
+    assert filled_there.exit_code == 0, filled_there.output
+    refused = CliRunner().invoke(main, ["estimate", str(model), "--db", str(elsewhere)])
+    assert refused.exit_code == 2 and "have no measurement" in refused.output, refused.output
+    with Store(elsewhere, readonly=True) as store:
+        assert {s.fingerprint for s in store.systems()} == {"another-machine"}
 
 
 def test_validate_bounds_hold(filled: tuple[Path, Path]) -> None:
@@ -77,7 +107,7 @@ def test_fused_estimates_are_kept_apart_from_layer_ones(filled: tuple[Path, Path
     data = json.loads(fused.output)
     assert data["granularity"] == "fused:extended" and data["coverage"] == 1.0
     assert {b["op_type"] for b in data["breakdown"]} >= {"Conv+BatchNormalization+Relu"}
-    layer = CliRunner().invoke(main, ["estimate", str(model), *level])
+    layer = CliRunner().invoke(main, ["estimate", str(model), *level, "--on-missing", "error"])
     assert layer.exit_code == 2 and "have no measurement" in layer.output
 
 

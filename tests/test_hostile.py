@@ -344,7 +344,7 @@ def test_estimate_takes_the_shapes_its_error_suggests(work: Path) -> None:
 def test_estimate_without_measurements_gives_the_cli_options(work: Path) -> None:
     """A model with no measured brick: one line naming its options in CLI syntax, no Python keyword."""
     line = _one_line_error(*invoke("estimate", str(work / "other.onnx"), "--batch-size", "1", "--db",
-                                   str(work / "good.db")))
+                                   str(work / "good.db"), "--on-missing", "error"))
     assert "--on-missing predict or measure" in line and "on_missing" not in line, line
 
 

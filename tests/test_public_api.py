@@ -9,7 +9,7 @@ EXPECTED = {
     "GRANULARITIES",
     "SIGNATURE_VERSION", "random_inputs", "DlbricksError", "InvalidArgumentError", "ModelLoadError",
     "ShapeInferenceError", "UnrunnableBrickError", "BackendError", "BackendUnavailableError",
-    "DatabaseError",
+    "DatabaseError", "MissingBricksError",
 }
 
 
@@ -35,7 +35,7 @@ ESTIMATOR = {
     "merge_peaks",
     "QueueTimes", "queue_latency", "queue_critical_path", "issue_time",
     "COMPOSITION_NEIGHBOURS", "CompositionReference", "composition_error", "composition_references",
-    "with_composition", "floor_drift_s",
+    "with_composition", "floor_drift_s", "PAIRED_COVER", "PAIRED_ROUNDS",
 }
 MODEL_ZOO = {"TASKS", "ZooModel", "build", "count_params", "export", "get_model", "list_models"}
 
