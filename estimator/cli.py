@@ -7,8 +7,8 @@ import math
 import os
 import platform
 from pathlib import Path
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import click
 from dlbricks import MissingBricksError
@@ -199,6 +199,9 @@ def _model_arg(model: str, batch_size: int | None, shapes: dict[str, tuple[int, 
     return next(iter_models([model], None, batch_size, shapes))
 
 
+T = TypeVar("T")
+
+
 def _estimate_store(db: str, on_missing: str) -> Store:
     """The database opened for an estimate: read-only, or writable (created if need be) to measure."""
     measure = on_missing == "measure"
@@ -216,7 +219,7 @@ def _filled_here(db: str) -> bool:
         return any(s.fingerprint == here for s in store.systems())
 
 
-def _on_missing_auto(run: Any, on_missing: str, db: str, model: str) -> Any:
+def _on_missing_auto(run: Callable[[str], T], on_missing: str, db: str, model: str) -> T:
     """``run(on_missing)``; with "auto", read only first, and where bricks are missing from a database
     filled on this machine, say so and ``run("measure")``; elsewhere the refusal stands."""
     if on_missing != "auto":

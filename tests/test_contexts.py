@@ -168,6 +168,7 @@ def test_paired_validate_pairs_the_largest_bricks_of_a_model_without_dominant_on
             else:
                 assert now.n == was.n, sig
 
+
 def test_cli_paired_is_one_shape(tmp_path: Path) -> None:
     path = tmp_path / "m.onnx"
     path.write_bytes(_models.matmul_stack(True).SerializeToString())

@@ -282,7 +282,6 @@ def test_populate_measures_dominant_bricks_at_several_moments_and_pools_them() -
         populate(Store(":memory:"), [first], [config()], BenchOptions(moments=0), system=SYS, runner_factory=Timed)
 
 
-
 def test_dominant_bricks_with_a_cover_add_the_largest_until_they_hold_it() -> None:
     """A model of many small bricks has none of 5%; with ``cover`` its largest ones are chosen, largest
     first, until they hold that share of its time (as ``validate --paired`` asks)."""
@@ -298,6 +297,7 @@ def test_dominant_bricks_with_a_cover_add_the_largest_until_they_hold_it() -> No
     assert sum(held) >= 0.5 > sum(held[:-1])  # the least that reach the cover
     assert dominant_bricks(first, medians, share=share, cover=1.0) == sorted(
         first.bricks, key=lambda s: -counts[s] * medians[s])
+
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
