@@ -22,13 +22,12 @@ import numpy as np
 import onnxruntime as ort
 
 from dlbricks import load_model
-from dlbricks.benchmarks_db._schedule import pair_budget
-from dlbricks.generators import OrtConfig, Runner, collect_system_info
+from dlbricks.generators import Budget, OrtConfig, Runner, collect_system_info
 from dlbricks.generators import _runner
 from dlbricks.model_zoo import build
 
-#: The paired samples of ``dlbricks evaluate``: a warm-up call and at least three runs.
-SAMPLE = pair_budget()
+#: A short sample of a held model: no warm-up beyond one call, then runs until 20 ms have passed.
+SAMPLE = Budget(warmup_time=0.0, min_time=0.02, min_runs=1, max_time=1.0, rel_ci=1.0)
 
 
 def idle_cpu_after_run(model: bytes, threads: int, windows_s: list[float]) -> list[tuple[float, float]]:

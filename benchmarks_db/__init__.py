@@ -42,10 +42,9 @@ from ._records import (
     RecordOutcome,
     SystemRecord,
 )
+from ._rounds import measure_in_rounds
 from ._schedule import (
     DOMINANT_SHARE,
-    PAIR_INTERVAL_S,
-    PairedWhole,
     dominant_bricks,
     out_of_context,
     remeasure,
@@ -65,8 +64,7 @@ __all__ = [
     "remeasure",
     "out_of_context",
     "CONTEXT_RULES",
-    "PairedWhole",
-    "PAIR_INTERVAL_S",
+    "measure_in_rounds",
     "lease_for",
     "DEFAULT_LEASE_S",
     "BenchProgress",

@@ -13,8 +13,8 @@ one transaction. Then, as the options ask, model by model:
   as many moments as its share needs to average the machine's drift (:func:`drift_moments`). The
   further runs are combined with the pilot, so the stored CI is what was done.
 
-:func:`remeasure` is also what the main job uses to measure a model's bricks again in its own turn,
-and :class:`PairedWhole` the model measured whole at the same moments as its bricks.
+:func:`remeasure` also measures a model's bricks again for ``validate --unpaired``'s callers; the
+paired design of the main job is :mod:`~dlbricks.benchmarks_db._rounds`.
 """
 
 from __future__ import annotations
@@ -43,13 +43,11 @@ from ._store import Store
 if TYPE_CHECKING:
     from dlbricks.generators import Measurement
 
-__all__ = ["DOMINANT_SHARE", "PAIR_INTERVAL_S", "LocalRun", "PairedWhole", "brick_shares", "dominant_bricks",
-           "drift_moments", "out_of_context", "remeasure", "stored_context"]
+__all__ = ["DOMINANT_SHARE", "LocalRun", "brick_shares", "dominant_bricks", "drift_moments", "out_of_context",
+           "remeasure", "stored_context"]
 
 #: Share of its model's measured time (count x median over the sum) that makes a brick dominant.
 DOMINANT_SHARE = 0.05
-#: Seconds between two samples of a :class:`PairedWhole` model while its bricks are measured.
-PAIR_INTERVAL_S = 2.0
 
 
 def dominant_bricks(dec: Decomposition, medians: Mapping[str, float], share: float = DOMINANT_SHARE,
@@ -470,87 +468,3 @@ class LocalRun:
             self.job.progress(BenchProgress(done, len(self.tasks), kind, key, label, config_id, status, median,
                                             outcome, time.monotonic() - self.job.started, eta, None, setup_s,
                                             timed_s))
-
-
-def pair_budget() -> Any:
-    """The budget of one sample of a :class:`PairedWhole` model between bricks: no warm-up beyond
-    one call, then runs until 20 ms have passed, one run at least (one run of a model of a second
-    or more, the drift averaged over the samples rather than within each)."""
-    from dlbricks.generators import Budget
-
-    return Budget(warmup_time=0.0, min_time=0.02, min_runs=1, max_time=1.0, rel_ci=1.0)
-
-
-class PairedWhole:
-    """A model measured whole, held in its own worker and sampled again while its bricks are measured
-    (a paired design against the machine's drift).
-
-    ``tick()`` (called after each brick) samples it when :data:`PAIR_INTERVAL_S` has passed;
-    ``sample()`` samples it now; ``result()`` samples it once more and pools every sample (median of
-    their medians, see :func:`~dlbricks.generators.pool`), with the wall time of the first, standard
-    measurement under ``budget``. A sample between bricks is measured under :func:`pair_budget`.
-    ``runner`` (a :class:`~dlbricks.generators.Runner` under ``config`` and ``budget``) holds the model
-    in a worker that outlives it, as one worker for a suite's whole models; default a worker of its own.
-    """
-
-    def __init__(self, graph: Any, config: Any, budget: Any, backend: str = "onnxruntime",
-                 say: Callable[[str], object] = lambda s: None, runner: Any = None) -> None:
-        from dlbricks.generators import Runner
-
-        self._sample_budget = pair_budget()
-        self._say = say
-        self._name = graph.name
-        self._own = runner is None  # a runner given (one worker for every whole model) is left open
-        self._runner = Runner(backend, config, budget) if runner is None else runner
-        say(f"{graph.name}: whole model")
-        self._first = self._runner.hold(graph)
-        self._runs = [self._first]
-        self._last = time.monotonic()
-
-    def __enter__(self) -> PairedWhole:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._own:
-            self._runner.close()
-        else:
-            self._runner.release(self._first.key)
-
-    @property
-    def median_s(self) -> float | None:
-        """The median of the first, standard measurement (None if it failed)."""
-        return self._first.median_s if self._first.ok else None
-
-    @property
-    def samples(self) -> int:
-        """Samples taken so far (the first, standard measurement included)."""
-        return len(self._runs)
-
-    def tick(self) -> None:
-        """Sample the model if :data:`PAIR_INTERVAL_S` has passed since the last sample."""
-        if self._first.ok and time.monotonic() - self._last >= PAIR_INTERVAL_S:
-            self._sample(self._sample_budget)
-
-    def sample(self) -> bool:
-        """Sample the model now; False where no sample came (its first measurement or this one failed)."""
-        return self._first.ok and self._sample(self._sample_budget)
-
-    def result(self) -> Any:
-        """Every sample pooled, with the first measurement's wall time (its failure, if it failed)."""
-        from dataclasses import replace
-
-        from dlbricks.generators import pool
-
-        if self._first.ok:
-            self._sample(self._runner.budget)
-            medians = sorted(1e3 * (m.median_s or 0.0) for m in self._runs)
-            self._say(f"{self._name}: whole model sampled {len(self._runs)} times, medians "
-                      f"{medians[0]:.2f}-{medians[-1]:.2f} ms")
-        return replace(pool(self._runs), wall_time_s=self._first.wall_time_s)
-
-    def _sample(self, budget: Any) -> bool:
-        run = self._runner.again(self._first.key, budget)
-        if run.ok:
-            self._runs.append(run)
-        self._last = time.monotonic()
-        return run.ok

@@ -5,7 +5,6 @@ of bricks never measured, and estimates with uncertainty, coverage and a per-bri
 """
 
 from ._api import (
-    PAIRED_COVER,
     PAIRED_ROUNDS,
     Validation,
     cache_capacity,
@@ -32,6 +31,7 @@ from ._estimate import (
     composition_error,
     estimate_decomposition,
     issue_time,
+    paired_interval,
     plan_decomposition,
     with_composition,
 )
@@ -55,8 +55,8 @@ __all__ = [
     "matvec_rates",
     "validate",
     "Validation",
-    "PAIRED_COVER",
     "PAIRED_ROUNDS",
+    "paired_interval",
     "evaluate",
     "Evaluation",
     "EvaluationRow",

@@ -5,18 +5,21 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dlbricks import Brick, Decomposition, ModelGraph, decompose, load_model
 from dlbricks._errors import InvalidArgumentError
-from dlbricks.benchmarks_db import BenchOptions, Store, out_of_context, populate
+from dlbricks.benchmarks_db import BenchOptions, Store, measure_in_rounds, out_of_context, populate
 from dlbricks.generators import (
     BackendConfig,
     Budget,
     Measurement,
     OrtConfig,
+    PairedRounds,
     ReorderCost,
+    RoundsBudget,
+    Runner,
     collect_system_info,
     get_backend,
     last_level_cache_bytes,
@@ -30,13 +33,24 @@ from ._estimate import (
     Plan,
     composition_error,
     estimate_decomposition,
+    paired_interval,
     plan_decomposition,
     with_composition,
 )
 from ._predict import LatencyPredictor, brick_call_s
 from ._profile import InModelTimes, in_model_times
 
-__all__ = ["estimate", "composition_references", "validate", "plan", "Validation", "open_store"]
+__all__ = ["PAIRED_ROUNDS", "TRUSTED_SWING", "estimate", "composition_references", "validate", "plan", "Validation", "open_store"]
+
+#: The rounds of a paired validation and of each model of ``evaluate``
+#: (:class:`~dlbricks.generators.RoundsBudget`): one whole run and one run of each of the model's bricks
+#: a round, until the ratio of their sums holds to +-1% (95%), 12 rounds and a second at least, 8 s at
+#: most (a model of seconds gets its 12 rounds all the same).
+PAIRED_ROUNDS = RoundsBudget(min_rounds=12, min_time=1.0, max_time=8.0, rel_ci=0.02)
+#: Relative half-width that the machine's swing may leave in an estimate (the 95% interval of the
+#: ratio of a model's bricks to its whole runs over their rounds) before its figure is said not to be
+#: trusted.
+TRUSTED_SWING = 0.03
 
 def open_store(db: Store | str | os.PathLike[str]) -> Store:
     """The Store for ``db`` (a Store is returned as it is)."""
@@ -359,7 +373,8 @@ class Validation:
 
     ``in_model`` (with ``per_brick=True``): per occurrence index, the in-model time of its layers
     from onnxruntime's profiler, to set beside each brick's own time; ``profile`` the whole profile
-    (the model's layout reorders, its kernels and their sum).
+    (the model's layout reorders, its kernels and their sum). ``rounds`` (paired, the default): the
+    rounds in which the whole model and its bricks were timed together.
     """
 
     estimate: Estimate
@@ -367,6 +382,7 @@ class Validation:
     decomposition: Decomposition
     in_model: Mapping[int, float] | None = None
     profile: InModelTimes | None = None
+    rounds: PairedRounds | None = None
 
     @property
     def error(self) -> float:
@@ -381,16 +397,39 @@ class Validation:
         ok = lb <= (self.measured.median_s or 0.0)
         return ok and (roof is None or roof <= lb)
 
+    @property
+    def covered(self) -> bool:
+        """Whether the measured latency lies inside the estimate's interval."""
+        return self.estimate.ci_low_s <= (self.measured.median_s or 0.0) <= self.estimate.ci_high_s
+
+    @property
+    def swing(self) -> float | None:
+        """The whole model's 90th over 10th percentile over its rounds (None unpaired)."""
+        return None if self.rounds is None else self.rounds.rounds.swing()
+
+    @property
+    def pairing(self) -> float | None:
+        """The relative 95% half-width that the machine's swing left in the ratio of the bricks to
+        the whole runs over their rounds (None unpaired)."""
+        return None if self.rounds is None else ratio_half_width(self.rounds)
+
 
 def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = None,
              config: OrtConfig | None = None, granularity: str = "layer", budget: Budget | None = None,
-             on_missing: str = "measure", per_brick: bool = False, paired: bool = False) -> Validation:
+             on_missing: str = "measure", per_brick: bool = False, paired: bool = True,
+             rounds: RoundsBudget | None = None) -> Validation:
     """Measure the whole model with the same harness, store the run, and compare with the estimate.
 
-    With ``per_brick``, also profile the model in its runtime (onnxruntime's profiler, or MXNet's
-    for an ``MxnetConfig``) to give each occurrence's in-model time. With ``paired``, the model's
-    largest bricks are set beside the whole model at the same moments, as ``evaluate`` does
-    (:func:`_paired_whole`): bricks measured long before the model met another state of the machine.
+    Paired (the default), the model is held in a worker beside its bricks and timed with them in
+    interleaved rounds (``rounds``, default :data:`PAIRED_ROUNDS`;
+    :func:`~dlbricks.benchmarks_db.measure_in_rounds`): the estimate reads each brick's runs over
+    the rounds and the measured latency is the whole model's median over the same rounds, so that
+    both meet the same moments of the machine; the interval holds what the rounds saw of its swing
+    (:func:`paired_interval`) and how far the database's other models landed from their whole runs
+    (:func:`composition_error`). Unpaired, the model is measured whole in three workers and compared
+    with the bricks as stored, whenever they were measured. With ``per_brick``, also profile the model
+    in its runtime (onnxruntime's profiler, or MXNet's for an ``MxnetConfig``) to give each
+    occurrence's in-model time.
     """
     store = open_store(db)
     system = _system_key(system)
@@ -404,21 +443,29 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
                 graph = load_model(build(model), name=model)
         else:
             graph = load_model(model)
-    dec = _decompose(graph, granularity, config or OrtConfig())
+    cfg = config or OrtConfig()
+    dec = _decompose(graph, granularity, cfg)
     store.add_decomposition(dec, graph.source)
     from ._evaluate import EVALUATE_BUDGET, measure_whole
 
     budget = budget or EVALUATE_BUDGET
+    result = None
     if paired:
         estimate(dec, store, system=system, config=config, on_missing=on_missing, budget=budget)  # bricks first
-        whole = _paired_whole(graph, dec, store, system, config or OrtConfig(), budget)
+        whole, result = _paired_rounds(graph, dec, store, system, cfg, budget, rounds or PAIRED_ROUNDS)
     else:
-        whole = measure_whole(graph, config or OrtConfig(), budget, backend=backend_name(config or OrtConfig()))
+        whole = measure_whole(graph, cfg, budget, backend=backend_name(cfg))
     store.record_model(whole, system, budget=budget)
     if not whole.ok:
         raise InvalidArgumentError(f"model '{graph.name}' could not be measured whole: {whole.error}")
     est = estimate(dec, store, system=system, config=config,
                    on_missing=on_missing, budget=budget, composition=False)
+    if result is not None:
+        est = paired_interval(est, math.log1p(ratio_half_width(result)))
+    references = composition_references(store, system=system, config=cfg, granularity=granularity,
+                                        near_s=est.sequential_s, exclude=(dec.model_key,))
+    if references:
+        est = with_composition(est, composition_error(references, est.sequential_s), len(references))
     in_model = None
     if per_brick:
         if backend_name(config) == "mxnet":
@@ -428,46 +475,33 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
         else:
             times = in_model_times(graph, config)
         in_model = {o.index: sum(times.layers.get(n, 0.0) for n in o.nodes) for o in dec.occurrences}
-        return Validation(est, whole, dec, in_model, times)
-    return Validation(est, whole, dec, in_model)
+        return Validation(est, whole, dec, in_model, times, result)
+    return Validation(est, whole, dec, in_model, rounds=result)
 
 
-#: Share of a model's estimate that ``validate --paired`` measures again beside the whole model: its
-#: largest bricks until they hold this much (every brick of :data:`~dlbricks.benchmarks_db.DOMINANT_SHARE`
-#: or more besides), so that a model of many small bricks is paired too.
-PAIRED_COVER = 0.8
-#: Least rounds of those bricks in a paired validation: with the stored measurement, each brick is
-#: then pooled from more moments beside the whole model than before it.
-PAIRED_ROUNDS = 2
+def ratio_half_width(paired: PairedRounds) -> float:
+    """The relative 95% half-width of the ratio of a model's bricks to its whole runs over their
+    rounds (:meth:`~dlbricks.generators.PairedRounds.ratio`), the wider side; 0 where it has none."""
+    ratio, low, high = paired.ratio()
+    if not (ratio > 0 and low > 0 and math.isfinite(high)):
+        return 0.0
+    return math.expm1(max(math.log(high / ratio), math.log(ratio / low)))
 
 
-def _paired_whole(graph: ModelGraph, dec: Decomposition, store: Store, system: Any, config: Any,
-                  budget: Budget) -> Measurement:
-    """The model measured whole in a worker held while its largest bricks (:data:`PAIRED_COVER` of
-    its estimate, see :func:`~dlbricks.benchmarks_db.dominant_bricks`) are measured again in its
-    context, round robin, the whole model sampled every
-    :data:`~dlbricks.benchmarks_db.PAIR_INTERVAL_S` seconds and after each round, for
-    :data:`PAIRED_ROUNDS` rounds and until it has ``whole_samples`` samples; each of those bricks is
-    stored pooled with its stored measurement (its measurement in the model's context where it has
-    one), and the whole model's samples pooled are returned."""
-    from dlbricks.benchmarks_db import PairedWhole, dominant_bricks, remeasure
-    from dlbricks.generators import Runner
-
-    from ._evaluate import whole_samples
-
-    measured = _lookup(store, dec, system, config.config_id)
-    paired = dominant_bricks(dec, {k: m.median_s or 0.0 for k, m in measured.items() if m.ok}, cover=PAIRED_COVER)
-    backend = backend_name(config)
-    with PairedWhole(graph, config, budget, backend=backend) as whole, Runner(backend, config, budget) as runner:
-        wanted = whole_samples(whole.median_s)
-
-        def again(k: int) -> bool:
-            return whole.sample() and (k < PAIRED_ROUNDS or whole.samples < wanted)
-
-        if paired and whole.median_s is not None:
-            remeasure(store, dec, paired, runner.measure, system, config.config_id, budget, rounds=None,
-                      after_each=lambda *_: whole.tick(), after_round=again, own_context=True)
-        return whole.result()
+def _paired_rounds(graph: ModelGraph, dec: Decomposition, store: Store, system: Any, config: Any,
+                   budget: Budget, rounds: RoundsBudget) -> tuple[Measurement, PairedRounds | None]:
+    """The model measured whole and held in a worker, then timed with its bricks in rounds
+    (:func:`~dlbricks.benchmarks_db.measure_in_rounds`, which stores each brick's runs in the
+    model's context): the whole model's measurement over the rounds (its first measurement's wall
+    time), and the rounds. Where the rounds fail, the first measurement and None."""
+    with Runner(backend_name(config), config, budget) as runner:
+        first = runner.hold(graph)
+        if not first.ok:
+            return first, None
+        result = measure_in_rounds(store, dec, runner, first.key, system, budget=budget, rounds=rounds)
+        if result is None:
+            return first, None
+        return replace(result.whole, key=first.key, wall_time_s=first.wall_time_s), result
 
 
 def _stored_graph(store: Store, name: str) -> ModelGraph | None:

@@ -37,6 +37,8 @@ from ._predict import (
 from ._queue import QueueTimes, queue_critical_path, queue_latency
 
 __all__ = [
+    "joined_interval",
+    "paired_interval",
     "ON_MISSING",
     "WARN_FAR_SHARE",
     "WARN_PREDICTED_SHARE",
@@ -398,6 +400,27 @@ def _with_composition(seq: float, down: float, up: float, log_error: float) -> t
     above = math.log1p(up / seq)
     return (seq * -math.expm1(-math.hypot(below, log_error)),
             seq * math.expm1(math.hypot(above, log_error)))
+
+
+def joined_interval(seq: float, low: float, high: float, log_error: float) -> tuple[float, float]:
+    """The interval ``[low, high]`` of ``seq`` with a log error ``log_error`` joined in quadrature in
+    log space (unchanged where it is 0)."""
+    down, up = _with_composition(seq, seq - low, high - seq, log_error)
+    return max(seq - down, 0.0), seq + up
+
+
+def paired_interval(est: Estimate, log_half_width: float) -> Estimate:
+    """``est`` with its interval at least ``log_half_width`` wide on each side, in log space: the
+    swing that a model's rounds left in the ratio of its bricks' sum to its whole runs
+    (:meth:`~dlbricks.generators.PairedRounds.ratio`). The rounds' spread already holds the bricks'
+    own sampling error, so the wider of the two is kept, not their sum."""
+    seq = est.sequential_s
+    if seq <= 0 or log_half_width <= 0:
+        return est
+    below = math.log(seq / est.ci_low_s) if 0 < est.ci_low_s < seq else (0.0 if est.ci_low_s >= seq else math.inf)
+    above = math.log(est.ci_high_s / seq) if est.ci_high_s > seq else 0.0
+    below, above = max(below, log_half_width), max(above, log_half_width)
+    return replace(est, ci_low_s=seq * math.exp(-below), ci_high_s=seq * math.exp(above))
 
 
 def _above(prediction: Prediction, floor_s: float) -> Prediction:

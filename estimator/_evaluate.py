@@ -15,13 +15,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from dlbricks import BrickSet, Decomposition, InvalidArgumentError, ModelGraph, decompose, load_model
-from dlbricks.benchmarks_db import BenchOptions, PairedWhole, Store, dominant_bricks, populate, remeasure
+from dlbricks.benchmarks_db import BenchOptions, Store, measure_in_rounds, populate
 from dlbricks.generators import (
     PILOT_BUDGET,
     Budget,
     Measurement,
     OrtConfig,
+    PairedRounds,
     Runner,
     SystemInfo,
     benchmark,
@@ -30,12 +33,12 @@ from dlbricks.generators import (
     pool,
 )
 
-from ._api import backend_name, estimate, open_store, peaks_key, threads_of
+from ._api import PAIRED_ROUNDS, backend_name, estimate, open_store, peaks_key, ratio_half_width, threads_of
 from ._calibrate import calibrate_peaks, calibrated_backends, merge_peaks
+from ._estimate import paired_interval
 
 __all__ = ["DEFAULT_SUITE", "GRANULARITIES", "EvaluationRow", "Evaluation", "evaluate", "measure_whole", "pool",
-           "suite_models",
-           "EVALUATE_BUDGET", "EVALUATE_MOMENTS", "WHOLE_WORKERS", "DEFAULT_TARGET_CI"]
+           "suite_models", "EVALUATE_BUDGET", "WHOLE_WORKERS", "DEFAULT_TARGET_CI"]
 
 #: The default suite: models of every task, small enough to finish in minutes on 2 cores.
 DEFAULT_SUITE = ("resnet18_v1", "resnet50_v1", "mobilenet_v2_1.0", "squeezenet1_1", "inception_v3",
@@ -44,9 +47,6 @@ DEFAULT_SUITE = ("resnet18_v1", "resnet50_v1", "mobilenet_v2_1.0", "squeezenet1_
 #: Granularities of the main job: "both" estimates fused bricks and, in the same run, layer bricks at
 #: the same optimization level (the comparison column).
 GRANULARITIES = ("layer", "fused", "both")
-#: Moments at which a brick holding 5% or more of its model's time is measured (pooled): the whole
-#: model is sampled over the time its bricks take, so its dominant bricks are too.
-EVALUATE_MOMENTS = 3
 #: Relative 95% half-width to ask of each model's estimate in the main job (``target_ci``, which is
 #: opt-in); whole models are measured to the same half-width of their median (:data:`EVALUATE_BUDGET`).
 DEFAULT_TARGET_CI = 0.01
@@ -55,20 +55,6 @@ DEFAULT_TARGET_CI = 0.01
 EVALUATE_BUDGET = Budget(warmup_time=0.02, min_time=0.1, min_runs=10, max_time=1.0, rel_ci=2 * DEFAULT_TARGET_CI)
 #: Worker processes each whole model is measured in.
 WHOLE_WORKERS = 3
-#: Fewest samples of a held whole model before its turn ends. A model with few bricks (an LSTM
-#: language model: six) finishes its turn in seconds, with a handful of whole samples and its
-#: dominant bricks at three moments, and this machine's speed swings by 10-20% over seconds: its turn
-#: goes on, a whole sample after each round of its dominant bricks measured again, until the whole
-#: model has this many samples (lstm_lm_medium: 6 samples spread 10.68-12.99 ms, estimate -10.8%).
-MIN_WHOLE_SAMPLES = 12
-#: Seconds of whole runs that are enough samples of a long model: one of 5 s (a segmentation model at
-#: 520x520) averages the machine's drift within each run, and twelve samples of it, each a warm-up
-#: run and a timed run, would take two minutes. A model gets ``WHOLE_SAMPLED_S / median`` samples,
-#: between :data:`MIN_LONG_SAMPLES` and :data:`MIN_WHOLE_SAMPLES`.
-WHOLE_SAMPLED_S = 6.0
-MIN_LONG_SAMPLES = 3
-
-
 #: The default suite of the MXNet path: Gluon vision models of several families.
 DEFAULT_MXNET_SUITE = ("gluon_resnet18_v1", "gluon_resnet50_v1", "gluon_resnet50_v2", "gluon_mobilenet1.0",
                        "gluon_mobilenetv2_1.0", "gluon_squeezenet1.1", "gluon_densenet121",
@@ -104,6 +90,19 @@ class EvaluationRow:
     ci_high_s: float
     layer_estimated_s: float | None = None  # layer bricks at the same level (granularity "both")
     algorithm_gap_s: float | None = None  # with the algorithm sweep: default kernels' device time over the best's
+    rounds: int = 0  # rounds of the whole model and its bricks (0: measured apart)
+    swing: float | None = None  # the whole model's 90th over 10th percentile over its rounds
+    pairing: float | None = None  # relative 95% half-width the swing left in the estimate over the measured
+
+    @property
+    def covered(self) -> bool:
+        """Whether the measured latency lies inside the estimate's interval."""
+        return self.ci_low_s <= self.measured_s <= self.ci_high_s
+
+    @property
+    def half_width(self) -> float:
+        """The interval's relative half-width (its width over twice the estimate)."""
+        return (self.ci_high_s - self.ci_low_s) / (2 * self.estimated_s) if self.estimated_s else math.inf
 
     @property
     def error(self) -> float:
@@ -145,6 +144,7 @@ class Evaluation:
     brick_timed_s: float = 0.0
     target_ci: float | None = None  # relative 95% half-width asked of each model's estimate
     worst_ci: float | None = None  # the largest that the bricks' allocation reached for a model
+    rounds_s: float = 0.0  # seconds of the rounds that set each model beside its bricks (validation)
 
     @property
     def layer_rows(self) -> tuple[EvaluationRow, ...]:
@@ -157,6 +157,16 @@ class Evaluation:
         if self.target_ci is None:
             return len(self.rows)
         return sum((r.ci_high_s - r.ci_low_s) / 2 <= self.target_ci * r.estimated_s * (1 + 1e-9) for r in self.rows)
+
+    @property
+    def covered(self) -> int:
+        """Models whose measured latency lies inside their estimate's interval."""
+        return sum(r.covered for r in self.rows)
+
+    @property
+    def median_half_width(self) -> float:
+        """The median relative half-width of the rows' intervals."""
+        return float(np.median([r.half_width for r in self.rows])) if self.rows else math.nan
 
     @property
     def speedup(self) -> float:
@@ -199,17 +209,15 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     Bricks are measured once each in the estimate's configuration, and (``lower_bound_sweep``) once
     more with warm caches, the fastest state a brick can meet, for the lower bound; on CUDA the launch
     queue's times already hold each brick's kernels after themselves, which its lower bound takes,
-    and the warm run is left out. The suite runs
-    model by model: each model is measured whole, held in a worker and sampled again every
-    :data:`~dlbricks.benchmarks_db.PAIR_INTERVAL_S` seconds while its not yet measured bricks are
-    measured (:class:`~dlbricks.benchmarks_db.PairedWhole`, a paired design against the machine's
-    drift); the benchmarking time of a model is its first measurement's. Its
-    bricks that hold 5% or more of its time are measured at :data:`EVALUATE_MOMENTS` moments, and its
-    bricks that an earlier model of the run measured are measured once more in its turn, each pooled
-    (their wall time counts in the bricks' benchmarking time). A model whose turn ends before its whole
-    model has :func:`whole_samples` samples (twelve, fewer for a model of over half a second) goes on:
-    its dominant bricks once more each, then a whole sample, round after round (pooled likewise).
-    Peaks are calibrated once per system.
+    and the warm run is left out. The suite runs model by model: each model is measured whole
+    (the measurement whose time the benchmarking speedup counts) and held in the worker that measures
+    its bricks; its new bricks are measured; then the whole model and every one of its bricks run in
+    interleaved rounds (:data:`PAIRED_ROUNDS`, :func:`~dlbricks.benchmarks_db.measure_in_rounds`), so
+    that its estimate and its measured latency come from the same moments of the machine. Each
+    brick's runs over the rounds are stored in the model's context; the model's measured latency is
+    its median over the rounds, and its interval holds what the rounds saw of the machine's swing
+    (:func:`~dlbricks.estimator.paired_interval`) and how far the suite's other models landed from
+    their measurements (leave-one-out). Peaks are calibrated once per system.
 
     With ``target_ci`` (a fraction, e.g. :data:`DEFAULT_TARGET_CI`; None, the default, for the rule
     above, every brick under ``budget``), the bricks
@@ -243,12 +251,12 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     configs = [config] + ([replace(config, cache="warm")] if lower_bound_sweep and not queued else [])
     turns = [_Turns(brickset, configs, target_ci)] + (
         [_Turns(layer_set, [config], target_ci)] if granularity == "both" else [])
-    whole_time = _measure_suite(models, brickset, turns, store, system, config, budget, say)
+    whole_time, rounds_s, paired = _measure_suite(models, brickset, turns, store, system, config, budget, say)
     if sweep:
         _sweep_algorithms(brickset, sweep, store, system, backend_name(config), say)
     brick_records = store.measurements(system=system, config_id=config.config_id, signatures=list(brickset.bricks))
     rows, op_times = _rows(models, brickset, layer_set if granularity == "both" else None, store, system, config,
-                           say)
+                           paired, say)
     if sweep:
         rows = [replace(r, algorithm_gap_s=algorithm_gap_s(brickset.models[r.model], store, system, config, sweep))
                 for r in rows]
@@ -261,7 +269,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
                       granularity=next(iter(brickset.models.values())).granularity if brickset.models else "layer",
                       layer_unique_bricks=layer_set.summary().unique_bricks if granularity == "both" else None,
                       brick_setup_s=turns[0].setup_s, brick_timed_s=turns[0].timed_s, target_ci=target_ci,
-                      worst_ci=max(turns[0].cis) if turns[0].cis else None)
+                      worst_ci=max(turns[0].cis) if turns[0].cis else None, rounds_s=rounds_s)
 
 
 #: Ops whose kernels a library chooses among algorithms (cuDNN's convolution search, cuBLAS with or
@@ -365,47 +373,82 @@ def _calibrate_once(store: Store, system: SystemInfo, config: Any, say: Callable
 
 
 def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_Turns], store: Store,
-                   system: SystemInfo, config: Any, budget: Budget, say: Callable[[str], object]) -> float:
-    """Measure the suite model by model; returns the whole models' benchmarking time.
+                   system: SystemInfo, config: Any, budget: Budget, say: Callable[[str], object],
+                   ) -> tuple[float, float, dict[str, PairedRounds]]:
+    """Measure the suite model by model; returns the whole models' benchmarking time, the rounds'
+    time and each model's rounds.
 
-    The estimate's configuration first (its time is what the speedup compares), then the warm sweep
-    that gives each brick its fastest state for the lower bound. This machine's speed swings by
-    10-20% from one second to the next, so each model is measured whole (the measurement whose time
-    the speedup counts) and held in a worker, then sampled again every few seconds while its bricks
-    are measured, and once more after them (:class:`~dlbricks.benchmarks_db.PairedWhole`). A brick
-    that an earlier model of the run measured is measured again in this model's turn and pooled. With
-    granularity "both", the model's layer bricks are measured in its turn too."""
+    Each model is measured whole (the measurement whose time the speedup counts) and held in the
+    worker of the estimate's configuration; its new bricks are measured (then the warm sweep that
+    gives each brick its fastest state for the lower bound); then the whole model and its bricks run
+    in rounds (:func:`_in_rounds`), one set of rounds per granularity, and the first one's whole
+    runs are the model's measurement. A model measured whole by an earlier run of the database has
+    its new bricks measured and no rounds."""
     from dlbricks.model_zoo import build
 
     backend = backend_name(config)
-    whole_time = 0.0
+    whole_time = rounds_time = 0.0
+    paired: dict[str, PairedRounds] = {}
     workers = _KeptRunners(repeat_for=config.config_id)
-    whole_runner = Runner(backend, config, budget)  # one worker holds each model in turn
     try:
-        for name in models:
+        for seed, name in enumerate(models):
             dec = brickset.models[name]
-            if _measured(store.measurement(dec.model_key, system, config.config_id, kind="model")):
-                for turn in turns:
-                    turn.measure(name, store, workers, backend, budget, system, None, say)
+            runner = workers(backend, config, budget, False).runner
+            graph = load_model(build(name), name=name)
+            first = None
+            if not _measured(store.measurement(dec.model_key, system, config.config_id, kind="model")):
+                say(f"{name}: whole model")
+                first = runner.hold(graph)
+            for turn in turns:
+                turn.measure(name, store, workers, backend, budget, system, say)
+            if first is None:
                 continue
-            with PairedWhole(load_model(build(name), name=name), config, budget, backend, say,
-                             runner=whole_runner) as whole:
-                for turn in turns:
-                    turn.measure(name, store, workers, backend, budget, system, whole, say)
-                _top_up(store, dec, workers(backend, config, budget, False), system, config, budget, whole, say,
-                        turns[0])
-                measured = whole.result()
-                whole_time += measured.wall_time_s
-                store.record_model(measured, system, budget=budget)
+            whole = first
+            if first.ok:
+                for k, turn in enumerate(turns):
+                    result = _in_rounds(store, turn.brickset.models[name], runner, graph, first, system, budget,
+                                        seed, say)
+                    if result is None:
+                        continue
+                    rounds_time += result.rounds.elapsed_s
+                    if k == 0:
+                        paired[name] = result
+                        whole = replace(result.whole, key=first.key, wall_time_s=first.wall_time_s)
+                runner.release(first.key)
+            whole_time += first.wall_time_s
+            store.record_model(whole, system, budget=budget)
     finally:
         workers.close()
-        whole_runner.close()
-    return whole_time
+    return whole_time, rounds_time, paired
+
+
+def _in_rounds(store: Store, dec: Decomposition, runner: Runner, graph: ModelGraph, first: Measurement,
+               system: SystemInfo, budget: Budget, seed: int, say: Callable[[str], object]) -> PairedRounds | None:
+    """``dec``'s model (held by ``runner`` under ``first.key``) and its bricks in rounds
+    (:data:`PAIRED_ROUNDS`); where the worker lost the model (a brick crashed it), the model is
+    held again and the rounds tried once more. None where they failed both times."""
+    result = measure_in_rounds(store, dec, runner, first.key, system, budget=budget, rounds=PAIRED_ROUNDS,
+                               seed=seed)
+    if result is None:
+        again = runner.hold(graph)
+        if again.ok:
+            result = measure_in_rounds(store, dec, runner, again.key, system, budget=budget,
+                                       rounds=PAIRED_ROUNDS, seed=seed)
+    if result is None:
+        say(f"{dec.model}: its rounds failed; its bricks as first measured, its whole model apart")
+        return None
+    ratio, low, high = result.ratio()
+    say(f"{dec.model}: {result.rounds.count} rounds of the whole model and {len(result.bricks)} {dec.granularity} "
+        f"bricks in {result.rounds.elapsed_s:.1f} s; whole {1e3 * result.whole.median_s:.2f} ms, swing "
+        f"{result.rounds.swing():.2f}x (p90/p10); bricks' sum over whole {ratio:.3f} [{low:.3f}, {high:.3f}]")
+    return result
 
 
 def _rows(models: Sequence[str], brickset: BrickSet, layer_set: BrickSet | None, store: Store, system: SystemInfo,
-          config: Any, say: Callable[[str], object]) -> tuple[list[EvaluationRow], dict[str, float]]:
-    """Each model's row (its estimate against its stored whole measurement) and the time per op type."""
+          config: Any, paired: dict[str, PairedRounds],
+          say: Callable[[str], object]) -> tuple[list[EvaluationRow], dict[str, float]]:
+    """Each model's row (its estimate against its stored whole measurement) and the time per op type;
+    each interval then joins how far the suite's other models landed (:func:`_leave_one_out`)."""
     rows = []
     op_times: dict[str, float] = {}
     for name in models:
@@ -420,14 +463,38 @@ def _rows(models: Sequence[str], brickset: BrickSet, layer_set: BrickSet | None,
         layer_est = (estimate(layer_set.models[name], store, system=system, config=config,
                               composition=False).sequential_s
                      if layer_set is not None else None)
+        result = paired.get(name)
+        pairing = None
+        if result is not None:
+            pairing = ratio_half_width(result)
+            est = paired_interval(est, math.log1p(pairing))
         rows.append(EvaluationRow(
             model=name, layers=dec.layers, unique_bricks=len(dec.bricks),
             measured_s=measured.median_s or float("nan"), estimated_s=est.sequential_s,
             parallel_s=est.parallel_s, lower_bound_s=est.lower_bound_s, roofline_s=est.roofline_s,
-            ci_low_s=est.ci_low_s, ci_high_s=est.ci_high_s, layer_estimated_s=layer_est))
+            ci_low_s=est.ci_low_s, ci_high_s=est.ci_high_s, layer_estimated_s=layer_est,
+            rounds=0 if result is None else result.rounds.count,
+            swing=None if result is None else result.rounds.swing(),
+            pairing=pairing))
         say(f"{name}: measured {1e3 * rows[-1].measured_s:.2f} ms, estimated "
             f"{1e3 * est.sequential_s:.2f} ms ({100 * rows[-1].error:+.1f}%)")
-    return rows, op_times
+    return _leave_one_out(rows), op_times
+
+
+def _leave_one_out(rows: Sequence[EvaluationRow]) -> list[EvaluationRow]:
+    """Each row's interval joined in quadrature, in log space, with how far the sums of the suite's
+    other models landed from their measurements (:func:`~dlbricks.estimator.composition_error`, the
+    row's own model left out): the rounds hold the machine's swing, the other models the method's."""
+    from ._estimate import CompositionReference, composition_error, joined_interval
+
+    references = [CompositionReference(r.model, r.measured_s, r.estimated_s) for r in rows]
+    out = []
+    for row in rows:
+        others = [ref for ref in references if ref.model != row.model]
+        low, high = joined_interval(row.estimated_s, row.ci_low_s, row.ci_high_s,
+                                    composition_error(others, row.estimated_s))
+        out.append(replace(row, ci_low_s=low, ci_high_s=high))
+    return out
 
 
 def _target(target_ci: float | None) -> float | None:
@@ -442,28 +509,24 @@ def _target(target_ci: float | None) -> float | None:
 
 class _Turns:
     """One granularity's bricks, measured model by model in each model's turn: its new bricks
-    (``populate``, dominant ones at several moments), then its bricks that an earlier model of the
-    run measured, once more in its context (pooled)."""
+    (``populate``); the rounds that follow hold every brick of the model, shared ones included."""
 
     def __init__(self, brickset: BrickSet, configs: Sequence[Any], target_ci: float | None = None) -> None:
         self.brickset = brickset
         self.configs = list(configs)
         self.target_ci = target_ci
-        self.earlier: set[str] = set()  # bricks measured in this run, in an earlier model's turn
         self.setup_s = 0.0  # estimate configuration: seconds outside the harness
         self.timed_s = 0.0  # estimate configuration: seconds inside timed regions
         self.cis: list[float] = []  # the relative CI half-width of each model's estimate
 
     def measure(self, name: str, store: Store, workers: _KeptRunners, backend: str, budget: Budget,
-                system: Any, whole: PairedWhole | None, say: Callable[[str], object]) -> None:
+                system: Any, say: Callable[[str], object]) -> None:
         dec = self.brickset.models[name]
-        cfg = self.configs[0]
-        new = set(store.unmeasured(system, cfg.config_id, list(dec.bricks)))
-        tick = lambda p: (say(_progress_line(p)), whole and whole.tick())  # noqa: E731
+        tick = lambda p: say(_progress_line(p))  # noqa: E731
         if self.target_ci is not None:
             report = populate(store, [dec], self.configs[:1],
                               BenchOptions(backend=backend, budget=budget, store_models=False, contexts="reuse",
-                                           moments=EVALUATE_MOMENTS, target_ci=self.target_ci),
+                                           target_ci=self.target_ci),
                               system=system, runner_factory=workers, progress=tick)
             self.setup_s += report.setup_s
             self.timed_s += report.timed_s
@@ -473,61 +536,12 @@ class _Turns:
                 populate(store, [dec], self.configs[1:],
                          BenchOptions(backend=backend, budget=PILOT_BUDGET, store_models=False, contexts="reuse"),
                          system=system, runner_factory=workers, progress=tick)
-            self.earlier |= new
             return
         report = populate(store, [dec], self.configs,
-                          BenchOptions(backend=backend, budget=budget, store_models=False, contexts="reuse",
-                                       moments=EVALUATE_MOMENTS),
+                          BenchOptions(backend=backend, budget=budget, store_models=False, contexts="reuse"),
                           system=system, runner_factory=workers, progress=tick)
-        self.setup_s += report.setup_s  # both configurations here; re-measurements below not counted
+        self.setup_s += report.setup_s  # both configurations here
         self.timed_s += report.timed_s
-        shared = [sig for sig in dec.bricks if sig in self.earlier]
-        if whole is not None and shared:
-            say(f"{name}: {len(shared)} {dec.granularity} bricks of earlier models again")
-            _measure_again(store, dec, shared, workers(backend, cfg, budget, False), system, cfg.config_id,
-                           budget, whole.tick)
-        self.earlier |= new
-
-
-def _measure_again(store: Store, dec: Decomposition, signatures: Sequence[str], runner: Any, system: Any,
-                   config_id: str, budget: Budget, tick: Callable[[], object]) -> None:
-    """Measure ``signatures`` (bricks of ``dec``, stored) once more, each in ``dec``'s context, and
-    store each pooled with its stored measurement (:func:`~dlbricks.benchmarks_db.remeasure`)."""
-    remeasure(store, dec, signatures, runner.measure, system, config_id, budget, after_each=lambda *_: tick())
-
-
-def _top_up(store: Store, dec: Decomposition, runner: Any, system: Any, config: Any, budget: Budget,
-            whole: PairedWhole, say: Callable[[str], object], turns: _Turns | None = None) -> None:
-    """Until ``whole`` has :func:`whole_samples` samples: measure ``dec``'s dominant bricks once
-    more each (in its context), then sample the whole model; store each dominant brick pooled with
-    its stored measurement and its runs here (:func:`~dlbricks.benchmarks_db.remeasure`). With a
-    ``target_ci`` (``turns``) the bricks already had their moments (``populate``'s allocation): only
-    the whole model is sampled."""
-    wanted = whole_samples(whole.median_s)
-    if whole.samples >= wanted:
-        return
-    if turns is not None and turns.target_ci is not None:
-        say(f"{dec.model}: the whole model again until it has {wanted} samples")
-        while whole.samples < wanted and whole.sample():
-            pass
-        return
-    medians = {r.key: r.median_s or 0.0 for r in store.measurements(
-        system=system, config_id=config.config_id, signatures=list(dec.bricks), status="ok")}
-    dominant = dominant_bricks(dec, medians)
-    if not dominant:
-        return
-    say(f"{dec.model}: {len(dominant)} dominant bricks again until the whole model has {wanted} samples")
-    remeasure(store, dec, dominant, runner.measure, system, config.config_id, budget, rounds=None,
-              after_round=lambda _k: whole.sample() and whole.samples < wanted)
-
-
-def whole_samples(median_s: float | None) -> int:
-    """Samples a held whole model of this median should have by the end of its turn: enough for
-    :data:`WHOLE_SAMPLED_S` seconds of runs, between :data:`MIN_LONG_SAMPLES` and
-    :data:`MIN_WHOLE_SAMPLES`."""
-    if not median_s or median_s <= 0:
-        return MIN_WHOLE_SAMPLES
-    return max(MIN_LONG_SAMPLES, min(MIN_WHOLE_SAMPLES, math.ceil(WHOLE_SAMPLED_S / median_s)))
 
 
 class _KeptRunners:

@@ -27,7 +27,7 @@ from dlbricks._cliutil import (
     parse_shape_sweep,
 )
 
-from ._api import device_of, estimate, open_store, peaks_key, plan, threads_of, validate
+from ._api import TRUSTED_SWING, device_of, estimate, open_store, peaks_key, plan, threads_of, validate
 from ._calibrate import calibrate_peaks, merge_peaks
 from ._estimate import ON_MISSING, Estimate
 from ._sweep import SweepPoint, SweepShape, estimate_sweep, validate_sweep
@@ -340,10 +340,10 @@ def plan_cmd(model: str, db: str, threads: int, opt_level: str, device: str, bat
 @click.option("--per-brick", is_flag=True,
               help="Also show each brick's time beside its layers' in-model time (the runtime's profiler).")
 @click.option("--top", type=int, default=15, show_default=True, help="Bricks to show with --per-brick.")
-@click.option("--paired", is_flag=True,
-              help="Measure the model's largest bricks (80% of its estimate) again, twice at least, in turn with "
-                   "samples of the whole model, and pool them (as evaluate does): the machine's drift since bench "
-                   "meets both alike.")
+@click.option("--paired/--unpaired", default=True, show_default=True,
+              help="Paired: time the whole model and its bricks together in interleaved rounds (as evaluate does), "
+                   "so that both meet the same moments of the machine. Unpaired: measure the model whole and "
+                   "compare with the bricks as stored, whenever they were measured.")
 @_granularity_option
 @_framework_option
 @_budget_option
@@ -355,8 +355,8 @@ def validate_cmd(models: tuple[str, ...], db: str, threads: int, opt_level: str,
     sweep = _sweep_shapes(batch_size, input_shape)
     Store.preflight(db)
     if sweep is not None:
-        if per_brick or paired:
-            raise click.UsageError("--per-brick and --paired take one shape; leave them out of a sweep.")
+        if per_brick:
+            raise click.UsageError("--per-brick takes one shape; leave it out of a sweep.")
         config = _framework_config(_framework(framework, list(models), db), threads, opt_level, device)
         with Store.open(db) as store:
             for model in models:
@@ -378,10 +378,12 @@ def validate_cmd(models: tuple[str, ...], db: str, threads: int, opt_level: str,
                          budget=_BUDGETS[budget_name](), per_brick=per_brick, paired=paired)
             validations.append(v)
             rows.append([v.estimate.model, _ms(v.measured.median_s), _ms(v.estimate.sequential_s),
-                         f"{100 * v.error:+.1f}", _ms(v.estimate.lower_bound_s), _ms(v.estimate.roofline_s),
+                         f"{100 * v.error:+.1f}", f"{_ms(v.estimate.ci_low_s)}-{_ms(v.estimate.ci_high_s)}",
+                         "yes" if v.covered else "NO", _ms(v.estimate.lower_bound_s), _ms(v.estimate.roofline_s),
                          "yes" if v.bounds_hold else "NO"])
-    click.echo(format_table(["model", "measured ms", "estimated ms", "error %", "lower bound ms",
-                             "roofline ms", "bounds hold"], rows, right={1, 2, 3, 4, 5}))
+    click.echo(format_table(["model", "measured ms", "estimated ms", "error %", "95% interval ms", "inside",
+                             "lower bound ms", "roofline ms", "bounds hold"], rows, right={1, 2, 3, 4, 6, 7}))
+    _print_swing(validations)
     for v in validations:
         if v.in_model is not None and v.profile is not None:
             _print_per_brick(v, top)
@@ -465,8 +467,12 @@ def _print_evaluation(ev: Evaluation) -> None:
                + (f"{ev.whole_time_s:.1f} s: wall speedup {ev.speedup:.2f}x{rule}" if ev.whole_time_s
                   else "measured by an earlier run of this database: no speedup figure"))
     if ev.target_ci:
-        click.echo(f"precision: +-{100 * ev.target_ci:g}% asked of each estimate; widest reached "
-                   f"+-{100 * (ev.worst_ci or 0):.2f}%; {ev.within_target}/{len(ev.rows)} models within it")
+        click.echo(f"precision: +-{100 * ev.target_ci:g}% asked of each estimate's bricks; widest reached "
+                   f"+-{100 * (ev.worst_ci or 0):.2f}%")
+    _print_swing(ev.rows, ev.rounds_s)
+    click.echo(f"intervals: measured latency inside the estimate's 95% interval for {ev.covered}/{len(ev.rows)} "
+               f"models; median half-width +-{100 * ev.median_half_width:.1f}% (the swing and the suite's other "
+               "models' errors)")
     click.echo(f"latency of one run: all models {1e3 * ev.model_latency_s:.1f} ms, all unique bricks "
                f"{1e3 * ev.unique_brick_latency_s:.1f} ms: {ev.time_dedup_ratio:.2f}x (DLBricks' compute ratio)")
     click.echo(f"error: mean |error| {100 * ev.mean_abs_error:.2f}%, max |error| "
@@ -478,6 +484,29 @@ def _print_evaluation(ev: Evaluation) -> None:
                    f"not in the benchmarking time): mean |error| {100 * sum(errors) / len(errors):.2f}%, max "
                    f"|error| {100 * max(errors):.2f}%; within +-5%: {sum(e <= 0.05 for e in errors)}/{len(errors)}")
     click.echo(f"elapsed: {ev.elapsed_s:.0f} s")
+
+
+def _print_swing(rows: Sequence[Any], rounds_s: float | None = None) -> None:
+    """One line on how much the machine swung during the rows' rounds, and one naming the models
+    whose figure the swing leaves untrustworthy (:data:`~dlbricks.estimator.TRUSTED_SWING`)."""
+    paired = [r for r in rows if r.swing is not None and r.pairing is not None]
+    if not paired:
+        click.echo("machine swing: not measured (whole models measured apart from their bricks)")
+        return
+    swings = sorted(r.swing for r in paired)
+    left = sorted(r.pairing for r in paired)
+    spent = f", {rounds_s:.0f} s of rounds" if rounds_s else ""
+    click.echo(f"machine swing: whole runs over their rounds spread {swings[0]:.2f}-{swings[-1]:.2f}x (p90/p10, "
+               f"median {swings[len(swings) // 2]:.2f}x); it left +-{100 * left[0]:.1f}..{100 * left[-1]:.1f}% "
+               f"in the estimates against their measurements{spent}")
+    untrusted = [r for r in paired if r.pairing > TRUSTED_SWING]
+    if untrusted:
+        names = ", ".join(f"{_name(r)} +-{100 * r.pairing:.1f}%" for r in untrusted)
+        click.echo(f"the machine swung too much to trust these to +-{100 * TRUSTED_SWING:g}%: {names}")
+
+
+def _name(row: Any) -> str:
+    return getattr(row, "model", None) or row.estimate.model
 
 
 @click.command("evaluate")

@@ -32,6 +32,7 @@ from ._registry import (
     register_backend,
     unregister_backend,
 )
+from ._rounds import PairedRounds, Rounds, RoundsBudget
 from ._runner import Runner, resolve_config
 from ._stats import Summary, median_ci, summarize
 from ._system import SystemInfo, collect_system_info
@@ -50,6 +51,10 @@ __all__ = [
     "Budget",
     "PILOT_BUDGET",
     "ProgressCallback",
+    # a model and its bricks in interleaved rounds
+    "Rounds",
+    "RoundsBudget",
+    "PairedRounds",
     # allocating a model-level precision target
     "Allocation",
     "BrickShare",

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dlbricks._errors import BackendError, InvalidArgumentError
@@ -29,6 +29,7 @@ from ._items import FLOOR_KEY, Item, resolve_item
 from ._measurement import Measurement, failed_measurement
 from ._protocols import Backend, BackendConfig
 from ._registry import get_backend, portable_registry
+from ._rounds import PairedRounds, RoundsBudget, rounds_measurements
 from ._util import one_line
 
 __all__ = ["Runner", "resolve_config"]
@@ -298,6 +299,42 @@ class Runner:
         payload = {"key": key, "budget": budget or self.budget, "floor_s": floor_s,
                    "keep_samples": self.keep_samples}
         return self._with_node_cost(self._request(key, "again", payload, floor_s=floor_s)[0])
+
+    def rounds(self, whole_key: str, items: Sequence[Any], counts: Sequence[int],
+               budget: RoundsBudget | None = None, *, seed: int | None = None) -> PairedRounds | None:
+        """Time the model held under ``whole_key`` (see :meth:`hold`) and ``items`` (its bricks, in
+        the model's order, with ``counts`` their occurrences) in interleaved rounds in the worker
+        (:func:`~dlbricks.generators._rounds.time_rounds`), and summarize each into a measurement
+        over the same rounds. Bricks the worker keeps prepared are timed on their sessions; the
+        others are prepared first. A brick that cannot be prepared is left out of the result.
+        Returns None where the rounds failed (the worker died or timed out, or no whole model is
+        held): the caller keeps what it had."""
+        budget = budget or RoundsBudget()
+        resolved = [item if isinstance(item, Item) else resolve_item(item) for item in items]
+        try:
+            models = [r.load() for r in resolved]
+        except Exception:  # a brick that cannot materialize: no rounds, the stored figures stand
+            return None
+        floor_s = self._floor_s()
+        node_s = None if self._floor is None else self._floor.node_s
+        worker = self._ensure_worker()
+        _LAST_REPLY.settle(id(self))
+        payload = {"whole": whole_key, "bricks": models, "counts": list(counts), "backend": self.backend_name,
+                   "config": self.config, "budget": budget, "seed": seed}
+        # preparing what the worker does not keep, then the rounds: at most the budget's time twice over
+        timeout = self.budget.timeout + 2 * budget.max_time + sum(1 for _ in models)
+        try:
+            status, reply = worker.request(("rounds", payload), timeout)
+        except (WorkerTimeoutError, WorkerDiedError):
+            self._replace_worker()
+            return None
+        _LAST_REPLY.replied(id(self), self._idle_spin_s)
+        if status != "ok":
+            return None
+        timed, included, _prepare_s = reply
+        keys = [resolved[i].key for i in included]
+        return rounds_measurements(timed, whole_key, keys, [counts[i] for i in included], self.backend.name,
+                                   self.config, floor_s=floor_s, node_s=node_s, keep_samples=self.keep_samples)
 
     def _with_node_cost(self, measurement: Measurement) -> Measurement:
         """``measurement`` with the floor's cost of one further node (``node_s``), where the floor

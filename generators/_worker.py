@@ -70,6 +70,8 @@ def _answer(state: _State, request: tuple[str, Any]) -> tuple[str, Any]:
             return "ok", _release(state, payload)
         if kind == "queue":
             return "ok", _queue(state, payload)
+        if kind == "rounds":
+            return "ok", _rounds(state, payload)
         raise ValueError(f"unknown request {kind!r}")
     except Exception as e:  # every failure of an item is reported, not fatal
         return "error", one_line(e)
@@ -152,6 +154,58 @@ def _again(state: _State, payload: dict[str, Any]) -> Any:
     return measure_prepared(prepared, payload["key"], backend.name, config, payload["budget"],
                             floor_s=payload.get("floor_s"), keep_samples=payload.get("keep_samples", False),
                             warmed=True)
+
+
+def _rounds(state: _State, payload: dict[str, Any]) -> Any:
+    """Time a held whole model and its bricks in interleaved rounds
+    (:func:`~dlbricks.generators._rounds.time_rounds`). Each brick is taken from the kept items or
+    prepared (and each of its copies run once); a brick that cannot be prepared is left out. Returns
+    ``(Rounds, included brick positions, seconds spent preparing)``; the bricks are kept again after
+    (closed on an accelerator)."""
+    import time
+
+    import numpy as np
+    import onnx
+
+    from dlbricks._errors import UnrunnableBrickError
+
+    from ._cache import digest
+    from ._rounds import time_rounds
+
+    if payload["whole"] not in state.held:
+        raise KeyError(f"no model {payload['whole'][:12]} is held in this worker; measure it with hold=True")
+    whole = state.held[payload["whole"]][0]
+    backend = _backend(state, payload["backend"])
+    config = payload["config"]
+    start = time.perf_counter()
+    prepared: list[tuple[int, str, Any, bool]] = []  # position, cache key, prepared, taken from the cache
+    rounds = None
+    try:
+        for position, model_bytes in enumerate(payload["bricks"]):
+            key = digest(model_bytes, config.config_id)
+            item = state.kept.take(key)
+            kept = item is not None
+            if item is None:
+                try:
+                    item = backend.prepare(onnx.load_from_string(model_bytes), config)
+                except UnrunnableBrickError:
+                    continue
+                for _ in range(int(getattr(item, "copies", 1) or 1)):
+                    item.run()
+            prepared.append((position, key, item, kept))
+        prepare_s = time.perf_counter() - start
+        counts = [payload["counts"][p] for p, _, _, _ in prepared]
+        rounds = time_rounds(whole, [p[2] for p in prepared], counts, payload["budget"],
+                             rng=np.random.default_rng(payload.get("seed")))
+    finally:
+        on_device = getattr(config, "device", "cpu") != "cpu"
+        for i, (_, key, item, _) in enumerate(prepared):
+            if on_device:
+                item.close()
+            else:
+                value = float(np.median(rounds.bricks_s[i])) if rounds is not None else 0.0
+                state.kept.keep(key, item, value_s=value)
+    return rounds, tuple(p[0] for p in prepared), prepare_s
 
 
 def _queue(state: _State, payload: dict[str, Any]) -> Any:

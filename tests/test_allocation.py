@@ -166,14 +166,3 @@ def test_the_main_job_checks_its_target_and_measures_whole_models_to_the_same_ha
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
-
-
-def test_a_long_model_is_sampled_whole_fewer_times() -> None:
-    """A held whole model gets twelve samples, fewer when it runs long enough that they would take
-    minutes (at least three), and twelve when its first measurement failed."""
-    from dlbricks.estimator._evaluate import MIN_LONG_SAMPLES, MIN_WHOLE_SAMPLES, WHOLE_SAMPLED_S, whole_samples
-
-    assert whole_samples(0.013) == whole_samples(0.3) == MIN_WHOLE_SAMPLES == 12
-    assert whole_samples(1.0) == 6 == WHOLE_SAMPLED_S / 1.0
-    assert whole_samples(5.2) == MIN_LONG_SAMPLES == 3
-    assert whole_samples(None) == MIN_WHOLE_SAMPLES

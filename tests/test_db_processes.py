@@ -96,23 +96,32 @@ def test_three_processes_share_one_file(tmp_path: Path) -> None:
     _check_complete(db)
 
 
-def test_paired_whole_models_take_turns_in_one_worker() -> None:
-    """A suite's whole models held in turn by one runner: each sampled and pooled, the worker kept
-    (one start and one floor for the suite), each model released when its turn ends."""
+def test_a_held_model_and_its_bricks_run_in_rounds_in_one_worker(tmp_path: Path) -> None:
+    """A real worker holds a model and times it with its bricks in rounds: one whole run and one
+    short measurement of each brick a round, each brick's runs stored in the model's context (a
+    real store), the whole model's runs returned; a model no longer held gives no rounds."""
     import dlbricks
-    from dlbricks.benchmarks_db import PairedWhole
-    from dlbricks.generators import Budget, OrtConfig, Runner
+    from dlbricks.benchmarks_db import Store, measure_in_rounds
+    from dlbricks.generators import Budget, OrtConfig, RoundsBudget, Runner, collect_system_info
     from tests._models import resnet_like
 
     budget = Budget.quick()
-    graphs = [dlbricks.load_model(resnet_like(blocks, 8), batch_size=1, name=f"r{blocks}") for blocks in (1, 2)]
-    with Runner("onnxruntime", OrtConfig(), budget) as runner:
-        pids, results = [], []
-        for graph in graphs:
-            with PairedWhole(graph, OrtConfig(), budget, runner=runner) as whole:
-                assert whole.sample() and whole.samples == 2
-                results.append(whole.result())
-            pids.append(runner.worker_pid)
-        assert pids[0] is not None and pids[0] == pids[1]
-        assert all(r.ok and r.n >= budget.min_runs + 3 for r in results)
-        assert [r.key for r in results] == [g.key for g in graphs]
+    graph = dlbricks.load_model(resnet_like(1, 8), batch_size=1, name="r1")
+    dec = dlbricks.decompose(graph)
+    system = collect_system_info()
+    rounds = RoundsBudget(min_rounds=5, max_rounds=5, min_time=0.0, max_time=5.0)
+    with Store(tmp_path / "r.db") as store, Runner("onnxruntime", OrtConfig(), budget) as runner:
+        store.add_decomposition(dec)
+        for sig in dec.bricks:
+            store.record(runner.measure(dec.in_context(sig)), system)
+        first = runner.hold(graph)
+        result = measure_in_rounds(store, dec, runner, first.key, system, budget=budget, rounds=rounds)
+        assert result is not None and result.rounds.count == 5
+        assert result.whole.ok and result.whole.n == 5 and result.whole.key == graph.key
+        assert set(result.bricks) == set(dec.bricks) and result.keys[0] == dec.occurrences[0].signature
+        own = store.context_measurements(dec.model_key, system=system, config_id=OrtConfig().config_id)
+        assert {r.key for r in own} == set(dec.bricks) and all(r.n == 5 for r in own)
+        ratio, low, high = result.ratio()
+        assert 0 < low <= ratio <= high
+        runner.release(first.key)
+        assert measure_in_rounds(store, dec, runner, first.key, system, rounds=rounds) is None

@@ -44,8 +44,8 @@ def test_public_api_is_pinned() -> None:
         "DEFAULT_LEASE_S", "BenchProgress", "BenchReport", "SystemRecord", "BackendRecord",
         "BrickRecord", "ModelRecord", "MeasurementRecord", "Claim", "ClaimStatus", "RecordOutcome",
         "OpSummary", "Coverage", "DbStats", "MergeReport", "PeaksRecord", "dominant_bricks", "DOMINANT_SHARE",
-        "Executor", "BenchJob", "RayExecutor", "NodeReport", "NodeRun", "BenchOptions", "remeasure", "PairedWhole",
-        "PAIR_INTERVAL_S", "CONTEXT_RULES", "out_of_context"])
+        "Executor", "BenchJob", "RayExecutor", "NodeReport", "NodeRun", "BenchOptions", "remeasure", "measure_in_rounds",
+        "CONTEXT_RULES", "out_of_context"])
 
 
 # ----------------------------------------------------------------------------------- schema

@@ -286,117 +286,58 @@ def test_bounds_are_bounds(factory, with_peaks: Callable[[str], Path]) -> None: 
     raise AssertionError(f"lower bound above the measured time in every attempt (bound, measured): {misses}")
 
 
-def test_evaluate_measures_shared_bricks_again_in_each_models_turn(with_peaks: Callable[[str], Path],
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """A brick that an earlier model of the run measured is measured again while the next model's
-    whole samples are taken, in that model's context, and the two are pooled."""
-    from dlbricks import generators
+def test_evaluate_times_a_brick_of_an_earlier_model_again_in_the_next_models_rounds(
+        with_peaks: Callable[[str], Path]) -> None:
+    """A brick that an earlier model of the run measured is timed again in the rounds of the next
+    model that uses it, and stored in that model's context: its estimate reads no earlier moment."""
     from dlbricks.estimator import _evaluate
-    from dlbricks.generators import Budget
+    from dlbricks.generators import Budget, OrtConfig, collect_system_info
 
-    pooled: list[tuple[str, int]] = []
-    real_pool = generators.pool
-
-    def spy(runs: list) -> object:
-        pooled.append((runs[0].key, len(runs)))
-        return real_pool(runs)
-
-    monkeypatch.setattr(generators, "pool", spy)  # what remeasure pools the bricks with
-    monkeypatch.setattr(_evaluate, "MIN_WHOLE_SAMPLES", 0)  # no further rounds of dominant bricks
     lines: list[str] = []
     models = ["dlrm_criteo_kaggle", "ncf_ml20m"]
-    ev = _evaluate.evaluate(models, with_peaks("s.db"), budget=Budget.quick(), lower_bound_sweep=False,
-                            say=lines.append)
+    db = with_peaks("s.db")
+    ev = _evaluate.evaluate(models, db, budget=Budget.quick(), lower_bound_sweep=False, say=lines.append)
     from dlbricks.model_zoo import build
 
     decs = [dlbricks.decompose(dlbricks.load_model(build(m), name=m)) for m in models]
     shared = set(decs[0].bricks) & set(decs[1].bricks)
-    assert shared and f"ncf_ml20m: {len(shared)} layer bricks of earlier models again" in lines
-    assert {key for key, n in pooled if key in shared} == shared
-    # the earlier model's run and this turn's; a brick that holds 5% of a model on a slow moment
-    # is dominant and brings its further moments too
-    assert all(n >= 2 for key, n in pooled if key in shared)
+    assert shared
+    with Store(db) as store:
+        own = {r.key: r for r in store.context_measurements(decs[1].model_key, system=collect_system_info(),
+                                                             config_id=OrtConfig().config_id, status="ok")}
+    assert shared <= set(own) and set(own) == set(decs[1].bricks)
+    rounds = ev.rows[1].rounds
+    assert rounds >= _evaluate.PAIRED_ROUNDS.min_rounds
+    assert all(own[sig].n == rounds for sig in shared)  # one median a round
+    assert any(line.startswith(f"ncf_ml20m: {rounds} rounds of the whole model and {len(decs[1].bricks)} layer")
+               for line in lines)
     assert [r.model for r in ev.rows] == models
 
 
-def test_evaluate_samples_each_model_while_its_bricks_run(with_peaks: Callable[[str], Path],
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The paired design: a model is held in its own worker and sampled between its bricks."""
-    from dlbricks.benchmarks_db import _schedule
+def test_evaluate_times_each_model_with_its_bricks_in_rounds(with_peaks: Callable[[str], Path]) -> None:
+    """The paired design: a model is held in its bricks' worker and timed with them, round after
+    round; its stored latency is its median over the rounds, its interval holds what the rounds saw
+    of the machine's swing, and the speedup counts its first measurement only."""
     from dlbricks.estimator import _evaluate
-    from dlbricks.generators import Budget
+    from dlbricks.generators import Budget, OrtConfig, collect_system_info
 
-    monkeypatch.setattr(_schedule, "PAIR_INTERVAL_S", 0.0)  # sample after every brick
     lines: list[str] = []
     db = with_peaks("p.db")
     ev = _evaluate.evaluate(["squeezenet1_1"], db, budget=Budget.quick(), lower_bound_sweep=False,
                             say=lines.append)
-    sampled = [line for line in lines if "whole model sampled" in line]
-    assert len(sampled) == 1
-    count = int(sampled[0].split("sampled ")[1].split(" times")[0])
-    # the first measurement, one per brick measurement (dominant bricks measured at several
-    # moments), one after
-    ticks = [line for line in lines if line.startswith("bricks ")]
-    assert count == len(ticks) + 2 and len(ticks) > ev.rows[0].unique_bricks
-    from dlbricks.generators import OrtConfig, collect_system_info
-
+    row = ev.rows[0]
     with Store(db) as store:
         key = store.model("squeezenet1_1").key
         stored = store.measurement(key, collect_system_info(), OrtConfig().config_id, kind="model")
     assert stored is not None and stored.ok
-    assert stored.n >= Budget.quick().min_runs + 3 * (count - 1)  # every sample pooled
-    assert ev.whole_time_s == pytest.approx(stored.wall_time_s)  # the speedup counts the first one only
-    assert 0 < ev.whole_time_s < 2.0
-
-
-def test_a_short_turn_goes_on_with_its_dominant_bricks_until_the_whole_has_enough_samples(tmp_path: Path) -> None:
-    """Harness logic (a fake runner and a fake held model, a real store): a model whose turn ended
-    with fewer than MIN_WHOLE_SAMPLES whole samples has its dominant bricks measured again, a whole
-    sample after each round, each pooled with its stored run; its other bricks are left alone."""
-    from dlbricks.estimator import _evaluate
-    from dlbricks.generators import collect_system_info
-    from tests.test_db_support import config, decompositions, measurement
-
-    dec = decompositions()[0]
-    system = collect_system_info()
-    sigs = list(dec.bricks)
-    dominant = sigs[0]
-    medians = {sig: (1e-3 if sig == dominant else 1e-7) for sig in sigs}
-    runs_of: dict[str, int] = {}
-
-    class Runner:
-        def measure(self, item):  # type: ignore[no-untyped-def]
-            runs_of[item.key] = runs_of.get(item.key, 0) + 1
-            return measurement(item.key, median=2 * medians[item.key])
-
-    class Whole:
-        samples = 3
-        median_s = 0.01  # a short model: twelve samples
-
-        def sample(self) -> bool:
-            self.samples += 1
-            return True
-
-    lines: list[str] = []
-    with Store(tmp_path / "t.db") as store:
-        store.add_decomposition(dec)
-        for sig in sigs:
-            store.record(measurement(sig, median=medians[sig]), system)
-        whole = Whole()
-        _evaluate._top_up(store, dec, Runner(), system, config(), _evaluate.EVALUATE_BUDGET, whole,
-                          lines.append)
-        assert whole.samples == _evaluate.MIN_WHOLE_SAMPLES
-        rounds = _evaluate.MIN_WHOLE_SAMPLES - 3
-        assert runs_of == {dominant: rounds}
-        pooled = store.measurement(dominant, system, config().config_id)
-        assert pooled is not None and pooled.median_s == pytest.approx(2e-3)  # median of 1 stored and 9 new
-        assert pooled.n == 10 * (1 + rounds)
-        assert store.measurement(sigs[1], system, config().config_id).median_s == pytest.approx(1e-7)
-        assert lines == [f"{dec.model}: 1 dominant bricks again until the whole model has "
-                         f"{_evaluate.MIN_WHOLE_SAMPLES} samples"]
-        whole.samples = _evaluate.MIN_WHOLE_SAMPLES  # enough already: nothing measured
-        _evaluate._top_up(store, dec, Runner(), system, config(), _evaluate.EVALUATE_BUDGET, whole, lines.append)
-        assert runs_of == {dominant: rounds} and len(lines) == 1
+    assert stored.n == row.rounds >= _evaluate.PAIRED_ROUNDS.min_rounds  # one whole run a round
+    assert stored.median_s == pytest.approx(row.measured_s)
+    assert 0 < ev.whole_time_s < 2.0 and ev.whole_time_s == pytest.approx(stored.wall_time_s)
+    assert ev.rounds_s > 0 and row.swing is not None and row.swing >= 1.0
+    assert row.pairing is not None and row.pairing >= 0
+    # the interval is at least as wide as what the swing left in the ratio
+    assert row.ci_high_s >= row.estimated_s * (1 + row.pairing) * (1 - 1e-9)
+    assert row.ci_low_s <= row.estimated_s / (1 + row.pairing) * (1 + 1e-9)
 
 
 def test_plan_lists_what_the_database_lacks(filled: tuple[Path, Path], tmp_path: Path) -> None:

@@ -414,7 +414,7 @@ def test_public_api_is_pinned() -> None:
             "VALUE_RANGES_KEY",
             "value_ranges", "random_inputs", "time_calls", "Timing", "Clock", "Summary", "summarize",
             "median_ci", "PILOT_BUDGET", "Allocation", "BrickShare", "allocate", "model_ci", "topup_budget",
-            "combine", "relative_half_width", "spread_half_width",
+            "combine", "relative_half_width", "spread_half_width", "Rounds", "RoundsBudget", "PairedRounds",
         ]
     )  # fmt: skip
     assert all(hasattr(generators, name) for name in generators.__all__)

@@ -35,7 +35,7 @@ ESTIMATOR = {
     "merge_peaks",
     "QueueTimes", "queue_latency", "queue_critical_path", "issue_time",
     "COMPOSITION_NEIGHBOURS", "CompositionReference", "composition_error", "composition_references",
-    "with_composition", "floor_drift_s", "PAIRED_COVER", "PAIRED_ROUNDS",
+    "with_composition", "floor_drift_s", "PAIRED_ROUNDS", "paired_interval",
 }
 MODEL_ZOO = {"TASKS", "ZooModel", "build", "count_params", "export", "get_model", "list_models"}
 

@@ -1,0 +1,79 @@
+"""A model and its bricks measured in the same rounds: the paired design of ``evaluate`` and ``validate``.
+
+The whole model is held in the worker that keeps its bricks prepared; :meth:`Runner.rounds
+<dlbricks.generators.Runner.rounds>` then times one whole run and one run of each brick, in the
+model's order, round after round (see :mod:`dlbricks.generators`). Each brick's runs over the rounds
+are stored as its measurement in the model's context, for that model alone, so that its estimate
+and its whole runs come from the same moments of the machine, and no other model's estimate reads
+a moment that its own whole runs did not meet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from dlbricks._decompose import Decomposition
+
+from ._store import Store
+
+if TYPE_CHECKING:
+    from dlbricks.generators import Measurement, PairedRounds, RoundsBudget
+
+__all__ = ["QUEUE_TIMES", "measure_in_rounds", "round_order"]
+
+#: Fields of a brick's stored measurement that its rounds do not take (the launch queue's times on an
+#: accelerator, from requests of their own): kept from the stored measurement.
+QUEUE_TIMES = ("host_s", "device_s", "device_warm_s", "repeat_s")
+
+
+def round_order(dec: Decomposition) -> list[str]:
+    """The unique bricks of ``dec`` in the order of their first occurrence: the order of a round."""
+    return list(dict.fromkeys(o.signature for o in dec.occurrences))
+
+
+def _stored(store: Store, dec: Decomposition, system: Any, config_id: str) -> dict[str, Measurement]:
+    """Each brick's ok measurement: in ``dec``'s context where the store has one, else the brick's."""
+    own: set[str] = set()
+    if store.has_model(dec.model_key):
+        own = {r.key for r in store.context_measurements(dec.model_key, system=system, config_id=config_id,
+                                                         status="ok")}
+    found = {}
+    for sig in dec.bricks:
+        m = store.measurement(sig, system, config_id, model=dec.model_key if sig in own else None)
+        if m is not None and m.ok:
+            found[sig] = m
+    return found
+
+
+def _with_queue_times(measured: Measurement, stored: Measurement | None) -> Measurement:
+    if stored is None:
+        return measured
+    return dataclasses.replace(measured, **{f: getattr(stored, f) for f in QUEUE_TIMES})
+
+
+def measure_in_rounds(store: Store, dec: Decomposition, runner: Any, whole_key: str, system: Any, *,
+                      budget: Any = None, rounds: RoundsBudget | None = None,
+                      seed: int | None = None) -> PairedRounds | None:
+    """Time ``dec``'s model, held by ``runner`` under ``whole_key`` (:meth:`Runner.hold
+    <dlbricks.generators.Runner.hold>`), with each of its bricks that has an ok stored measurement,
+    in interleaved rounds (``rounds``, default :class:`~dlbricks.generators.RoundsBudget`), and store
+    each brick's runs over the rounds as its measurement in the model's context (the model must be
+    stored; ``budget`` is stored with each row). Returns the rounds as measurements (the whole
+    model's is the caller's to store), or None where the rounds failed: what was stored stands."""
+    config_id = runner.config.config_id
+    stored = _stored(store, dec, system, config_id)
+    keys = [sig for sig in round_order(dec) if sig in stored]
+    if not keys:
+        return None
+    counts = dec.counts()
+    paired = runner.rounds(whole_key, [dec.in_context(sig) for sig in keys], [counts[sig] for sig in keys],
+                           rounds, seed=seed)
+    if paired is None:
+        return None
+    bricks: Mapping[str, Measurement] = {sig: _with_queue_times(m, stored.get(sig)) for sig, m in paired.bricks.items()}
+    for sig, m in bricks.items():
+        store.record(m, system, budget=budget, rule="replace", context=dec.in_context(sig).context,
+                     model=dec.model_key)
+    return dataclasses.replace(paired, bricks=bricks)

@@ -1,0 +1,118 @@
+"""Rounds on a fake clock whose speed changes in slow phases: the harness logic of the paired design."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from dlbricks import InvalidArgumentError
+from dlbricks.generators import Budget, RoundsBudget, time_calls
+from dlbricks.generators._rounds import paired_ratio, rounds_measurements, time_rounds
+
+
+class PhasedClock:
+    """Nanoseconds of a machine whose speed changes in phases of 0.5-3 s, each 1.0-1.6x as slow as
+    the fastest: a run of ``base`` nanoseconds takes ``base`` times the current phase's factor."""
+
+    def __init__(self, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        self.ends = np.cumsum(rng.uniform(0.5e9, 3e9, size=400))
+        self.factors = rng.uniform(1.0, 1.6, size=400)
+        self.now = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+    def factor(self) -> float:
+        return float(self.factors[int(np.searchsorted(self.ends, self.now, side="right"))])
+
+    def run_for(self, base_ns: float) -> None:
+        self.now += int(base_ns * self.factor())
+
+
+class FakeRun:
+    """A prepared model or brick whose run takes ``base_us`` of the fake machine's time."""
+
+    def __init__(self, clock: PhasedClock, base_us: float, prime_us: float | None = None) -> None:
+        self.clock, self.base_ns = clock, base_us * 1e3
+        if prime_us is not None:
+            self.prime = lambda: clock.run_for(prime_us * 1e3)
+
+    def run(self) -> None:
+        self.clock.run_for(self.base_ns)
+
+
+BRICKS_US = (800.0, 120.0, 2500.0, 40.0, 900.0)
+COUNTS = (2, 3, 1, 4, 1)
+WHOLE_US = sum(c * b for c, b in zip(COUNTS, BRICKS_US, strict=True))  # the model is its bricks' sum
+
+
+def _bricks(clock: PhasedClock) -> list[FakeRun]:
+    return [FakeRun(clock, us, prime_us=BRICKS_US[i - 1] if i else None) for i, us in enumerate(BRICKS_US)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_rounds_hold_the_ratio_where_a_schedule_of_blocks_is_off_by_the_phase(seed: int) -> None:
+    """The whole model and its bricks in rounds: the ratio of the bricks' sum to the whole model is
+    1 within 1% whatever the phases (1.0-1.6x); the same bricks measured in a block and the model in
+    the next phase (the schedule before rounds) are off by the ratio of the two phases' speeds."""
+    clock = PhasedClock(seed)
+    whole, bricks = FakeRun(clock, WHOLE_US), _bricks(clock)
+    rounds = time_rounds(whole, bricks, COUNTS, RoundsBudget(min_rounds=12, max_time=12.0), clock=clock,
+                         rng=np.random.default_rng(seed))
+    ratio, low, high = paired_ratio(rounds, COUNTS)
+    assert ratio == pytest.approx(1.0, rel=0.01)
+    assert low <= ratio <= high
+    paired = rounds_measurements(rounds, "model", [f"b{i}" for i in range(len(BRICKS_US))], COUNTS, "fake",
+                                 None, floor_s=None, node_s=None)  # type: ignore[arg-type]
+    summed = sum(c * paired.bricks[f"b{i}"].median_s for i, c in enumerate(COUNTS))
+    assert summed / paired.whole.median_s == pytest.approx(1.0, rel=0.02)
+
+    # blocks: every brick measured at the start of a phase, the whole model in the next one
+    clock.now = int(clock.ends[10]) + 1
+    block = Budget(warmup_time=0.001, min_time=0.02, min_runs=10, max_time=0.05, rel_ci=1.0)
+    brick_s = [float(np.median(time_calls(b, block, clock, warmed=True).samples_s)) for b in bricks]
+    assert clock.now < clock.ends[11]
+    clock.now = int(clock.ends[11]) + 1
+    whole_s = float(np.median(time_calls(whole, block, clock, warmed=True).samples_s))
+    blocks = sum(c * t for c, t in zip(COUNTS, brick_s, strict=True)) / whole_s
+    assert blocks == pytest.approx(clock.factors[11] / clock.factors[12], rel=1e-4)
+
+
+def test_rounds_stop_when_the_ratio_holds_and_alternate_their_order() -> None:
+    """A machine that holds still: the ratio's CI is met at the least rounds and time; the whole
+    model comes first in about half of them."""
+    clock = PhasedClock()
+    clock.factors[:] = 1.0
+    budget = RoundsBudget(min_rounds=40, min_time=0.0, max_time=60.0)
+    rounds = time_rounds(FakeRun(clock, WHOLE_US), _bricks(clock), COUNTS, budget, clock=clock,
+                         rng=np.random.default_rng(1))
+    assert rounds.converged and rounds.count == 40
+    assert 10 < sum(rounds.whole_first) < 30
+    assert rounds.swing() == pytest.approx(1.0)
+
+
+def test_rounds_give_up_at_their_time_limit_but_not_before_their_least_rounds() -> None:
+    clock = PhasedClock()
+    slow = RoundsBudget(min_rounds=3, max_rounds=3, min_time=0.0, max_time=0.001, rel_ci=0.0)
+    rounds = time_rounds(FakeRun(clock, WHOLE_US), _bricks(clock), COUNTS, slow, clock=clock)
+    assert rounds.count == 3 and not rounds.converged
+
+
+@pytest.mark.parametrize("bad", [{"min_rounds": 0}, {"max_rounds": 2, "min_rounds": 3}, {"max_time": -1.0},
+                                 {"brick_time": "1"}, {"min_rounds": True}])
+def test_a_rounds_budget_refuses_what_cannot_run(bad: dict) -> None:
+    with pytest.raises(InvalidArgumentError, match="RoundsBudget"):
+        RoundsBudget(**bad)
+
+
+def test_time_rounds_needs_a_count_per_brick() -> None:
+    clock = PhasedClock()
+    with pytest.raises(InvalidArgumentError, match="one count per brick"):
+        time_rounds(FakeRun(clock, 1.0), _bricks(clock), COUNTS[:2], clock=clock)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))
