@@ -190,11 +190,12 @@ def parse_validate(text: str) -> dict[str, object]:
     lines = text.splitlines()
     head = next(i for i, line in enumerate(lines) if "measured ms" in line and "bounds hold" in line)
     row = next(line for line in lines[head + 1:] if line.strip() and not set(line.strip()) <= set("-+| "))
-    cells = row.split()
-    measured, estimated, error, lower, roof, hold = cells[-6:]
-    return {"measured_ms": _number(measured), "estimate_ms": _number(estimated),
-            "error": None if _number(error) is None else _number(error) / 100.0,
-            "lower_bound_ms": _number(lower), "roofline_ms": _number(roof), "bounds_hold": hold == "yes"}
+    cells = dict(zip(re.split(r"\s{2,}", lines[head].strip()), re.split(r"\s{2,}", row.strip()), strict=False))
+    error = _number(cells.get("error %", ""))
+    return {"measured_ms": _number(cells.get("measured ms", "")), "estimate_ms": _number(cells.get("estimated ms", "")),
+            "error": None if error is None else error / 100.0,
+            "lower_bound_ms": _number(cells.get("lower bound ms", "")), "roofline_ms": _number(cells.get("roofline ms", "")),
+            "bounds_hold": cells.get("bounds hold") == "yes", "inside": cells.get("inside") == "yes"}
 
 
 def dlbricks_command() -> list[str]:

@@ -439,17 +439,17 @@ def calibrate_cmd(db: str, threads: int, opt_level: str, device: str, budget_nam
 def _print_evaluation(ev: Evaluation) -> None:
     both = bool(ev.layer_rows)
     rows = [[r.model, str(r.layers), str(r.unique_bricks), _ms(r.measured_s), _ms(r.estimated_s),
-             f"{100 * r.error:+.1f}", _ms(r.parallel_s), _ms(r.lower_bound_s), _ms(r.roofline_s),
-             "yes" if r.bounds_hold else "NO"]
+             f"{100 * r.error:+.1f}", f"{_ms(r.ci_low_s)}-{_ms(r.ci_high_s)}", _ms(r.parallel_s), _ms(r.lower_bound_s),
+             _ms(r.roofline_s), "yes" if r.bounds_hold else "NO"]
             + ([_ms(r.layer_estimated_s), f"{100 * (r.layer_error or 0.0):+.1f}"] if both else [])
             for r in ev.rows]
-    header = ["model", "layers", "unique", "measured ms", "estimated ms", "error %", "parallel ms",
+    header = ["model", "layers", "unique", "measured ms", "estimated ms", "error %", "95% interval ms", "parallel ms",
               "lower bound ms", "roofline ms", "bounds"] + (["layer est. ms", "layer error %"] if both else [])
     if any(r.algorithm_gap_s is not None for r in ev.rows):
         header.append("algorithm gap ms")
         for row, r in zip(rows, ev.rows, strict=True):
             row.append(_ms(r.algorithm_gap_s))
-    click.echo(format_table(header, rows, right=set(range(1, len(header))) - {9}))
+    click.echo(format_table(header, rows, right=set(range(1, len(header))) - {10}))
     s = ev.system
     click.echo("")
     runtime = (f"mxnet {ev.config.mxnet_version}" if hasattr(ev.config, "mxnet_version")

@@ -125,28 +125,32 @@ def test_cli_bench_says_what_it_measured_again_and_merge_keeps_it(tmp_path: Path
     assert json.loads(est.stdout)
 
 
-def test_paired_validate_measures_dominant_bricks_again_beside_the_whole_model(tmp_path: Path) -> None:
+def test_paired_validate_times_the_model_with_its_bricks_in_its_own_context(tmp_path: Path) -> None:
+    """validate (paired by default) times the model with every brick in rounds: each brick's runs
+    are stored in the model's context, one median a round; the first model's measurement is left."""
     from dlbricks.estimator import validate
 
     distinct, shared = _decs(tmp_path)
     with Store(tmp_path / "p.db") as store:
         system = populate(store, [distinct, shared], [OrtConfig()], BenchOptions(budget=QUICK)).system
         sig = _matmul(shared)
-        before = store.measurement(sig, system, OrtConfig().config_id, model="shared")
         first = store.measurement(sig, system, OrtConfig().config_id)
-        v = validate(tmp_path / "shared.onnx", store, system=system, budget=QUICK, paired=True)
-        assert v.measured.ok and v.measured.n >= 3  # samples of the whole model pooled
+        v = validate(tmp_path / "shared.onnx", store, system=system, budget=QUICK)
+        assert v.rounds is not None
+        count = v.rounds.rounds.count
+        assert v.measured.ok and v.measured.n == count >= 12  # the whole model's runs over the rounds
         after = store.measurement(sig, system, OrtConfig().config_id, model="shared")
-        assert after.n > before.n  # pooled in the model's own context...
+        assert after.n == count  # in the model's own context...
         assert store.measurement(sig, system, OrtConfig().config_id).n == first.n  # ...not in the first model's
         assert v.estimate.breakdown and abs(v.error) < 1.0
+        assert v.swing is not None and v.swing >= 1.0 and v.pairing is not None
+        assert v.estimate.ci_low_s <= v.estimate.sequential_s <= v.estimate.ci_high_s
 
 
-def test_paired_validate_pairs_the_largest_bricks_of_a_model_without_dominant_ones(tmp_path: Path) -> None:
-    """A model of many small bricks has none of 5%: its largest ones, 80% of its estimate, are measured
-    again beside the whole model, twice at least each, and the others are left as stored."""
-    from dlbricks.benchmarks_db import dominant_bricks
-    from dlbricks.estimator import PAIRED_COVER, PAIRED_ROUNDS, validate
+def test_paired_validate_times_every_brick_of_a_model_of_small_bricks(tmp_path: Path) -> None:
+    """A model of many small bricks: every one of them is timed in the rounds beside the whole model,
+    not only the largest; unpaired, validate leaves the stored bricks as they are."""
+    from dlbricks.estimator import validate
 
     path = tmp_path / "widening.onnx"
     path.write_bytes(_models.widening_stack().SerializeToString())
@@ -154,27 +158,23 @@ def test_paired_validate_pairs_the_largest_bricks_of_a_model_without_dominant_on
     cfg = OrtConfig()
     with Store(tmp_path / "w.db") as store:
         system = populate(store, [dec], [cfg], BenchOptions(budget=QUICK)).system
-        before = {s: store.measurement(s, system, cfg.config_id) for s in dec.bricks}
-        medians = {s: m.median_s for s, m in before.items()}
-        paired = dominant_bricks(dec, medians, cover=PAIRED_COVER)
-        assert len(paired) > len(dominant_bricks(dec, medians)) and len(paired) < len(dec.bricks)
-        v = validate(str(path), store, system=system, budget=QUICK, paired=True)
-        assert v.measured.ok and v.measured.n > PAIRED_ROUNDS
-        for sig, was in before.items():
-            now = store.measurement(sig, system, cfg.config_id, model=dec.model_key)
-            now = now or store.measurement(sig, system, cfg.config_id)
-            if sig in paired:
-                assert now.n >= was.n + PAIRED_ROUNDS, sig  # at least one sample a round
-            else:
-                assert now.n == was.n, sig
+        before = {s: store.measurement(s, system, cfg.config_id).n for s in dec.bricks}
+        unpaired = validate(str(path), store, system=system, budget=QUICK, paired=False)
+        assert unpaired.rounds is None and unpaired.swing is None
+        assert not store.context_measurements(dec.model_key, system=system, config_id=cfg.config_id)
+        v = validate(str(path), store, system=system, budget=QUICK)
+        count = v.rounds.rounds.count
+        own = {r.key: r.n for r in store.context_measurements(dec.model_key, system=system, config_id=cfg.config_id)}
+        assert own == dict.fromkeys(dec.bricks, count)
+        assert {s: store.measurement(s, system, cfg.config_id).n for s in dec.bricks} == before
 
 
-def test_cli_paired_is_one_shape(tmp_path: Path) -> None:
+def test_cli_per_brick_is_one_shape(tmp_path: Path) -> None:
     path = tmp_path / "m.onnx"
     path.write_bytes(_models.matmul_stack(True).SerializeToString())
     out = subprocess.run([sys.executable, "-m", "dlbricks", "validate", str(path), "--db", str(tmp_path / "x.db"),
-                          "--paired", "--batch-size", "1,2"], capture_output=True, text=True)
-    assert out.returncode == 2 and "--paired" in out.stderr and "Traceback" not in out.stderr
+                          "--per-brick", "--batch-size", "1,2"], capture_output=True, text=True)
+    assert out.returncode == 2 and "--per-brick" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_plan_lists_and_estimate_measures_bricks_stored_from_another_context(tmp_path: Path) -> None:

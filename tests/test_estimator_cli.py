@@ -230,7 +230,7 @@ def test_evaluate_shows_layer_bricks_beside_fused_ones_in_one_run(with_peaks: Ca
     line = next(x for x in result.output.splitlines() if x.startswith("layer bricks at the same level"))
     assert "within +-5%: " in line and "unique" in line
     row = next(x for x in result.output.splitlines() if x.startswith("mobilenet_v2_0.35")).split()
-    printed = {"fused:extended": float(row[4]), "layer": float(row[10])}
+    printed = {"fused:extended": float(row[4]), "layer": float(row[11])}
     config = OrtConfig(graph_optimization_level="extended")
     with Store(db) as store:  # both decompositions stored and measured; each column is its own estimate
         for granularity, ms in printed.items():

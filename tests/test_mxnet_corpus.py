@@ -64,12 +64,15 @@ def test_a_model_gluoncv_cannot_build_says_why(tmp_path: Path) -> None:
 
 
 def test_the_validate_table_is_read_back() -> None:
-    text = ("model  measured ms  estimated ms  error %  lower bound ms  roofline ms  bounds hold\n"
-            "-----  -----------  ------------  -------  --------------  -----------  -----------\n"
-            "tiny         1.000         1.050     +5.0           0.900            -           yes\n")
+    text = ("model  measured ms  estimated ms  error %  95% interval ms  inside  lower bound ms  roofline ms  "
+            "bounds hold\n"
+            "-----  -----------  ------------  -------  ---------------  ------  --------------  -----------  "
+            "-----------\n"
+            "tiny         1.000         1.050     +5.0      0.990-1.110     yes           0.900            -  "
+            "        yes\n")
     got = _corpus().parse_validate(text)
     assert got == {"measured_ms": 1.0, "estimate_ms": 1.05, "error": 0.05, "lower_bound_ms": 0.9,
-                   "roofline_ms": None, "bounds_hold": True}
+                   "roofline_ms": None, "bounds_hold": True, "inside": True}
 
 
 def test_the_memory_base_is_taken_in_the_python_the_command_runs(tmp_path: Path) -> None:
