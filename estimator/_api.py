@@ -249,6 +249,10 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     system = _system_key(system)
     cfg = config or OrtConfig()
     dec = _decomposition(model, store, granularity, cfg)
+    if on_missing in ("predict", "measure"):
+        measured = _lookup(store, dec, system, cfg.config_id)
+        if any(s not in measured or not measured[s].ok for s in dec.bricks):
+            check_runs(model, dec, store, cfg)
     est = _estimate_decomposition(dec, store, system, cfg, on_missing, budget, peaks, launch_queue)
     if not composition:
         return est
@@ -257,6 +261,64 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     if not references:
         return est
     return with_composition(est, composition_error(references, est.sequential_s), len(references))
+
+
+#: The budget of the run that :func:`check_runs` makes of a model: one call, no warm-up.
+ONE_RUN = Budget(warmup_time=0.0, min_time=0.0, min_runs=1, max_time=60.0, rel_ci=1.0)
+
+
+def check_runs(model: Any, dec: Decomposition, store: Store, config: Any) -> None:
+    """Refuse a model that its runtime cannot run at the shapes given, before any of its bricks is
+    predicted or measured: a layer whose tensors are empty at these shapes, a layer that onnxruntime
+    cannot load (an op of a domain it does not know; the check ``decompose --check`` makes), or a
+    model that fails or crashes when run once (in a worker subprocess: a channel count that does not
+    match, a division by zero in a kernel).
+
+    Raises
+    ------
+    InvalidArgumentError
+        Naming the model, the layer or the runtime's reason, and what to do.
+    """
+    for brick in dec.bricks.values():
+        empty = next((s for s in (*brick.inputs, *brick.outputs) if 0 in s.shape), None)
+        if empty is not None:
+            raise InvalidArgumentError(
+                f"model '{dec.model}' at these shapes gives its {brick.op_type} layer an empty tensor "
+                f"({'x'.join(map(str, empty.shape))}): its runtime cannot run it, so nothing is estimated; "
+                "give input shapes the model accepts (--input-shape, --batch-size).")
+    if backend_name(config) != "onnxruntime":
+        return
+    for brick in dec.bricks.values():
+        reason = brick.check_runnable()
+        if reason is not None:
+            raise InvalidArgumentError(f"model '{dec.model}': its {brick.op_type} layer cannot run in onnxruntime "
+                                       f"({reason}), so nothing is estimated or stored.")
+    graph = _graph_of(model, store)
+    if graph is None:
+        return
+    with Runner(backend_name(config), config, ONE_RUN, floor=False, keep_bytes=0) as runner:
+        run = runner.measure(graph)
+    if not run.ok:
+        raise InvalidArgumentError(f"model '{dec.model}' does not run in onnxruntime at these shapes ({run.error}), "
+                                   "so nothing is estimated or stored; give input shapes the model accepts "
+                                   "(--input-shape, --batch-size).")
+
+
+def _graph_of(model: Any, store: Store) -> ModelGraph | None:
+    """The model graph behind ``model`` where there is one to run (None for a bare decomposition or a
+    name whose file is gone)."""
+    if isinstance(model, ModelGraph):
+        return model
+    if isinstance(model, Decomposition):
+        return None
+    if isinstance(model, str) and not os.path.exists(model) and not model.endswith(".onnx"):
+        from dlbricks.model_zoo import build
+
+        try:
+            return _stored_graph(store, model) or load_model(build(model), name=model)
+        except InvalidArgumentError:
+            return None
+    return load_model(model)
 
 
 def composition_references(store: Store, *, system: Any = None, config: OrtConfig | None = None,

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
-from dlbricks import MissingBricksError
+from dlbricks import InvalidArgumentError, MissingBricksError
 from dlbricks.benchmarks_db import Store
 from dlbricks.generators import Budget, OrtConfig, collect_system_info
 
@@ -54,6 +54,20 @@ def _config_options(fn: Any) -> Any:
                       help="onnxruntime graph optimization level.")(fn)
     return click.option("--db", "db", default="dlbricks.db", show_default=True,
                         type=click.Path(dir_okay=False), help="The brick database.")(fn)
+
+
+_system_id_option = click.option(
+    "--system-id", envvar="DLBRICKS_SYSTEM_ID", default=None, metavar="ID",
+    help="Read (and record) the measurements of this system id, as 'bench --system-id' stored them, instead "
+         "of this machine's fingerprint; env DLBRICKS_SYSTEM_ID.")
+
+
+def _checked_system_id(system_id: str | None) -> str | None:
+    """``system_id`` as given, refused where it is blank."""
+    if system_id is not None and not system_id.strip():
+        raise InvalidArgumentError("--system-id (or DLBRICKS_SYSTEM_ID) is blank; give a label, or unset it to use "
+                                   "this machine's fingerprint.")
+    return system_id
 
 
 _granularity_option = click.option(
@@ -210,24 +224,27 @@ def _estimate_store(db: str, on_missing: str) -> Store:
     return Store.open(db, create=measure, readonly=not measure)
 
 
-def _filled_here(db: str) -> bool:
-    """Whether the database holds a machine with this machine's fingerprint: it was filled here."""
+def _filled_here(db: str, system_id: str | None = None) -> bool:
+    """Whether the database holds this machine (its fingerprint, or ``system_id`` where given): it
+    was filled here."""
     if not os.path.exists(db):
         return False
-    here = collect_system_info().fingerprint
+    here = system_id or collect_system_info().fingerprint
     with Store.open(db, create=False, readonly=True) as store:
         return any(s.fingerprint == here for s in store.systems())
 
 
-def _on_missing_auto(run: Callable[[str], T], on_missing: str, db: str, model: str) -> T:
+def _on_missing_auto(run: Callable[[str], T], on_missing: str, db: str, model: str,
+                     system_id: str | None = None) -> T:
     """``run(on_missing)``; with "auto", read only first, and where bricks are missing from a database
-    filled on this machine, say so and ``run("measure")``; elsewhere the refusal stands."""
+    filled on this machine (or under ``system_id``), say so and ``run("measure")``; elsewhere the
+    refusal stands."""
     if on_missing != "auto":
         return run(on_missing)
     try:
         return run("error")
     except MissingBricksError as missing:
-        if not _filled_here(db):
+        if not _filled_here(db, system_id):
             raise
         click.echo(f"{missing.missing} bricks of {model} are not in {db} for this machine: measuring them now "
                    "(--on-missing predict predicts them instead, --on-missing error refuses).", err=True)
@@ -254,13 +271,15 @@ def _on_missing_auto(run: Callable[[str], T], on_missing: str, db: str, model: s
 @click.option("--budget", "budget_name", type=click.Choice(tuple(_BUDGETS)), default=None,
               help="Stopping rule for bricks measured by --on-missing measure. Default: the harness's own.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--top", type=int, default=15, show_default=True, help="Breakdown rows to print.")
+@click.option("--top", type=click.IntRange(min=1), default=15, show_default=True, help="Breakdown rows to print.")
 @_framework_option
+@_system_id_option
 @handle_errors
 def estimate_cmd(model: str, db: str, threads: int, opt_level: str, device: str, batch_size: str | None,
                  input_shape: tuple[str, ...], granularity: str, on_missing: str, budget_name: str | None,
-                 as_json: bool, top: int, framework: str | None) -> None:
+                 as_json: bool, top: int, framework: str | None, system_id: str | None) -> None:
     budget = None if budget_name is None else _BUDGETS[budget_name]()
+    system_id = _checked_system_id(system_id)
     sweep = _sweep_shapes(batch_size, input_shape)
     if sweep is not None:
         config = _framework_config(_framework(framework, [model], db), threads, opt_level, device)
@@ -268,9 +287,9 @@ def estimate_cmd(model: str, db: str, threads: int, opt_level: str, device: str,
         def run_sweep(rule: str) -> list[SweepPoint]:
             with _estimate_store(db, rule) as store:
                 return estimate_sweep(model, store, sweep, config=config, granularity=granularity,
-                                      on_missing=rule, budget=budget)
+                                      on_missing=rule, budget=budget, system=system_id)
 
-        points = _on_missing_auto(run_sweep, on_missing, db, model)
+        points = _on_missing_auto(run_sweep, on_missing, db, model, system_id)
         if as_json:
             click.echo(json.dumps([p.to_dict() for p in points], indent=2))
         else:
@@ -282,9 +301,9 @@ def estimate_cmd(model: str, db: str, threads: int, opt_level: str, device: str,
     def run(rule: str) -> Estimate:
         with _estimate_store(db, rule) as store:
             return estimate(target, store, config=_framework_config(framework, threads, opt_level, device),
-                            granularity=granularity, on_missing=rule, budget=budget)
+                            granularity=granularity, on_missing=rule, budget=budget, system=system_id)
 
-    est = _on_missing_auto(run, on_missing, db, model)
+    est = _on_missing_auto(run, on_missing, db, model, system_id)
     if as_json:
         click.echo(json.dumps(est.to_dict(), indent=2))
     else:
@@ -465,11 +484,13 @@ def _print_evaluation(ev: Evaluation) -> None:
     click.echo(f"benchmarking time: unique bricks {ev.brick_time_s:.1f} s (setup {ev.brick_setup_s:.1f} s, timed "
                f"runs {ev.brick_timed_s:.1f} s), whole models "
                + (f"{ev.whole_time_s:.1f} s: wall speedup {ev.speedup:.2f}x{rule}" if ev.whole_time_s
-                  else "measured by an earlier run of this database: no speedup figure"))
+                  else "measured by an earlier run of this database: no speedup figure")
+               + (f"; then {ev.rounds_s:.1f} s of rounds, each model with its bricks (what the table reads; in "
+                  "neither figure)" if ev.rounds_s else ""))
     if ev.target_ci:
         click.echo(f"precision: +-{100 * ev.target_ci:g}% asked of each estimate's bricks; widest reached "
                    f"+-{100 * (ev.worst_ci or 0):.2f}%")
-    _print_swing(ev.rows, ev.rounds_s)
+    _print_swing(ev.rows)
     click.echo(f"intervals: measured latency inside the estimate's 95% interval for {ev.covered}/{len(ev.rows)} "
                f"models; median half-width +-{100 * ev.median_half_width:.1f}% (the swing and the suite's other "
                "models' errors)")
@@ -486,7 +507,7 @@ def _print_evaluation(ev: Evaluation) -> None:
     click.echo(f"elapsed: {ev.elapsed_s:.0f} s")
 
 
-def _print_swing(rows: Sequence[Any], rounds_s: float | None = None) -> None:
+def _print_swing(rows: Sequence[Any]) -> None:
     """One line on how much the machine swung during the rows' rounds, and one naming the models
     whose figure the swing leaves untrustworthy (:data:`~dlbricks.estimator.TRUSTED_SWING`)."""
     paired = [r for r in rows if r.swing is not None and r.pairing is not None]
@@ -495,10 +516,9 @@ def _print_swing(rows: Sequence[Any], rounds_s: float | None = None) -> None:
         return
     swings = sorted(r.swing for r in paired)
     left = sorted(r.pairing for r in paired)
-    spent = f", {rounds_s:.0f} s of rounds" if rounds_s else ""
     click.echo(f"machine swing: whole runs over their rounds spread {swings[0]:.2f}-{swings[-1]:.2f}x (p90/p10, "
                f"median {swings[len(swings) // 2]:.2f}x); it left +-{100 * left[0]:.1f}..{100 * left[-1]:.1f}% "
-               f"in the estimates against their measurements{spent}")
+               f"in the estimates against their measurements")
     untrusted = [r for r in paired if r.pairing > TRUSTED_SWING]
     if untrusted:
         names = ", ".join(f"{_name(r)} +-{100 * r.pairing:.1f}%" for r in untrusted)

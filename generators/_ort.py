@@ -60,8 +60,9 @@ IDLE_SPIN_S = 0.06
 #: 3: the copies span the data a run of the brick's model touches (``cold_span``); 4: the floor is
 #: extrapolated to a call with no node (:mod:`dlbricks.generators._floor`); 5: a brick with less than
 #: :data:`MIN_COLD_WEIGHT_BYTES` of weights runs as one session in ``cache="cold-weights"``; 6: the
-#: cold copies come nearest to their span rather than reach it (:func:`cold_copies`).
-MEASUREMENT_METHOD = 6
+#: cold copies come nearest to their span rather than reach it (:func:`cold_copies`); 7: on a CPU the
+#: brick before a brick writes the brick's first input (:meth:`OrtPrepared._feed_from_previous`).
+MEASUREMENT_METHOD = 7
 #: Weights below which a brick in ``cache="cold-weights"`` runs as one session: its copies share
 #: their input, output and scratch, so with (almost) no weights they have no data of their own to
 #: keep cold, and each copy costs a session to create (a Relu brick of MobileNet-v2 ran as 84).

@@ -1,0 +1,100 @@
+"""Estimates of what cannot run are refused, and an estimate reads the system it is told to: one line,
+exit code 2, the database unchanged."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+import dlbricks
+from dlbricks.benchmarks_db import Store
+from dlbricks.cli import main
+from dlbricks.generators import collect_system_info
+from tests.test_db_support import config, measurement
+from tests.test_hostile import _count, _digest, _integrity, _one_line_error, corpus, invoke, work  # noqa: F401
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="as the hostile corpus")
+
+
+def _unchanged(db: Path, digest: str, count: int) -> None:
+    assert _digest(db) == digest and _count(db) == count and _integrity(db) == "ok"
+
+
+def test_a_model_whose_channels_do_not_match_its_shapes_is_not_estimated(work: Path) -> None:
+    db = work / "good.db"
+    digest, count = _digest(db), _count(db)
+    line = _one_line_error(*invoke("estimate", str(work / "good.onnx"), "--input-shape", "x=1,5,16,16", "--db",
+                                   str(db), "--on-missing", "predict"))
+    assert "does not run in onnxruntime at these shapes" in line and "--input-shape" in line, line
+    _unchanged(db, digest, count)
+
+
+def test_a_model_whose_layers_would_be_empty_is_not_estimated(work: Path) -> None:
+    """SqueezeNet at 8x8 pixels: its later layers get 0x0 feature maps, which no runtime runs."""
+    from dlbricks.model_zoo import build
+
+    name = build("squeezenet1_1").graph.input[0].name
+    db = work / "good.db"
+    digest, count = _digest(db), _count(db)
+    for rule in ("predict", "measure"):
+        line = _one_line_error(*invoke("estimate", "squeezenet1_1", "--input-shape", f"{name}=1,3,8,8", "--db",
+                                       str(db), "--on-missing", rule))
+        assert "empty tensor" in line and "squeezenet1_1" in line, line
+    _unchanged(db, digest, count)
+
+
+def test_an_op_nothing_here_can_run_is_not_predicted(work: Path) -> None:
+    node = helper.make_node("Frobnicate", ["x"], ["y"], name="custom", domain="com.example")
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x0"], ["x"], name="relu"), node], "custom",
+        [helper.make_tensor_value_info("x0", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    model.ir_version = 8
+    onnx.save(model, work / "custom.onnx")
+    db = work / "good.db"
+    digest, count = _digest(db), _count(db)
+    line = _one_line_error(*invoke("estimate", str(work / "custom.onnx"), "--db", str(db), "--on-missing",
+                                   "predict"))
+    assert "cannot run in onnxruntime" in line and "Frobnicate" in line, line
+    _unchanged(db, digest, count)
+
+
+def test_estimate_reads_the_system_id_bench_recorded_under(work: Path) -> None:
+    """A database filled under DLBRICKS_SYSTEM_ID (as 'bench' records it) is read under it by
+    'estimate', from the environment or --system-id; without it, its bricks are not this machine's."""
+    db = work / "lab.db"
+    graph = dlbricks.load_model(work / "good.onnx", batch_size=1)
+    dec = dlbricks.decompose(graph)
+    with Store.open(db) as store:
+        store.add_decomposition(dec, source=graph.source)
+        lab = store.record_system(collect_system_info(), fingerprint="lab").fingerprint
+        for signature in dec.bricks:
+            store.record(measurement(signature, median=2e-5, cfg=config()), lab)
+    digest, count = _digest(db), _count(db)
+    args = ["estimate", str(work / "good.onnx"), "--batch-size", "1", "--db", str(db), "--on-missing", "error"]
+    from_env = CliRunner().invoke(main, args, env={"DLBRICKS_SYSTEM_ID": "lab"})
+    assert from_env.exit_code == 0 and "model good" in from_env.output, from_env.output
+    given = CliRunner().invoke(main, [*args, "--system-id", "lab"])
+    assert given.exit_code == 0 and given.output == from_env.output
+    line = _one_line_error(*invoke(*args))
+    assert f"{len(dec.bricks)} of {len(dec.bricks)} bricks" in line, line
+    line = _one_line_error(*invoke(*args, "--system-id", " "))
+    assert "--system-id" in line and "blank" in line
+    _unchanged(db, digest, count)
+
+
+def test_estimate_refuses_a_negative_top(work: Path) -> None:
+    output, code = invoke("estimate", str(work / "good.onnx"), "--batch-size", "1", "--db", str(work / "good.db"),
+                          "--top", "-5")
+    assert code == 2 and "--top" in output and "Traceback" not in output
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))
