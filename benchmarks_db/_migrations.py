@@ -12,11 +12,12 @@ blob (``bricks.onnx``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Mapping
 
 import sqlite_utils
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "APPLICATION_ID", "DLBRICKS_TABLES"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "APPLICATION_ID", "DLBRICKS_TABLES", "schema_at"]
 
 #: ``PRAGMA application_id`` of a dlbricks database ("dlbr").
 APPLICATION_ID = 0x646C6272
@@ -296,3 +297,15 @@ MIGRATIONS: tuple[tuple[str, Callable[[sqlite_utils.Database], None]], ...] = (
 
 #: The schema version this code writes and reads.
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+@functools.cache
+def schema_at(version: int = SCHEMA_VERSION) -> Mapping[str, frozenset[str]]:
+    """The tables of the schema at ``version`` and the columns of each: the first ``version``
+    migrations applied to an in-memory database, as SQLite reports them."""
+    db = sqlite_utils.Database(memory=True)
+    for _, migration in MIGRATIONS[:version]:
+        migration(db)
+    schema = {table.name: frozenset(table.columns_dict) for table in db.tables}
+    db.close()
+    return schema

@@ -16,8 +16,11 @@ from typing import Any, NamedTuple
 from dlbricks._graph import ModelSource
 from dlbricks._types import TensorSpec
 
+from ._migrations import SCHEMA_VERSION
+
 __all__ = [
     "CheckReport",
+    "UpgradeReport",
     "SystemRecord",
     "BackendRecord",
     "BrickRecord",
@@ -339,7 +342,12 @@ class MergeReport:
 
 @dataclass(frozen=True, slots=True)
 class CheckReport:
-    """What ``dlbricks db check`` found in a database file; ``ok`` when nothing is wrong."""
+    """What ``dlbricks db check`` found in a database file; ``ok`` when nothing is wrong.
+
+    ``schema_version`` is the file's (``version_lost``: recovered from ``schema_migrations``
+    because a dump and restore emptied the header); ``bad_values`` are ok measurements with an
+    impossible value (a median of -1, no samples).
+    """
 
     path: str
     schema_version: int
@@ -348,18 +356,69 @@ class CheckReport:
     foreign_keys: tuple[str, ...]
     bad_bricks: tuple[str, ...]
     bricks: int
+    missing_columns: tuple[str, ...] = ()
+    bad_values: tuple[str, ...] = ()
+    version_lost: bool = False
+
+    @property
+    def damaged(self) -> bool:
+        """Whether the file lost something that only a copy can give back (pages, tables, columns,
+        rows that others refer to, bricks)."""
+        return bool(self.integrity != ("ok",) or self.missing_tables or self.missing_columns
+                    or self.foreign_keys or self.bad_bricks)
 
     @property
     def ok(self) -> bool:
         """Whether the file passed every check."""
-        return (self.integrity == ("ok",) and not self.missing_tables and not self.foreign_keys
-                and not self.bad_bricks)
+        return (not self.damaged and not self.bad_values and not self.version_lost
+                and self.schema_version == SCHEMA_VERSION)
 
     @property
     def problems(self) -> tuple[str, ...]:
         """One line per problem found (empty when ``ok``)."""
-        lines = [f"integrity: {line}" for line in self.integrity if line != "ok"]
+        lines = []
+        if self.version_lost:
+            lines.append(f"schema version: the file's header lost it (PRAGMA user_version and application_id "
+                         f"are 0, as after a dump and restore); schema_migrations records version "
+                         f"{self.schema_version}")
+        if self.schema_version < SCHEMA_VERSION:
+            lines.append(f"schema version {self.schema_version} is older than this dlbricks' "
+                         f"{SCHEMA_VERSION}")
+        lines += [f"integrity: {line}" for line in self.integrity if line != "ok"]
         lines += [f"missing table: {t}" for t in self.missing_tables]
+        lines += [f"missing column: {c}" for c in self.missing_columns]
         lines += [f"foreign key: {f}" for f in self.foreign_keys]
         lines += [f"brick {sig[:16]} does not decode" for sig in self.bad_bricks]
+        lines += [f"impossible value: {v}" for v in self.bad_values]
         return tuple(lines)
+
+    @property
+    def advice(self) -> str:
+        """One line: how many problems, and the commands that repair them (empty when ``ok``)."""
+        if self.ok:
+            return ""
+        fixes = [what for what, found in (("migrates the schema", self.schema_version < SCHEMA_VERSION),
+                                          ("writes the lost schema version back", self.version_lost),
+                                          ("marks the measurements with impossible values failed",
+                                           bool(self.bad_values))) if found]
+        repairs = []
+        if self.damaged:
+            repairs.append("restore a copy, or fill a new database with 'dlbricks bench'")
+        elif fixes:
+            repairs.append(f"run 'dlbricks db upgrade --db {self.path}' (it {', '.join(fixes)})")
+            if self.bad_values:
+                repairs.append(f"then 'dlbricks bench MODEL --db {self.path} --retry-failed' to measure them again")
+        state = "is damaged" if self.damaged else "needs a repair"
+        return f"{self.path} {state}: {len(self.problems)} problem(s) above; {'; '.join(repairs)}."
+
+
+@dataclass(frozen=True, slots=True)
+class UpgradeReport:
+    """What ``dlbricks db upgrade`` did: the schema version before and after, whether it wrote back
+    a version that a dump and restore lost, and how many impossible measurements it marked failed."""
+
+    path: str
+    from_version: int
+    to_version: int
+    version_restored: bool
+    marked_failed: int

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import reprlib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,9 +23,31 @@ if TYPE_CHECKING:
     from dlbricks.generators import Measurement
 
 __all__ = ["now", "to_json", "fingerprint_of", "pid_alive", "brick_row", "model_rows",
-           "measurement_row", "backend_row", "system_row"]
+           "measurement_row", "backend_row", "system_row", "identifier_problem", "shown", "MAX_IDENTIFIER"]
 
 Row = dict[str, Any]
+#: The most characters of an identifier stored (a system id, a model name).
+MAX_IDENTIFIER = 200
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = 60
+
+
+def shown(value: str) -> str:
+    """``repr(value)`` shortened to about 60 characters: one line, control characters escaped."""
+    return _SHOWN.repr(value)
+
+
+def identifier_problem(value: str) -> str | None:
+    """What makes ``value`` unfit as an identifier (blank, a control or other unprintable character,
+    longer than :data:`MAX_IDENTIFIER`), in words; None when it is fit."""
+    if not value.strip():
+        return "is blank"
+    if len(value) > MAX_IDENTIFIER:
+        return f"is {len(value)} characters long, over the {MAX_IDENTIFIER} allowed"
+    bad = next((i for i, c in enumerate(value) if not c.isprintable()), None)
+    if bad is not None:
+        return f"has the unprintable character {value[bad]!r} at position {bad}"
+    return None
 
 
 def now() -> str:
@@ -103,6 +126,10 @@ def system_row(info: Any, fingerprint: str | None, first_seen: str) -> Row:
     if fingerprint is not None and (not isinstance(fingerprint, str) or not fingerprint.strip()):
         raise InvalidArgumentError(f"A system fingerprint must be a non-blank string. Got {fingerprint!r} "
                                    f"instead.")
+    problem = None if fingerprint is None else identifier_problem(fingerprint)
+    if problem is not None:
+        raise InvalidArgumentError(f"The system id {shown(fingerprint or '')} {problem}; give printable text of "
+                                   f"at most {MAX_IDENTIFIER} characters.")
     details = dict(info.to_dict())
     if fingerprint is not None:
         details.update(fingerprint=fingerprint, fingerprint_override=True,

@@ -24,11 +24,18 @@ import sqlite_utils
 
 from dlbricks._errors import DatabaseError
 
-from ._migrations import APPLICATION_ID, DLBRICKS_TABLES, MIGRATIONS, SCHEMA_VERSION
+from ._migrations import (
+    APPLICATION_ID,
+    DLBRICKS_TABLES,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    schema_at,
+)
 from ._records import QUEUE_FIELDS, STAT_FIELDS, RecordOutcome
 
 __all__ = ["connect", "write", "check_health", "damaged", "is_damage", "is_full", "integrity_lines",
-           "foreign_key_problems", "brick_blobs", "open_for_check", "preflight", "MERGE_RULES", "MEASUREMENT_TABLES"]
+           "foreign_key_problems", "brick_blobs", "open_for_check", "preflight", "stored_version", "schema_gaps",
+           "invalid_measurements", "fail_invalid_measurements", "MERGE_RULES", "MEASUREMENT_TABLES"]
 
 T = TypeVar("T")
 Row = dict[str, Any]
@@ -150,25 +157,69 @@ def damaged(path: str, detail: str) -> DatabaseError:
 
 
 def check_health(conn: sqlite3.Connection, path: str) -> None:
-    """The cheap check run on every open: SQLite's ``quick_check`` and, at the current schema
-    version, every dlbricks table present. Raises :class:`DatabaseError` naming what is wrong."""
+    """The cheap check run on every open: SQLite's ``quick_check`` and every table and column of
+    the file's schema version present. Raises :class:`DatabaseError` naming what is wrong."""
     try:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        version = stored_version(conn)[0]
         result = [r[0] for r in conn.execute("PRAGMA quick_check(3)")]
+        tables, columns = schema_gaps(conn, version) if result == ["ok"] else ([], [])
     except sqlite3.DatabaseError as e:
         raise damaged(path, str(e)) from e
     if result != ["ok"]:
         raise damaged(path, "; ".join(result))
-    missing = sorted(DLBRICKS_TABLES - tables) if version == SCHEMA_VERSION else []
-    if missing:
-        raise damaged(path, f"table {missing[0]} is missing")
+    if tables:
+        raise damaged(path, f"table {tables[0]} is missing")
+    if columns:
+        table, _, column = columns[0].partition(".")
+        raise damaged(path, f"table {table} lacks column {column}")
+
+
+def stored_version(conn: sqlite3.Connection) -> tuple[int, bool]:
+    """The file's schema version, and whether it comes from ``schema_migrations`` because the
+    header lost it: a ``.dump`` restored into a new file keeps every table but not ``PRAGMA
+    user_version`` nor ``application_id``, both 0 then."""
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version or conn.execute("PRAGMA application_id").fetchone()[0]:
+        return version, False
+    recorded = _recorded_version(conn)
+    return recorded, recorded > 0
+
+
+def _recorded_version(conn: sqlite3.Connection) -> int:
+    """The last migration that ``schema_migrations`` records, if its rows are dlbricks' own (versions
+    1, 2, ... named as :data:`MIGRATIONS` names them); else 0."""
+    try:
+        rows = conn.execute("SELECT version, name FROM schema_migrations ORDER BY version").fetchall()
+    except sqlite3.DatabaseError:  # no such table or column: not dlbricks' bookkeeping
+        return 0
+    names = [name for name, _ in MIGRATIONS]
+    if [v for v, _ in rows] != list(range(1, len(rows) + 1)):
+        return 0
+    if any(name != names[v - 1] for v, name in rows if v <= len(names)):
+        return 0
+    return len(rows)
+
+
+def schema_gaps(conn: sqlite3.Connection, version: int) -> tuple[list[str], list[str]]:
+    """The tables, and the columns (as ``table.column``) of the tables present, that the schema at
+    ``version`` has and the file lacks."""
+    present: dict[str, set[str]] = {}
+    for table, column in conn.execute("SELECT m.name, p.name FROM sqlite_master AS m, "
+                                      "pragma_table_info(m.name) AS p WHERE m.type = 'table'"):
+        present.setdefault(table, set()).add(column)
+    expected = schema_at(version)
+    tables = sorted(set(expected) - set(present))
+    columns = sorted(f"{t}.{c}" for t in expected if t in present for c in expected[t] - present[t])
+    return tables, columns
 
 
 def _not_sqlite(path: str, e: sqlite3.Error) -> DatabaseError:
     if "not a database" in str(e):
         return DatabaseError(f"{path} is not a SQLite database ({e}); give the path of a dlbricks "
                              f"database or of a new file.")
+    if is_damage(e):
+        return DatabaseError(f"{path} is not a valid or complete SQLite database ({e}): the file may be "
+                             f"truncated or damaged; restore a copy, or give the path of a new file.")
     return DatabaseError(f"Cannot open database {path}: {e}; check that its folder exists and is "
                          f"writable.")
 
@@ -176,7 +227,7 @@ def _not_sqlite(path: str, e: sqlite3.Error) -> DatabaseError:
 def _check_header(conn: sqlite3.Connection, path: str, readonly: bool) -> None:
     """Refuse files that are not SQLite, not dlbricks', or from a newer dlbricks."""
     try:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        version = stored_version(conn)[0]
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
         tables = {r[0] for r in conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
@@ -198,21 +249,23 @@ def _check_header(conn: sqlite3.Connection, path: str, readonly: bool) -> None:
 
 
 def _migrate(db: sqlite_utils.Database) -> None:
-    """Apply the missing migrations inside the caller's write transaction."""
-    version = db.conn.execute("PRAGMA user_version").fetchone()[0]
+    """Apply the missing migrations inside the caller's write transaction, and write the version
+    and application id into the header (again, if a dump and restore lost them)."""
+    version = stored_version(db.conn)[0]
     for number in range(version + 1, SCHEMA_VERSION + 1):
         name, migration = MIGRATIONS[number - 1]
         migration(db)
         db.conn.execute("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, "
                         "strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))", (number, name))
-    if version < SCHEMA_VERSION:
+    if db.conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
         db.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         db.conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
 
 
 def schema_version(db: sqlite_utils.Database) -> int:
-    """The database's ``PRAGMA user_version``."""
-    return int(db.conn.execute("PRAGMA user_version").fetchone()[0])
+    """The database's schema version (``PRAGMA user_version``, or what ``schema_migrations``
+    records where a dump and restore lost it)."""
+    return stored_version(db.conn)[0]
 
 
 def integrity_check(db: sqlite_utils.Database) -> str:
@@ -614,6 +667,62 @@ def foreign_key_problems(db: sqlite_utils.Database, limit: int = 20) -> list[str
     except sqlite3.DatabaseError as e:
         return [str(e)]
     return [f"{table} row {rowid} -> {parent}" for table, rowid, parent, _ in rows]
+
+
+def _finite(column: str) -> str:
+    """SQL true when ``column`` holds a finite number (SQLite keeps infinities, and text anywhere)."""
+    return f"typeof({column}) IN ('integer', 'real') AND abs({column}) < 1e308"
+
+
+#: What each value of an ok measurement must be: column -> (SQL true when it is, the words for it).
+VALUE_RULES: Mapping[str, tuple[str, str]] = {
+    "n": ("typeof(n) = 'integer' AND n >= 1", "an integer of at least 1"),
+    "median_s": (f"{_finite('median_s')} AND median_s > 0", "a positive finite number"),
+    "wall_time_s": (f"{_finite('wall_time_s')} AND wall_time_s >= 0", "a finite number >= 0"),
+    **{c: (f"{c} IS NULL OR ({_finite(c)} AND {c} > 0)", "a positive finite number")
+       for c in ("min_s", "mean_s", "p90_s", "p99_s", "ci_high_s")},
+    **{c: (f"{c} IS NULL OR ({_finite(c)} AND {c} >= 0)", "a finite number >= 0")
+       for c in ("ci_low_s", "std_s", "iqr_s", "floor_s")},
+    **{c: (f"{c} IS NULL OR ({_finite(c)})", "a finite number") for c in (*QUEUE_FIELDS, "node_s", "empty_s")},
+}
+
+
+def _bad_values_sql(columns: Iterable[str]) -> tuple[str, str]:
+    """For a measurement table with ``columns``: the SQL true for an ok row with an impossible
+    value, and a CASE giving ``column = value`` of its first one."""
+    rules = [(c, test) for c, (test, _) in VALUE_RULES.items() if c in columns]
+    where = "status = 'ok' AND NOT (" + " AND ".join(f"({test})" for _, test in rules) + ")"
+    first = "CASE " + " ".join(f"WHEN NOT ({test}) THEN '{c} = ' || quote({c})" for c, test in rules) + " END"
+    return where, first
+
+
+def invalid_measurements(db: sqlite_utils.Database, version: int, limit: int = 20) -> list[str]:
+    """Ok measurements (at most ``limit`` per table) with an impossible value, as
+    ``"table row id (item ...): column = value, not ..."``; the tables as at schema ``version``."""
+    lines = []
+    for table, item in MEASUREMENT_TABLES.items():
+        if table not in schema_at(version):
+            continue
+        where, first = _bad_values_sql(schema_at(version)[table])
+        rows = db.conn.execute(f"SELECT id, {item}, {first} FROM {table} WHERE {where} ORDER BY id LIMIT ?",
+                               (limit,))
+        for rowid, key, shown in rows:
+            column = shown.partition(" ")[0]
+            lines.append(f"{table} row {rowid} ({item} {str(key)[:12]}): {shown}, not "
+                         f"{VALUE_RULES[column][1]}")
+    return lines
+
+
+def fail_invalid_measurements(db: sqlite_utils.Database) -> int:
+    """Mark failed (with the impossible value as the error) every ok measurement that
+    :func:`invalid_measurements` reports; return how many."""
+    count = 0
+    for table in MEASUREMENT_TABLES:
+        where, first = _bad_values_sql(schema_at(SCHEMA_VERSION)[table])
+        cursor = db.conn.execute(f"UPDATE {table} SET status = 'failed', error = 'impossible stored value ' || "
+                                 f"{first} || ', marked failed by dlbricks db upgrade' WHERE {where}")
+        count += max(cursor.rowcount, 0)
+    return count
 
 
 def brick_blobs(db: sqlite_utils.Database) -> Iterable[tuple[str, bytes | None]]:

@@ -7,6 +7,7 @@ is in :mod:`._sql`. Each write method is one short transaction, committed before
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -15,7 +16,6 @@ import socket
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import networkx as nx
@@ -27,7 +27,7 @@ from dlbricks._errors import DatabaseError, InvalidArgumentError
 from dlbricks._graph import ModelSource
 from dlbricks.benchmarks_db import _export, _rows, _sql
 
-from ._migrations import DLBRICKS_TABLES
+from ._migrations import schema_at
 from ._records import (
     QUEUE_FIELDS,
     STAT_FIELDS,
@@ -45,6 +45,7 @@ from ._records import (
     PeaksRecord,
     RecordOutcome,
     SystemRecord,
+    UpgradeReport,
 )
 
 if TYPE_CHECKING:
@@ -171,13 +172,22 @@ class Store:
         """Store a model, its new bricks, its occurrences and its brick DAG (one transaction).
 
         Storing the same model again replaces its occurrences at that granularity; ``source``
-        None keeps the source stored before. Returns the number of bricks that were new.
+        None keeps the source stored before. A model's name is a label and its key (its content) its
+        identity: a model stored before under another name keeps that name (:meth:`stored_name`
+        tells it), and a name already given to other content with the same inputs is refused. Returns
+        the number of bricks that were new.
+
+        Raises
+        ------
+        InvalidArgumentError
+            If another model with the same inputs is stored under this name.
         """
         dec = decomposition
         existing = _sql.existing_signatures(self._db, list(dec.bricks))
         now = _rows.now()
         bricks = [_rows.brick_row(b, now) for s, b in dec.bricks.items() if s not in existing]
         model, occurrences, edges = _rows.model_rows(dec, source, now)
+        model["name"] = self._label_for(model)
         reorders = _rows.reorder_rows(dec)
 
         def tx() -> None:
@@ -187,6 +197,26 @@ class Store:
 
         _sql.write(self._db, tx)
         return len(bricks)
+
+    def _label_for(self, model: Mapping[str, Any]) -> str:
+        """The name a ``models`` row is stored under: the name its key has already, else its own
+        (refused where another model with the same inputs has it)."""
+        stored = self.stored_name(model["key"])
+        if stored is not None:
+            return stored
+        for row in _sql.find_models(self._db, model["name"]):
+            if row["name"] == model["name"] and row["key"] != model["key"] and row["inputs"] == model["inputs"]:
+                raise InvalidArgumentError(
+                    f"{self.path} holds another model named {model['name']!r} with the same inputs (key "
+                    f"{row['key'][:12]}), so the name would point at other content: rename the model file to "
+                    "store this one, or use another database.")
+        return str(model["name"])
+
+    @_guard
+    def stored_name(self, key: str) -> str | None:
+        """The name of the model stored under ``key`` (None where none is)."""
+        row = next(iter(self._db["models"].rows_where("key = ?", [key], select="name")), None)
+        return None if row is None else str(row["name"])
 
     # ------------------------------------------------------------------------------ systems, backends
     @_guard
@@ -638,7 +668,8 @@ class Store:
     @staticmethod
     def check(path: str | os.PathLike[str]) -> CheckReport:
         """Check a database file in depth, read-only: SQLite's integrity check, the schema version,
-        every dlbricks table present, foreign keys, and every stored brick decoding.
+        every table and column of that version present, foreign keys, every stored brick decoding,
+        and the values of ok measurements (a positive median, at least one sample...).
 
         Unlike opening a :class:`Store`, a damaged file is reported, not refused; a file that is
         not a dlbricks database raises :class:`DatabaseError`.
@@ -646,29 +677,57 @@ class Store:
         path = os.fspath(path)
         db = _sql.open_for_check(path)
         try:
-            version = _sql.schema_version(db)
+            version, lost = _sql.stored_version(db.conn)
             integrity = tuple(_sql.integrity_lines(db))
-            try:
-                tables = set(db.table_names())
-            except sqlite3.DatabaseError:
-                tables = set()
-            missing = tuple(sorted(DLBRICKS_TABLES - tables)) if integrity == ("ok",) else ()
-            foreign = tuple(_sql.foreign_key_problems(db)) if integrity == ("ok",) else ()
-            bad, count = [], 0
-            if "bricks" in tables and integrity == ("ok",):
-                for signature, data in _sql.brick_blobs(db):
-                    count += 1
-                    try:
-                        Brick.from_bytes(data)
-                    except Exception:  # noqa: BLE001 - protobuf, onnx and json raise untyped errors
-                        bad.append(signature)
+            sound = integrity == ("ok",)
+            tables, columns = _sql.schema_gaps(db.conn, version) if sound else ([], [])
+            foreign = tuple(_sql.foreign_key_problems(db)) if sound else ()
+            values = (tuple(_sql.invalid_measurements(db, version)) if sound and not tables and not columns
+                      else ())
+            bad, count = (_undecodable(db) if sound and "bricks" in schema_at(version) and "bricks" not in tables
+                          else ((), 0))
         finally:
             db.close()
-        return CheckReport(path, version, integrity, missing, foreign, tuple(bad), count)
+        return CheckReport(path, version, integrity, tuple(tables), foreign, bad, count, tuple(columns), values,
+                           lost)
+
+    @staticmethod
+    def require_mergeable(path: str | os.PathLike[str]) -> CheckReport:
+        """:meth:`check` a file that is to be read from (a merge's source): raise
+        :class:`DatabaseError` naming the file and its first problem if it is damaged or holds
+        impossible values; a version lost in a dump and restore is fine."""
+        report = Store.check(path)
+        readable = dataclasses.replace(report, version_lost=False)  # stored_version recovers it on open
+        if not readable.ok:
+            problems = readable.problems
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise DatabaseError(f"Cannot merge {report.path}: {problems[0]}{more}; run 'dlbricks db check "
+                                f"--db {report.path}' for details and the command that repairs it.")
+        return report
+
+    @staticmethod
+    def upgrade(path: str | os.PathLike[str]) -> UpgradeReport:
+        """Bring a database to the current schema in place, and repair what :meth:`check` says
+        ``upgrade`` repairs: the schema version that a dump and restore lost is written back, and
+        ok measurements with an impossible value are marked failed (``bench --retry-failed``
+        measures them again). A damaged file is refused as every open refuses it."""
+        path = os.fspath(path)
+        db = _sql.open_for_check(path)
+        try:
+            before, lost = _sql.stored_version(db.conn)
+        finally:
+            db.close()
+        with Store(path, create=False) as store:
+            failed = store._fail_invalid()
+            return UpgradeReport(path, before, store.schema_version, lost, failed)
+
+    @_guard
+    def _fail_invalid(self) -> int:
+        return _sql.write(self._db, lambda: _sql.fail_invalid_measurements(self._db))
 
     # ------------------------------------------------------------------------------ merge, export
     @_guard
-    def merge_from(self, other: str | os.PathLike[str], rule: str = "best") -> MergeReport:
+    def merge_from(self, other: str | os.PathLike[str], rule: str = "best", *, check: bool = True) -> MergeReport:
         """Copy another database's systems, backends, bricks, models and measurements into this one.
 
         Bricks, models, systems (with their peaks and reorder prices), backends and brick
@@ -677,13 +736,16 @@ class Store:
         (ok over failed, then more samples, then newer), ``"newest"``, or ``"keep"`` (this
         database's row stays).
         Claims are not copied. One transaction: a failure leaves this database unchanged.
+        The source is checked first (:meth:`require_mergeable`; ``check=False`` when the caller did).
         """
         if rule not in ("best", "newest", "keep"):
             raise InvalidArgumentError(f"'rule' must be 'best', 'newest' or 'keep'. Got {rule!r} instead.")
         source = os.fspath(other)
-        if self.path != ":memory:" and Path(source).resolve() == Path(self.path).resolve():
-            raise InvalidArgumentError(f"Cannot merge {source} into itself.")
+        if self.path != ":memory:" and _export.same_file(source, self.path):
+            raise InvalidArgumentError(f"Cannot merge {source} into itself ({self.path} is the same file).")
         Store(source, create=False, readonly=True).close()  # validates the file and its schema
+        if check:
+            Store.require_mergeable(source)
         _sql.attach(self._db, source)
         try:
             def tx() -> MergeReport:
@@ -697,6 +759,9 @@ class Store:
                                    copied["bricks"], copied["models"], *bricks, *models)
 
             return _sql.write(self._db, tx)
+        except sqlite3.IntegrityError as e:
+            raise DatabaseError(f"Cannot merge {source}: {e}; run 'dlbricks db check --db {source}' for "
+                                f"details.") from e
         finally:
             _sql.detach(self._db)
 
@@ -718,3 +783,14 @@ class Store:
         columns, rows = _sql.export_rows(self._db, table)
         return _export.write_rows(out, fmt, columns, rows)
 
+
+def _undecodable(db: sqlite_utils.Database) -> tuple[tuple[str, ...], int]:
+    """The signatures of the stored bricks whose ONNX bytes do not decode, and how many bricks there are."""
+    bad, count = [], 0
+    for signature, data in _sql.brick_blobs(db):
+        count += 1
+        try:
+            Brick.from_bytes(data)
+        except Exception:  # noqa: BLE001 - protobuf, onnx and json raise untyped errors
+            bad.append(signature)
+    return tuple(bad), count

@@ -22,6 +22,8 @@ import click
 
 from dlbricks._cliutil import (
     EXIT_INTERRUPTED,
+    failed_run_hint,
+    finite_floats,
     format_table,
     framework_of,
     handle_errors,
@@ -34,10 +36,12 @@ from dlbricks._cliutil import (
 from dlbricks._decompose import GRANULARITIES, decompose
 from dlbricks._errors import DatabaseError, DlbricksError, InvalidArgumentError
 
-from ._export import FORMATS, check_output
+from ._export import FORMATS, check_output, remove_stale_scratch, scratch_path
 from ._jobs import CONTEXT_RULES, BenchOptions, BenchProgress, BenchReport
 from ._populate import populate
+from ._ray import import_ray
 from ._records import ClaimStatus
+from ._rows import MAX_IDENTIFIER, identifier_problem, shown
 from ._schedule import DOMINANT_SHARE
 from ._sql import EXPORT_QUERIES
 from ._store import DEFAULT_PATH, Store
@@ -303,11 +307,15 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
           address: str | None, each_node: bool) -> None:
     if batch_size is not None and batch_size <= 0:
         raise InvalidArgumentError(f"--batch-size must be a positive int. Got {batch_size} instead.")
-    if system_id is not None and not system_id.strip():
-        raise InvalidArgumentError("--system-id (or DLBRICKS_SYSTEM_ID) is blank; give a label, or unset "
-                                   "it to record under this machine's fingerprint.")
+    problem = None if system_id is None else identifier_problem(system_id)
+    if problem is not None:
+        raise InvalidArgumentError(f"--system-id (or DLBRICKS_SYSTEM_ID) {shown(system_id or '')} {problem}; give "
+                                   f"a label of printable text (at most {MAX_IDENTIFIER} characters), or unset it "
+                                   f"to record under this machine's fingerprint.")
     if executor != "ray" and (address is not None or each_node):
         raise InvalidArgumentError("--address and --each-node are options of --executor ray.")
+    if executor == "ray":
+        import_ray()  # before the database is touched
     shapes = parse_input_shapes(input_shape)
     budget = _budget(budget_name, min_time, max_time, timeout)
     if target_ci is not None:  # whole models (--whole-model) to the half-width asked of estimates
@@ -320,6 +328,7 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
     Store.preflight(db_path)  # a bad --db fails before any model is loaded
     decompositions, graphs = [], []
     for graph in iter_models(models, zoo, batch_size, shapes):  # every model checked before the db is touched
+        _check_model_name(graph.name)
         decompositions.append(decompose(graph, granularity=granularity))
         graphs.append(graph)
     if infer_framework(given, {g.name: framework_of(g) for g in graphs}) != backend:  # known once loaded
@@ -327,7 +336,11 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
         configs = _configs(backend, fixed, sweep)
     with Store.open(db_path) as store:
         for dec, graph in zip(decompositions, graphs, strict=True):
+            stored = store.stored_name(dec.model_key)
             store.add_decomposition(dec, source=graph.source)
+            if stored is not None and stored != dec.model:
+                click.echo(f"{dec.model}: the same model (same content and inputs) as '{stored}' in {db_path}: "
+                           f"kept under that name", err=True)
         if dry_run:
             _print_plan(store, decompositions, configs, backend, system_id)
             return
@@ -357,9 +370,9 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
         if whole_model:
             click.echo(_cost_line(store, report, decompositions))
         if report.measured and report.failed == report.measured:
-            raise DlbricksError(f"every measurement of this run failed, the first with: "
-                                f"{_first_failure(store, report, decompositions)} (is --framework {backend} the "
-                                "framework these models run in?)")
+            first = _first_failure(store, report, decompositions)
+            raise DlbricksError(f"every measurement of this run failed, the first with: {first} "
+                                f"({failed_run_hint(first, backend)})")
         if report.todo == 0 and not retry_failed:
             failed = _failed_count(store, report, decompositions)
             if failed:
@@ -368,6 +381,14 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
         if report.interrupted:
             click.echo(_resume_hint(db_path, report.measured), err=True)
             ctx.exit(EXIT_INTERRUPTED)
+
+
+def _check_model_name(name: str) -> None:
+    """Refuse a model name (a file's stem, a zoo name) that would break every table it is shown in."""
+    problem = identifier_problem(name)
+    if problem is not None:
+        raise InvalidArgumentError(f"The model name {shown(name)} {problem}; rename the model file (a name of "
+                                   f"printable text, at most {MAX_IDENTIFIER} characters).")
 
 
 def _ray_executor(address: str | None, each_node: bool, progress: _Progress) -> Any:
@@ -519,16 +540,21 @@ def merge_cmd(sources: tuple[str, ...], out: str, rule: str) -> None:
     OUT may be an existing dlbricks database (the sources are added to it) or a new file, which
     appears only once the merge is complete.
     """
-    check_output(out, sources, overwrite=True)  # OUT is merged into, never replaced; but never a source
-    for source in sources:  # check them all before writing anything
+    check_output(out, sources, overwrite=True, into_database=True)  # merged into, never replaced; never a source
+    for source in sources:  # check them all, in depth, before writing anything
         Store.open(source, create=False, readonly=True).close()
+        Store.require_mergeable(source)
     Store.preflight(out)
+    stale = remove_stale_scratch(out)
+    if stale:
+        click.echo(f"Removed {len(stale)} scratch file(s) of an earlier merge into {out} that was killed: "
+                   f"{', '.join(stale)}", err=True)
     new = not os.path.lexists(out)
-    target = _scratch_path(out) if new else out
+    target = scratch_path(out) if new else out
     try:
         with Store.open(target) as store:
             for source in sources:
-                r = store.merge_from(source, rule=rule)
+                r = store.merge_from(source, rule=rule, check=False)
                 click.echo(f"{source}: +{r.systems} systems, +{r.backends} backends, +{r.bricks} bricks, "
                            f"+{r.models} models; measurements {r.measurements_added} added, "
                            f"{r.measurements_replaced} replaced, {r.measurements_kept} kept; model "
@@ -544,12 +570,6 @@ def merge_cmd(sources: tuple[str, ...], out: str, rule: str) -> None:
                     os.unlink(target + suffix)
     click.echo(f"{out}: {len(stats.systems)} systems, {stats.bricks} bricks, {stats.measurements} "
                f"measurements")
-
-
-def _scratch_path(out: str) -> str:
-    """A new file name beside ``out`` for building it before it is renamed into place."""
-    folder, name = os.path.split(os.path.abspath(out))
-    return os.path.join(folder, f".{name}.{os.getpid()}.partial")
 
 
 @db.command("export")
@@ -580,29 +600,41 @@ def export_cmd(db_path: str, fmt: str, table: str, out: str, force: bool) -> Non
 @_db_option
 @handle_errors
 def check_cmd(db_path: str) -> None:
-    """Check a database in depth: integrity, schema, tables, foreign keys, bricks that decode.
+    """Check a database in depth: integrity, schema version, tables and columns, foreign keys,
+    bricks that decode, values of measurements.
 
-    Reads only. Exit code 0 when the file is sound, 2 when it is damaged.
+    Reads only. Exit code 0 when the file is sound, 2 when it is not; the last line then says
+    which command repairs what was found.
     """
     report = Store.check(db_path)
     if report.ok:
         click.echo(f"{db_path}: ok (schema version {report.schema_version}, {report.bricks} bricks decode, "
-                   f"integrity and foreign keys ok)")
+                   f"integrity, columns, foreign keys and values ok)")
         return
     for line in report.problems[:20]:
         click.echo(f"  {line}", err=True)
-    raise DatabaseError(f"{db_path} is damaged: {len(report.problems)} problem(s) above; restore a copy, "
-                        f"or fill a new database with 'dlbricks bench'.")
+    raise DatabaseError(report.advice)
 
 
 @db.command("upgrade")
 @_db_option
 @handle_errors
 def upgrade_cmd(db_path: str) -> None:
-    """Bring a database written by an older dlbricks to the current schema (in place)."""
-    with Store.open(db_path, create=False) as store:
-        version = store.schema_version
-    click.echo(f"{db_path}: schema version {version}")
+    """Bring a database written by an older dlbricks to the current schema (in place).
+
+    Also repairs what 'db check' says it repairs: a schema version lost in a dump and restore is
+    written back, measurements with impossible values are marked failed ('bench --retry-failed'
+    measures them again).
+    """
+    report = Store.upgrade(db_path)
+    parts = [f"{db_path}: schema version {report.to_version}"
+             + (f" (was {report.from_version})" if report.from_version != report.to_version else "")]
+    if report.version_restored:
+        parts.append("wrote back the schema version that a dump and restore lost")
+    if report.marked_failed:
+        parts.append(f"marked {report.marked_failed} measurement(s) with impossible values failed: run 'dlbricks "
+                     f"bench MODEL --db {db_path} --retry-failed' to measure them again")
+    click.echo("; ".join(parts))
 
 
 @click.group("dlbricks-db", context_settings={"help_option_names": ["-h", "--help"]})
@@ -612,6 +644,7 @@ def cli() -> None:
 
 cli.add_command(bench)
 cli.add_command(db)
+finite_floats(cli)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

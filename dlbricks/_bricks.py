@@ -7,7 +7,7 @@ op) or *synthetic*
 (large float weights, and the integer weights of quantized models: int8/uint8 tensors and the
 inputs of :data:`INTEGER_WEIGHT_INPUTS`; generated from a seed derived from the signature, because
 latency does not depend on their values). With ``weights="real"`` the model's own weights are kept
-too.
+too. :meth:`Brick.without_weights` keeps fewer still: see :mod:`dlbricks._no_weights`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import base64
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from dlbricks._types import TensorSpec, ValueStatistics
 
 __all__ = [
     "BRICK_META_KEY",
+    "DIGESTS_KEY",
     "EXACT_MAX_ELEMENTS",
     "INTEGER_WEIGHT_INPUTS",
     "QUANTIZATION_PARAMETERS",
@@ -40,6 +41,8 @@ __all__ = [
     "BrickContext",
     "CONTEXT_SPAN_RATIO",
     "ConstantSpec",
+    "anonymous_nodes",
+    "index_kind",
     "value_is_hashed",
     "write_bricks",
 ]
@@ -105,6 +108,9 @@ PREVIOUS_KEY = "dlbricks.previous"
 REUSE_KEY = "dlbricks.reuse_bytes"
 #: Metadata key of a brick's model whose synthetic weights are left to :func:`materialize`.
 DEFERRED_KEY = "dlbricks.deferred_weights"
+#: Metadata key of a weight-free brick's record of the values it replaced that its signature hashed:
+#: ``{"c0": digest}`` (see :meth:`Brick.without_weights`).
+DIGESTS_KEY = "dlbricks.value_digests"
 WEIGHT_MODES = ("synthetic", "real")
 
 
@@ -117,7 +123,8 @@ class ConstantSpec:
     """A constant input of a brick.
 
     ``value`` holds the exact tensor (semantic constants, or real weights); otherwise it is
-    generated with ``synthetic`` (``"normal"`` or ``"positive"``) at materialization.
+    generated with ``synthetic`` (``"normal"``, ``"positive"``, or :func:`index_kind`'s range of
+    integers) at materialization (:func:`synthetic_array`).
     """
 
     spec: TensorSpec
@@ -146,6 +153,10 @@ class Brick:
         Floating point operations of one run; None if an op is unknown.
     weights : str
         ``"synthetic"`` or ``"real"``: which weights :meth:`to_onnx` gives by default.
+    value_digests : tuple of (str, str)
+        For a brick of :meth:`without_weights`: the digests of the constant values it replaced that
+        the signature hashed (constant name, digest), which :func:`~dlbricks.decompose` takes when
+        it cuts the brick again, so that it keeps its signature.
     """
 
     signature: str
@@ -160,6 +171,7 @@ class Brick:
     flops: int | None = None
     weights: str = "synthetic"
     functions: tuple[onnx.FunctionProto, ...] = field(default=(), repr=False)
+    value_digests: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Brick) and other.signature == self.signature
@@ -232,21 +244,27 @@ class Brick:
         }
 
     def without_weights(self) -> Brick:
-        """The brick with nothing of its model's but what decides its cost.
+        """The brick with nothing of its model's but what it needs to compute the same shapes and do
+        the same work.
 
-        Every constant whose value the signature does not hash becomes synthetic (weights and
-        small float tensors and quantized integer weights alike); other integer and bool constants,
-        scalars, constants at semantic positions (:data:`SEMANTIC_INPUTS`: shapes, axes, pads,
-        scales) and the scales and zero points of quantized ops keep their values. Nodes lose
-        their names and doc strings, and tensors inside the brick are named ``t0``, ``t1``...
-        The signature is unchanged: it never depended on what is dropped.
+        Every constant is synthetic (weights, small float tensors and scalars, integer and bool
+        tensors; a gather's indices drawn over the size of the axis it gathers, so that they stay
+        valid) except these, which keep their values: shapes, axes, pads, slice bounds, split sizes,
+        Resize scales and sizes, TopK's k, Range bounds, Clip bounds, Pow exponents and the other
+        inputs of :data:`SEMANTIC_INPUTS` that decide an op's output shape or its work; the scales
+        and zero points of quantized ops; every constant of a brick with an If, Loop or Scan
+        subgraph; and constants whose values flow into one of those inside the brick. Node
+        attributes and the statistics of the brick's inputs (for a NonMaxSuppression's boxes and
+        scores, their values in the model's run) are kept too. Nodes lose their names and doc
+        strings, and tensors inside the brick are named ``t0``, ``t1``...
+
+        The signature is unchanged; the digests of the hashed values replaced are recorded
+        (:attr:`value_digests`, what the signature already commits to), so that the brick, cut
+        again by :func:`~dlbricks.decompose`, has the same signature.
         """
-        keep = _semantic_constants(self) | _read_at(self, QUANTIZATION_PARAMETERS)
-        weights = _read_at(self, INTEGER_WEIGHT_INPUTS)
-        constants = tuple(
-            c if c.value is None or c.spec.name in keep or value_is_hashed(c.spec, False, c.spec.name in weights)
-            else ConstantSpec(c.spec, False, c.synthetic, None) for c in self.constants)
-        return replace(self, constants=constants, nodes=_anonymous_nodes(self), weights="synthetic")
+        from dlbricks._no_weights import without_values
+
+        return without_values(self)
 
     # --------------------------------------------------------------------------- materialize
     def to_onnx(self, weights: str | None = None, *, deferred: bool = False) -> onnx.ModelProto:
@@ -311,6 +329,8 @@ class Brick:
             model.metadata_props.add(key=VALUE_STATISTICS_KEY, value=json.dumps(
                 {k: v.to_dict() for k, v in self.value_statistics.items()}, sort_keys=True))
         model.metadata_props.add(key=SIGNATURE_KEY, value=self.signature)
+        if self.value_digests:
+            model.metadata_props.add(key=DIGESTS_KEY, value=json.dumps(dict(self.value_digests), sort_keys=True))
         return model
 
     def check_runnable(self) -> str | None:
@@ -369,7 +389,8 @@ class Brick:
             constants=tuple(constants), nodes=tuple(g.node),
             opsets=tuple((o.domain, int(o.version)) for o in model.opset_import),
             ir_version=int(model.ir_version), flops=meta["flops"], weights="synthetic",
-            functions=tuple(model.functions))
+            functions=tuple(model.functions),
+            value_digests=tuple(sorted(json.loads(props.get(DIGESTS_KEY, "{}")).items())))
 
 
 def write_bricks(bricks: Iterable[Brick], out: str | Path, *, weights: str = "synthetic",
@@ -384,8 +405,9 @@ def write_bricks(bricks: Iterable[Brick], out: str | Path, *, weights: str = "sy
     weights : {"synthetic", "real"}
         Which weights each brick gets (see :meth:`Brick.to_onnx`).
     no_weights : bool
-        Write :meth:`Brick.without_weights` instead: no weight values and no node or tensor names
-        of the source model, so that a proprietary model's bricks can be measured elsewhere.
+        Write :meth:`Brick.without_weights` instead: synthetic values for every constant but those
+        that decide shapes and work (listed there), and no node or tensor names of the source model,
+        so that a proprietary model's bricks can be measured elsewhere.
     """
     if no_weights and weights == "real":
         raise InvalidArgumentError("no_weights=True writes synthetic weights; it cannot be combined with "
@@ -416,25 +438,6 @@ def value_is_hashed(spec: TensorSpec, semantic: bool = False, integer_weight: bo
     return spec.dtype != "bfloat16" and bool(np.issubdtype(np.dtype(spec.dtype), np.integer))
 
 
-def _semantic_constants(brick: Brick) -> set[str]:
-    """Names of the brick's constants read at a semantic position, or by a subgraph."""
-    names = {c.spec.name for c in brick.constants}
-    found = set()
-    for node in brick.nodes:
-        positions = SEMANTIC_INPUTS.get(node.op_type, frozenset())
-        found |= {name for i, name in enumerate(node.input) if i in positions and name in names}
-        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
-            found |= names  # what a subgraph reads is not known here: keep it all
-    return found
-
-
-def _read_at(brick: Brick, positions: Mapping[str, frozenset[int]]) -> set[str]:
-    """Names of the brick's constants read at one of ``positions`` (op type -> input positions)."""
-    names = {c.spec.name for c in brick.constants}
-    return {name for node in brick.nodes for i, name in enumerate(node.input)
-            if name in names and i in positions.get(node.op_type, frozenset())}
-
-
 def _identity_source(nodes: Sequence[onnx.NodeProto], name: str) -> str:
     """The tensor that ``name`` copies through a chain of Identity nodes among ``nodes`` (``name``
     itself where no Identity writes it)."""
@@ -444,7 +447,7 @@ def _identity_source(nodes: Sequence[onnx.NodeProto], name: str) -> str:
     return name
 
 
-def _anonymous_nodes(brick: Brick) -> tuple[onnx.NodeProto, ...]:
+def anonymous_nodes(brick: Brick) -> tuple[onnx.NodeProto, ...]:
     """The brick's nodes without names or doc strings, their inner tensors renamed ``t0``, ``t1``..."""
     interface = ({s.name for s in brick.inputs} | {s.name for s in brick.outputs}
                  | {c.spec.name for c in brick.constants})
@@ -494,15 +497,30 @@ def _seed(signature: str, index: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{signature}:{index}".encode()).digest()[:8], "little")
 
 
+def index_kind(low: int, high: int) -> str:
+    """The synthetic kind of integers uniform over ``[low, high)`` (a gather's indices), for
+    :attr:`ConstantSpec.synthetic` and :func:`synthetic_array`."""
+    return f"range:{int(low)}:{int(high)}"
+
+
 def synthetic_array(spec: TensorSpec, kind: str, seed: int) -> np.ndarray:
     """Seeded synthetic weights: small normal values, or values in [0.5, 1.5) where positivity matters;
-    integers uniform over their type's range (int8, uint8) or within +-1024 (int32 biases)."""
+    integers uniform over their type's range (int8, uint8) or within +-1024 (int32 biases), in
+    [1, 1024] for kind ``"positive"``, over ``[low, high)`` for :func:`index_kind`'s kind; random bools;
+    empty strings."""
     rng = np.random.default_rng(seed)
+    if spec.dtype == "string":
+        return np.full(spec.shape, b"", dtype=object)
     dtype = np.dtype("float32") if spec.dtype == "bfloat16" else np.dtype(spec.dtype)
+    if kind.startswith("range:"):
+        low, high = (int(v) for v in kind.split(":")[1:3])
+        return rng.integers(low, max(high, low + 1), size=spec.shape).astype(dtype)
+    if dtype == np.bool_:
+        return rng.random(size=spec.shape) < 0.5
     if np.issubdtype(dtype, np.integer):  # quantized weights over their type's range, int32 biases small
         info = np.iinfo(dtype)
-        return rng.integers(max(info.min, -1024), min(info.max, 1023), size=spec.shape, dtype=dtype,
-                            endpoint=True)
+        low = 1 if kind == "positive" else max(info.min, -1024)
+        return rng.integers(low, min(info.max, 1023), size=spec.shape, dtype=dtype, endpoint=True)
     if not np.issubdtype(dtype, np.floating):
         return np.zeros(spec.shape, dtype=dtype)
     if kind == "positive":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import re
 import signal
 import sys
@@ -20,11 +21,16 @@ from dlbricks._graph import ModelGraph
 from dlbricks._onnx_frontend import load_model
 
 __all__ = [
+    "COUNT",
     "EXIT_INTERRUPTED",
     "FRAMEWORKS",
     "DlbricksClickError",
     "DlbricksGroup",
+    "FiniteFloat",
+    "FiniteFloatRange",
     "cli_advice",
+    "failed_run_hint",
+    "finite_floats",
     "format_table",
     "framework_of",
     "framework_option",
@@ -55,8 +61,55 @@ class DlbricksClickError(click.ClickException):
 EXIT_INTERRUPTED = 130
 
 
+class FiniteFloat(click.types.FloatParamType):
+    """A float option that refuses ``nan`` and ``inf`` (which ``float()`` accepts) when it is parsed."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return _finite(super().convert(value, param, ctx), self, param, ctx)
+
+
+class FiniteFloatRange(click.FloatRange):
+    """:class:`click.FloatRange` that refuses ``nan`` (which no bound stops) and ``inf``."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return _finite(super().convert(value, param, ctx), self, param, ctx)
+
+
+def _finite(value: Any, kind: click.ParamType, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        kind.fail(f"{value} is not a finite number; give a number such as 0.01.", param, ctx)
+    return value
+
+
+#: The type of an option that counts what to show or do (``--top``): a positive int, since a
+#: negative one would slice rows off the end.
+COUNT = click.IntRange(min=1)
+
+
+def finite_floats(command: click.Command) -> None:
+    """Make every float option of ``command`` (and of its subcommands) refuse ``nan`` and ``inf`` at
+    parsing, keeping its bounds: ``FLOAT`` becomes :class:`FiniteFloat`, a ``FloatRange``
+    :class:`FiniteFloatRange`."""
+    for param in command.params:
+        kind = param.type
+        if isinstance(kind, FiniteFloat | FiniteFloatRange):
+            continue
+        if isinstance(kind, click.FloatRange):
+            param.type = FiniteFloatRange(kind.min, kind.max, kind.min_open, kind.max_open, kind.clamp)
+        elif isinstance(kind, click.types.FloatParamType):
+            param.type = FiniteFloat()
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            finite_floats(sub)
+
+
 class DlbricksGroup(click.Group):
-    """A click group whose commands exit 130 on Ctrl-C (click's own exit code is 1, "Aborted!")."""
+    """A click group whose commands exit 130 on Ctrl-C (click's own exit code is 1, "Aborted!"), and
+    whose commands' float options refuse ``nan`` and ``inf`` when parsed (:func:`finite_floats`)."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        finite_floats(cmd)
+        super().add_command(cmd, name)
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
@@ -344,6 +397,17 @@ def infer_framework(given: str | None, models: Mapping[str, str | None]) -> str:
         raise InvalidArgumentError(f"{m1} runs in {f1} and {m2} in {f2}; give the models of each framework "
                                    f"in a run of their own.")
     return next(iter(own), "onnxruntime")
+
+
+_OUT_OF_MEMORY = re.compile(r"MemoryError|bad_alloc|[Ff]ailed to allocate|[Cc]annot allocate memory|[Oo]ut of memory")
+
+
+def failed_run_hint(first_error: str, framework: str) -> str:
+    """What to try when every measurement of a run failed, the first with ``first_error``: a smaller
+    shape where it ran out of memory, else whether the models run in ``framework``."""
+    if _OUT_OF_MEMORY.search(first_error):
+        return "the machine ran out of memory: give a smaller --batch-size or --input-shape"
+    return f"is --framework {framework} the framework these models run in?"
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int] | None = None) -> str:

@@ -27,8 +27,10 @@ from dlbricks._cost import node_flops
 from dlbricks._errors import InvalidArgumentError
 from dlbricks._graph import LayerNode, ModelGraph
 from dlbricks._identities import join_constant_identities
+from dlbricks._memory import check_fits_memory
 from dlbricks._mxnet_frontend import MXNET_DOMAIN
 from dlbricks._mxnet_to_onnx import mxnet_brick_flops
+from dlbricks._no_weights import recorded_digests
 from dlbricks._onnx_frontend import ModelLike, load_model
 from dlbricks._ranges import consumer_range
 from dlbricks._types import TensorSpec, runnable_ir_version
@@ -299,6 +301,12 @@ def decompose(model: ModelLike | ModelGraph, granularity: str = "layer", *, weig
     -------
     Decomposition
 
+    Raises
+    ------
+    InvalidArgumentError
+        On a bad argument, or where one run of the model at these shapes holds more bytes at once
+        (weights and live activations) than this machine's memory: nothing could measure it here.
+
     Examples
     --------
     >>> import dlbricks
@@ -318,7 +326,7 @@ def decompose(model: ModelLike | ModelGraph, granularity: str = "layer", *, weig
         if opt_level is not None:
             raise InvalidArgumentError("'opt_level' applies to granularity='fused' only.")
         groups, _ = join_constant_identities(graph, [(layer,) for layer in graph.layers])
-        return _decompose_groups(graph, groups, granularity, weights)
+        return _fits_memory(_decompose_groups(graph, groups, granularity, weights))
     from dlbricks._fusion import fusion_groups
 
     level = opt_level or DEFAULT_FUSION_LEVEL
@@ -327,19 +335,28 @@ def decompose(model: ModelLike | ModelGraph, granularity: str = "layer", *, weig
     channels_last = tuple(plan.channels_last[i] for i in kept) if plan.channels_last else ()
     dec = _decompose_groups(graph, groups, f"fused:{level}", weights, channels_last)
     sizes = tuple(graph.spec(t).nbytes for t in plan.reorder_tensors if t)
-    return replace(dec, reorder_bytes=sizes)
+    return _fits_memory(replace(dec, reorder_bytes=sizes))
+
+
+def _fits_memory(dec: Decomposition) -> Decomposition:
+    """``dec``, refused where one run of its model holds more bytes at once (weights and live
+    activations, :meth:`Decomposition.footprint_bytes`) than this machine's memory."""
+    check_fits_memory(dec.model, dec.inputs, dec.footprint_bytes(),
+                      "one run (its weights and the activations alive at once)")
+    return dec
 
 
 def _decompose_groups(graph: ModelGraph, groups: Sequence[tuple[LayerNode, ...]], granularity: str,
                       weights: str, channels_last: Sequence[bool] = ()) -> Decomposition:
     ranges = {s.name: s.value_range for s in graph.inputs if s.value_range is not None}
+    digests = recorded_digests(graph.proto, graph.name)  # a weight-free brick cut again: its own signature
     bricks: dict[str, Brick] = {}
     occurrences: list[Occurrence] = []
     owner: dict[str, int] = {}
     instances: list[Brick] = []
     for index, group in enumerate(groups):
         nhwc = index < len(channels_last) and channels_last[index]
-        brick, inputs, outputs = _make_brick(graph, group, granularity, weights, ranges, bricks, nhwc)
+        brick, inputs, outputs = _make_brick(graph, group, granularity, weights, ranges, bricks, nhwc, digests)
         bricks.setdefault(brick.signature, brick)
         if weights == "real":
             instances.append(brick)
@@ -384,7 +401,8 @@ def _group_interface(graph: ModelGraph, group: tuple[LayerNode, ...],
 
 def _make_brick(graph: ModelGraph, group: tuple[LayerNode, ...], granularity: str, weights: str,
                 model_ranges: Mapping[str, tuple[int, int]], seen: Mapping[str, Brick],
-                channels_last: bool = False) -> tuple[Brick, list[str], list[str]]:
+                channels_last: bool = False, digests: Mapping[str, str] | None = None,
+                ) -> tuple[Brick, list[str], list[str]]:
     inputs, constants, outputs = _group_interface(graph, group)
     protos = [la.proto for la in group]
     roles = _constant_roles(group, constants)
@@ -418,7 +436,8 @@ def _make_brick(graph: ModelGraph, group: tuple[LayerNode, ...], granularity: st
         semantic, positive, integer_weight, parameter = roles[name]
         hashed = value_is_hashed(spec, semantic, integer_weight, parameter)
         exact = hashed or parameter or spec.numel <= EXACT_MAX_ELEMENTS
-        digest = value_digest(graph.constant_array(name) if array is None else array) if hashed else None
+        recorded = (digests or {}).get(name) if array is None else None
+        digest = (recorded or value_digest(graph.constant_array(name) if array is None else array)) if hashed else None
         value = (_constant_value(graph, name, exact, weights) if array is None
                  else onnx.numpy_helper.from_array(array, name))
         const_specs.append(ConstantSpec(spec, exact, "positive" if positive else "normal", value))

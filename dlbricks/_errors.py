@@ -17,6 +17,7 @@ __all__ = [
     "BackendUnavailableError",
     "DatabaseError",
     "MissingBricksError",
+    "TempDirError",
 ]
 
 
@@ -59,3 +60,7 @@ class BackendUnavailableError(BackendError):
 
 class DatabaseError(DlbricksError):
     """The brick database cannot be opened or written."""
+
+
+class TempDirError(DlbricksError):
+    """The temporary folder (``TMPDIR``) is full or cannot be written."""

@@ -59,10 +59,8 @@ per MiB of tensor plus the per-call floor, whether the tensor comes from cache o
 from __future__ import annotations
 
 import re
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import networkx as nx
 import onnx
@@ -71,6 +69,7 @@ from networkx.utils import UnionFind
 from dlbricks._errors import BackendError, InvalidArgumentError
 from dlbricks._graph import LayerNode, ModelGraph
 from dlbricks._ortutil import session_options
+from dlbricks._tempdir import in_temp_dir, temp_dir_error, temporary_directory
 
 __all__ = ["CHANNELS_LAST_KERNELS", "NCHWC_DOMAIN", "OPT_LEVELS", "REORDER_OPS", "FusionPlan", "fusion_groups",
            "kernel_origin", "optimized_model"]
@@ -245,8 +244,8 @@ def _optimize(model_graph: ModelGraph, opt_level: str, threads: int, *, weights:
         raise InvalidArgumentError(f"'threads' must be a non-negative int. Got {threads!r} instead.")
     import onnxruntime as ort
 
-    with tempfile.TemporaryDirectory(prefix="dlbricks-fusion-") as tmp:
-        path = Path(tmp) / "optimized.onnx"
+    with temporary_directory("dlbricks-fusion-") as tmp:
+        path = tmp / "optimized.onnx"
         # the NCHWc "hardware specific" warning is expected here
         options = session_options(opt_level, threads, optimized_path=str(path), external_weights=True)
         try:
@@ -254,8 +253,16 @@ def _optimize(model_graph: ModelGraph, opt_level: str, threads: int, *, weights:
                                  providers=["CPUExecutionProvider"])
             return onnx.load(str(path), load_external_data=weights)
         except Exception as e:  # onnxruntime raises its own exception types
+            if isinstance(e, OSError) and in_temp_dir(e):
+                raise temp_dir_error(e) from e
+            if _WRITE_FAILED.search(str(e)):
+                raise temp_dir_error("onnxruntime could not save the optimized model there") from e
             raise BackendError(f"onnxruntime could not optimize model {model_graph.name!r} at level "
                                f"{opt_level!r}: {e}") from e
+
+
+#: How onnxruntime says that it could not save the optimized model (its weights file, itself).
+_WRITE_FAILED = re.compile(r"Failed to write|No space left|[Cc]ould not (?:open|write)|Permission denied")
 
 
 def _is_channels_last(node: onnx.NodeProto) -> bool:

@@ -25,6 +25,7 @@ from onnx.reference import ReferenceEvaluator
 
 from dlbricks._errors import InvalidArgumentError, ModelLoadError, ShapeInferenceError
 from dlbricks._graph import VALUE_RANGES_KEY, LayerNode, ModelGraph, ModelSource
+from dlbricks._memory import check_input_sizes, check_largest_tensor
 from dlbricks._types import KEEP_VALUES_MAX_BYTES, TensorSpec, ValueStatistics, onnx_dtype_to_name
 
 __all__ = ["FOLD_MAX_ELEMENTS", "QUANTIZATION_OPS", "load_model"]
@@ -69,6 +70,12 @@ def load_model(
     -------
     ModelGraph
 
+    Raises
+    ------
+    InvalidArgumentError
+        On a bad argument, or where a tensor of the model at these shapes is alone larger than this
+        machine's memory (before onnxruntime runs it to find a shape inference missed).
+
     Examples
     --------
     >>> import dlbricks
@@ -80,24 +87,28 @@ def load_model(
     from dlbricks._mxnet_frontend import is_mxnet_model, load_mxnet
 
     if is_mxnet_model(model):  # an MXNet symbol file, symbol, Gluon block, or org.mxnet ModelProto
-        return load_mxnet(model, input_shapes=input_shapes, batch_size=batch_size, name=name,
-                          ignore_unknown_inputs=ignore_unknown_inputs)
+        return _checked(load_mxnet(model, input_shapes=input_shapes, batch_size=batch_size, name=name,
+                                   ignore_unknown_inputs=ignore_unknown_inputs))
     batch_size = _check_batch_size(batch_size)
     shapes = _check_input_shapes(input_shapes)
     proto, path = _read(model)
     if is_mxnet_model(proto):
-        return load_mxnet(proto, input_shapes=input_shapes, batch_size=batch_size,
-                          name=name or (Path(path).stem if path is not None else None),
-                          ignore_unknown_inputs=ignore_unknown_inputs)
+        return _checked(load_mxnet(proto, input_shapes=input_shapes, batch_size=batch_size,
+                                   name=name or (Path(path).stem if path is not None else None),
+                                   ignore_unknown_inputs=ignore_unknown_inputs))
     label = str(path) if path is not None else f"<model {proto.graph.name or 'in memory'}>"
+    name = name or (Path(path).stem if path is not None else (proto.graph.name or "model"))
     _check_valid(proto, label, path)
     if ignore_unknown_inputs:
         names = {vi.name for vi in proto.graph.input}
         shapes = {k: v for k, v in shapes.items() if k in names}
     concrete = _concrete_inputs(proto, label, shapes, batch_size)
+    check_input_sizes(name, concrete, _input_dtypes(proto))
     opsets = {op.domain or "": int(op.version) for op in proto.opset_import}
     nodes = unique_dequantize(list(proto.graph.node), {o.name for o in proto.graph.output})
     specs, known, folded = _infer_and_fold(proto, nodes, concrete, opsets, label)
+    # before any onnxruntime run below (shapes inference missed, values of value-dependent ops)
+    check_largest_tensor(name, [specs[n] for n in concrete if n in specs], specs.values())
     ranges = _model_value_ranges(proto, nodes, folded, specs, label)
     constants = _constants(proto, known, folded, nodes)
     layers = _layers(nodes, folded)
@@ -108,7 +119,7 @@ def load_model(
     outputs = tuple(specs[o.name] for o in proto.graph.output if o.name in specs)
     sha = _content_hash(proto)
     return ModelGraph(
-        name=name or (Path(path).stem if path is not None else (proto.graph.name or "model")),
+        name=name,
         layers=layers,
         inputs=inputs,
         outputs=outputs,
@@ -120,6 +131,12 @@ def load_model(
         proto=proto,
         folded=tuple(nodes[i].name or f"{nodes[i].op_type}_{i}" for i in sorted(folded)),
     )
+
+
+def _checked(graph: ModelGraph) -> ModelGraph:
+    """``graph``, refused if one of its tensors alone is larger than this machine's memory."""
+    check_largest_tensor(graph.name, graph.inputs, [*graph.inputs, *graph.tensors.values()])
+    return graph
 
 
 # ----------------------------------------------------------------------------------- arguments
@@ -272,6 +289,17 @@ def _concrete_inputs(proto: onnx.ModelProto, label: str, shapes: Mapping[str, tu
             raise ShapeInferenceError(f"{label}: input '{vi.name}' is not a tensor; only tensor inputs "
                                       f"are supported.")
         out[vi.name] = _input_shape(vi, label, shapes.get(vi.name), batch_size)
+    return out
+
+
+def _input_dtypes(proto: onnx.ModelProto) -> dict[str, str]:
+    """The dtype name of each tensor input whose element type numpy knows."""
+    out = {}
+    for vi in proto.graph.input:
+        try:
+            out[vi.name] = onnx_dtype_to_name(vi.type.tensor_type.elem_type)
+        except (KeyError, TypeError, ValueError):  # no element type, or one numpy lacks (float8...)
+            continue
     return out
 
 

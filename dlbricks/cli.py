@@ -30,6 +30,7 @@ from dlbricks._cliutil import (
 from dlbricks._decompose import GRANULARITIES, BrickSet, decompose
 from dlbricks._errors import InvalidArgumentError
 from dlbricks._mxnet_bricks import check_mxnet_runnable
+from dlbricks._no_weights import KEPT_VALUES
 
 __all__ = ["main"]
 
@@ -60,8 +61,9 @@ def main() -> None:
               help="Check that the framework the bricks run in (--framework) can run every brick.")
 @framework_option
 @click.option("--no-weights", is_flag=True,
-              help="With --out: synthetic weights and no names from the model, so that a proprietary "
-                   "model's bricks can be measured elsewhere.")
+              help="With --out: no names from the model, and synthetic values for every constant (weights, "
+                   "scalars, integer tensors, a gather's indices drawn within range), so that a proprietary "
+                   f"model's bricks can be measured elsewhere. Kept as they are: {KEPT_VALUES}.")
 @handle_errors
 def decompose_cmd(models: tuple[str, ...], zoo: str | None, batch_size: int | None,
                   input_shape: tuple[str, ...], granularity: str, opt_level: str | None, as_json: bool,

@@ -80,14 +80,21 @@ def _decomposition(model: Any, store: Store, granularity: str, config: OrtConfig
     if isinstance(model, Decomposition):
         return model
     if isinstance(model, str) and not os.path.exists(model) and not model.endswith(".onnx"):
-        try:
+        if _is_stored(store, model):  # an ambiguous name is refused, listing the models it names
             return store.decomposition(model, _label(granularity, config))
-        except InvalidArgumentError:
-            from dlbricks.model_zoo import build
+        from dlbricks.model_zoo import build
 
-            return _decompose(load_model(build(model), name=model), granularity, config)
+        return _decompose(load_model(build(model), name=model), granularity, config)
     graph = model if isinstance(model, ModelGraph) else load_model(model)
     return _decompose(graph, granularity, config)
+
+
+def _is_stored(store: Store, name_or_key: str) -> bool:
+    """Whether ``name_or_key`` names or keys a stored model (one or several), as
+    :meth:`~dlbricks.benchmarks_db.Store.model` takes it."""
+    prefix = len(name_or_key) >= 6
+    return any(m.name == name_or_key or m.key == name_or_key or (prefix and m.key.startswith(name_or_key))
+               for m in store.models())
 
 
 def backend_name(config: BackendConfig) -> str:
@@ -576,10 +583,9 @@ def _stored_graph(store: Store, name: str) -> ModelGraph | None:
     InvalidArgumentError
         If the file it came from is gone.
     """
-    try:
-        record = store.model(name)
-    except InvalidArgumentError:
+    if not _is_stored(store, name):
         return None
+    record = store.model(name)  # an ambiguous name is refused, listing the models it names
     source = record.source
     if source is None or source.path is None:
         return None

@@ -33,7 +33,7 @@ from dlbricks.generators import (
     pool,
 )
 
-from ._api import PAIRED_ROUNDS, backend_name, estimate, open_store, peaks_key, ratio_half_width, threads_of
+from ._api import PAIRED_ROUNDS, TRUSTED_SWING, backend_name, estimate, open_store, peaks_key, ratio_half_width, threads_of
 from ._calibrate import calibrate_peaks, calibrated_backends, merge_peaks
 from ._estimate import paired_interval
 
@@ -484,10 +484,13 @@ def _rows(models: Sequence[str], brickset: BrickSet, layer_set: BrickSet | None,
 def _leave_one_out(rows: Sequence[EvaluationRow]) -> list[EvaluationRow]:
     """Each row's interval joined in quadrature, in log space, with how far the sums of the suite's
     other models landed from their measurements (:func:`~dlbricks.estimator.composition_error`, the
-    row's own model left out): the rounds hold the machine's swing, the other models the method's."""
+    row's own model left out): the rounds hold the machine's swing, the other models the method's.
+    A model whose rounds the swing left wider than :data:`~dlbricks.estimator.TRUSTED_SWING` is no
+    reference: its error is the machine's, not the method's."""
     from ._estimate import CompositionReference, composition_error, joined_interval
 
-    references = [CompositionReference(r.model, r.measured_s, r.estimated_s) for r in rows]
+    references = [CompositionReference(r.model, r.measured_s, r.estimated_s) for r in rows
+                  if r.pairing is None or r.pairing <= TRUSTED_SWING]
     out = []
     for row in rows:
         others = [ref for ref in references if ref.model != row.model]

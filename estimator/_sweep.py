@@ -136,8 +136,8 @@ def _sweep(model: Any, db: Store | str | os.PathLike[str], shapes: Sequence[Any]
     cfg = config or OrtConfig()
     seen: set[str] = set()
     out = []
-    for point in points:
-        graph = _load_at(model, store, point)
+    graphs = [_load_at(model, store, point) for point in points]  # every shape checked before any is measured
+    for point, graph in zip(points, graphs, strict=True):
         dec = _decompose(graph, granularity, cfg)
         lacking = _lacking(store, dec.bricks, system, cfg.config_id)
         validation = None
@@ -146,7 +146,7 @@ def _sweep(model: Any, db: Store | str | os.PathLike[str], shapes: Sequence[Any]
                                   budget=budget)
             est = validation.estimate
         else:
-            est = estimate(dec, store, system=system, config=cfg, granularity=granularity,
+            est = estimate(graph if lacking else dec, store, system=system, config=cfg, granularity=granularity,
                            on_missing=on_missing, budget=budget, peaks=peaks)
         measured = len(lacking) - len(_lacking(store, lacking, system, cfg.config_id))
         out.append(SweepPoint(point, est, len(seen & set(dec.bricks)), measured, validation))

@@ -358,7 +358,8 @@ def plan_cmd(model: str, db: str, threads: int, opt_level: str, device: str, bat
 @_sweep_options
 @click.option("--per-brick", is_flag=True,
               help="Also show each brick's time beside its layers' in-model time (the runtime's profiler).")
-@click.option("--top", type=int, default=15, show_default=True, help="Bricks to show with --per-brick.")
+@click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
+              help="Bricks to show with --per-brick.")
 @click.option("--paired/--unpaired", default=True, show_default=True,
               help="Paired: time the whole model and its bricks together in interleaved rounds (as evaluate does), "
                    "so that both meet the same moments of the machine. Unpaired: measure the model whole and "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import csv
 import io
 import json
@@ -263,9 +265,16 @@ def test_model_lookup(store: Store) -> None:
     assert store.model(dec.model_key[:8]).name == "resnet_like"
     with pytest.raises(InvalidArgumentError, match="No model 'vgg'"):
         store.model("vgg")
-    renamed = type(dec)(model="resnet_like", model_key="0" * 64, granularity="layer", inputs=dec.inputs,
-                        bricks=dec.bricks, occurrences=dec.occurrences, dag=dec.dag)
-    store.add_decomposition(renamed)
+    other = type(dec)(model="resnet_like", model_key="0" * 64, granularity="layer", inputs=dec.inputs,
+                      bricks=dec.bricks, occurrences=dec.occurrences, dag=dec.dag)
+    with pytest.raises(InvalidArgumentError, match="another model named 'resnet_like' with the same inputs"):
+        store.add_decomposition(other)  # a name never moves to other content
+    alias = type(dec)(model="alias", model_key=dec.model_key, granularity="layer", inputs=dec.inputs,
+                      bricks=dec.bricks, occurrences=dec.occurrences, dag=dec.dag)
+    store.add_decomposition(alias)  # the same content under another name keeps its stored name
+    assert "alias" not in [m.name for m in store.models()] and store.stored_name(dec.model_key) == "resnet_like"
+    batch = dataclasses.replace(dec.inputs[0], shape=(2, *dec.inputs[0].shape[1:]))
+    store.add_decomposition(dataclasses.replace(other, inputs=(batch, *dec.inputs[1:])))  # another batch size
     with pytest.raises(InvalidArgumentError, match="names 2 models"):
         store.bricks_of("resnet_like")
 

@@ -4,7 +4,9 @@ exit code 2, the database unchanged."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import onnx
@@ -94,6 +96,67 @@ def test_estimate_refuses_a_negative_top(work: Path) -> None:
     output, code = invoke("estimate", str(work / "good.onnx"), "--batch-size", "1", "--db", str(work / "good.db"),
                           "--top", "-5")
     assert code == 2 and "--top" in output and "Traceback" not in output
+
+
+def _names(db: Path) -> list[str]:
+    with Store.open(db, create=False, readonly=True) as store:
+        return [m.name for m in store.models()]
+
+
+def test_a_stored_model_is_never_relabelled_and_a_name_never_moves(work: Path) -> None:
+    """A model's name labels its content: the same content benched under another file name keeps
+    its stored name; other content under a stored name (same inputs) is refused; after a merge of
+    two such databases, the name is ambiguous and estimate lists the models it names."""
+    from tests._models import resnet_like
+
+    onnx.save(resnet_like(blocks=1, channels=12), work / "other_net.onnx")
+    onnx.save(resnet_like(blocks=1, channels=8), work / "alias.onnx")  # good.onnx's content
+    db = work / "names.db"
+    bench = ["bench", "--batch-size", "1", "--db", str(db), "--dry-run"]
+    assert invoke(bench[0], str(work / "good.onnx"), *bench[1:])[1] == 0
+    output, code = invoke(bench[0], str(work / "alias.onnx"), *bench[1:])
+    assert code == 0 and "the same model (same content and inputs) as 'good'" in output, output
+    assert _names(db) == ["good"]
+    (work / "good.onnx").rename(work / "good_first.onnx")
+    (work / "other_net.onnx").rename(work / "good.onnx")
+    digest = _digest(db)
+    line = _one_line_error(*invoke(bench[0], str(work / "good.onnx"), *bench[1:]))
+    assert "another model named 'good' with the same inputs" in line and "rename" in line, line
+    assert _digest(db) == digest and _names(db) == ["good"] and _integrity(db) == "ok"
+    second = work / "second.db"
+    assert invoke("bench", str(work / "good.onnx"), "--batch-size", "1", "--db", str(second), "--dry-run")[1] == 0
+    merged = work / "merged.db"
+    assert invoke("db", "merge", str(db), str(second), "-o", str(merged))[1] == 0
+    assert _names(merged) == ["good", "good"]
+    line = _one_line_error(*invoke("estimate", "good", "--db", str(merged), "--on-missing", "predict"))
+    assert "'good' names 2 models" in line, line
+
+
+HOLD_S = 4.0
+HOLD = f"""
+import fcntl, os, sys, tempfile, time
+lock = open(os.path.join(tempfile.gettempdir(), "dlbricks-timing.lock"), "a+b")
+fcntl.flock(lock, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep({HOLD_S})
+"""
+
+
+def test_a_second_process_waits_for_the_one_timing_on_this_machine(work: Path) -> None:
+    """Two processes timing at once share the cores and measure each other: a 'bench' started while
+    another dlbricks process times waits for it, and says so once."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLD], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        start = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "dlbricks", "bench", str(work / "good.onnx"), "--batch-size", "1",
+                               "--db", str(work / "new.db"), "--budget", "quick"], capture_output=True, text=True)
+        waited = time.monotonic() - start
+    finally:
+        holder.wait(timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("for another dlbricks process timing on this machine") == 1, done.stderr
+    assert waited >= HOLD_S - 1.0
 
 
 if __name__ == "__main__":  # pragma: no cover
