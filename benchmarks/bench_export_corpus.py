@@ -3,16 +3,16 @@
 Usage (a corpus built by ``benchmarks/export_corpus.py``)::
 
     python benchmarks/bench_export_corpus.py --corpus DIR [--db-dir DIR] [--opt-level disable|all]
-        [--only a,b,c] [--budget quick|default|thorough] [--db-per-model] [--per-brick] [--paired]
+        [--only a,b,c] [--budget quick|default|thorough] [--db-per-model] [--per-brick] [--unpaired]
 
 For each model of ``DIR/corpus.json`` the command line runs exactly as a user types it, each command a
 subprocess (at ``--opt-level all`` both with ``--opt-level all --granularity fused``)::
 
     dlbricks bench    FILE --db DB --budget B [--opt-level all --granularity fused]
-    dlbricks validate FILE --db DB --budget B [--opt-level all --granularity fused] [--per-brick] [--paired]
+    dlbricks validate FILE --db DB --budget B [--opt-level all --granularity fused] [--per-brick] [--unpaired]
 
-``--paired`` (``validate --paired``) measures the whole model in turns with its largest bricks, so
-that both meet the same state of a machine whose speed drifts.
+``validate`` times each model with its bricks in interleaved rounds, so that both meet the same state
+of a machine whose speed swings; ``--unpaired`` (``validate --unpaired``) measures it whole apart.
 
 One database per opt-level for the whole corpus (``DB-DIR/corpus-OPT.db``, as a user fills one; it is
 calibrated first, for the roofline), or one per model with ``--db-per-model``. ``validate``'s output is
@@ -74,7 +74,7 @@ def opt_flags(opt_level: str) -> list[str]:
 
 
 def measure_model(entry: dict[str, object], corpus: Path, db: Path, opt_level: str, budget: str,
-                  per_brick: bool, keep: Path, exe: list[str], paired: bool = False) -> Row:
+                  per_brick: bool, keep: Path, exe: list[str], paired: bool = True) -> Row:
     """Bench then validate one model of the corpus through the command line, as a user types them."""
     row = Row(name=str(entry["name"]), exporter=str(entry["exporter"]), kind=str(entry["kind"]))
     path = corpus / str(entry["file"])
@@ -82,7 +82,7 @@ def measure_model(entry: dict[str, object], corpus: Path, db: Path, opt_level: s
     try:
         _, bench_s = _run([*exe, "bench", str(path), *flags])
         text, validate_s = _run([*exe, "validate", str(path), *flags, *(["--per-brick"] if per_brick else []),
-                                 *(["--paired"] if paired else [])])
+                                 *([] if paired else ["--unpaired"])])
     except RuntimeError as e:
         row.failed = str(e)
         return row
@@ -133,8 +133,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--budget", choices=("quick", "default", "thorough"), default="default")
     parser.add_argument("--db-per-model", action="store_true", help="one database per model")
     parser.add_argument("--per-brick", action="store_true", help="validate with --per-brick (kept in its output)")
-    parser.add_argument("--paired", action="store_true", help="validate with --paired (whole model in turns with "
-                        "its dominant bricks)")
+    parser.add_argument("--unpaired", action="store_true", help="validate with --unpaired (the whole model measured "
+                        "apart from its bricks)")
     args = parser.parse_args(argv)
     entries = json.loads((args.corpus / "corpus.json").read_text())
     if args.only:
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
         if not db.exists():  # peaks for the roofline
             _run([*exe, "calibrate", "--db", str(db), *(["--opt-level", args.opt_level])])
         rows.append(measure_model(entry, args.corpus, db, args.opt_level, args.budget, args.per_brick, folder, exe,
-                                  args.paired))
+                                  not args.unpaired))
         r = rows[-1]
         print(f"{r.name}: " + (r.failed or f"{r.measured_ms} ms measured, {r.estimate_ms} ms estimated, "
                                 f"bounds {'hold' if r.bounds_hold else 'FAIL'}, {r.wall_s:.0f} s"), flush=True)
