@@ -96,6 +96,8 @@ class Rounds:
         it; else None for that brick.
     whole_first : tuple of bool
         Whether the whole model came before the bricks in each round.
+    bricks_min_s : tuple of float
+        Per brick, its fastest call over every round (a lower bound keeps it).
     converged : bool
         Whether the ratio's CI met the budget's ``rel_ci`` before ``max_rounds`` or ``max_time``.
     elapsed_s : float
@@ -108,6 +110,7 @@ class Rounds:
     whole_first: tuple[bool, ...]
     converged: bool
     elapsed_s: float
+    bricks_min_s: tuple[float, ...] = ()
 
     @property
     def count(self) -> int:
@@ -199,11 +202,14 @@ def time_rounds(whole: Any, bricks: Sequence[Any], counts: Sequence[int], budget
             whole_run()
         return _timed(whole_run, clock)
 
+    fastest = [math.inf] * len(bricks)
+
     def run_bricks() -> tuple[list[float], list[float]]:
         times, empties = [], []
-        for brick in bricks:
+        for i, brick in enumerate(bricks):
             timing = time_calls(brick, burst, clock, warmed=True)
             times.append(float(np.median(timing.samples_s)))
+            fastest[i] = min(fastest[i], min(timing.samples_s))
             empties.append(timing.empty_s if timing.empty_s is not None else math.nan)
         return times, empties
 
@@ -238,6 +244,7 @@ def time_rounds(whole: Any, bricks: Sequence[Any], counts: Sequence[int], budget
         whole_first=tuple(order),
         converged=converged,
         elapsed_s=(clock() - start) / 1e9,
+        bricks_min_s=tuple(fastest),
     )
 
 
@@ -261,18 +268,23 @@ def rounds_measurements(rounds: Rounds, whole_key: str, keys: Sequence[str], cou
                         backend: str, config: Any, *, floor_s: float | None, node_s: float | None,
                         keep_samples: bool = False) -> PairedRounds:
     """Summarize ``rounds`` into one :class:`Measurement` per brick of ``keys`` and one of the whole
-    model (its ``wall_time_s`` the rounds' time), each from its runs over the rounds, the brick's
-    paired empty model (the median over the rounds) kept with it."""
-    def summary(key: str, samples: Sequence[float], empties: Sequence[float] | None) -> Measurement:
+    model (its ``wall_time_s`` the rounds' time), each from its runs over the rounds (a brick's
+    ``min_s`` its fastest call, not its fastest round), the brick's paired empty model (the median over
+    the rounds) kept with it."""
+    def summary(key: str, samples: Sequence[float], empties: Sequence[float] | None,
+                fastest: float | None = None) -> Measurement:
         timing = Timing(samples_s=tuple(samples), inner=1, converged=rounds.converged, warmup_calls=0, warmup_s=0.0,
                         timed_s=float(sum(samples)), sampling_s=rounds.elapsed_s)
         if empties is not None:
             timing = replace(timing, empty_s=float(np.median(empties)))
         m = timing_to_measurement(timing, key, backend, config, rounds.elapsed_s, floor_s=floor_s,
                                   keep_samples=keep_samples)
+        if fastest is not None and math.isfinite(fastest):
+            m = replace(m, min_s=min(m.min_s or fastest, fastest))
         return replace(m, node_s=node_s)
 
-    bricks = {key: summary(key, samples, empties)
-              for key, samples, empties in zip(keys, rounds.bricks_s, rounds.empties_s, strict=True)}
+    fastest = rounds.bricks_min_s or (None,) * len(keys)
+    bricks = {key: summary(key, samples, empties, low)
+              for key, samples, empties, low in zip(keys, rounds.bricks_s, rounds.empties_s, fastest, strict=True)}
     whole = summary(whole_key, rounds.whole_s, None)
     return PairedRounds(whole, bricks, rounds, tuple(keys), tuple(int(c) for c in counts))

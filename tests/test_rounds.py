@@ -69,6 +69,8 @@ def test_rounds_hold_the_ratio_where_a_schedule_of_blocks_is_off_by_the_phase(se
                                  None, floor_s=None, node_s=None)  # type: ignore[arg-type]
     summed = sum(c * paired.bricks[f"b{i}"].median_s for i, c in enumerate(COUNTS))
     assert summed / paired.whole.median_s == pytest.approx(1.0, rel=0.02)
+    for i in range(len(BRICKS_US)):  # a lower bound keeps the fastest call, not the fastest round
+        assert paired.bricks[f"b{i}"].min_s == rounds.bricks_min_s[i] <= min(rounds.bricks_s[i])
 
     # blocks: every brick measured at the start of a phase, the whole model in the next one
     clock.now = int(clock.ends[10]) + 1
