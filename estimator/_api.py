@@ -261,6 +261,7 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
         if any(s not in measured or not measured[s].ok for s in dec.bricks):
             check_runs(model, dec, store, cfg)
     est = _estimate_decomposition(dec, store, system, cfg, on_missing, budget, peaks, launch_queue)
+    est = replace(est, swing=bricks_swing(est, _lookup(store, dec, system, cfg.config_id)))
     if not composition:
         return est
     references = composition_references(store, system=system, config=cfg, granularity=granularity,
@@ -309,6 +310,19 @@ def check_runs(model: Any, dec: Decomposition, store: Store, config: Any) -> Non
         raise InvalidArgumentError(f"model '{dec.model}' does not run in onnxruntime at these shapes ({run.error}), "
                                    "so nothing is estimated or stored; give input shapes the model accepts "
                                    "(--input-shape, --batch-size).")
+
+
+def bricks_swing(est: Estimate, measured: Mapping[str, Measurement]) -> float | None:
+    """How much the machine swung while ``est``'s measured bricks were timed: each brick's 90th
+    percentile over its median, weighted by its share of the estimate (None where none has them)."""
+    weighted = total = 0.0
+    for c in est.breakdown:
+        m = measured.get(c.signature)
+        if c.source != "measured" or m is None or not m.ok or not m.median_s or m.p90_s is None:
+            continue
+        weighted += c.share * m.p90_s / m.median_s
+        total += c.share
+    return weighted / total if total > 0 else None
 
 
 def _graph_of(model: Any, store: Store) -> ModelGraph | None:

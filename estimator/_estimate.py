@@ -170,6 +170,9 @@ class Estimate:
     warning: str | None = None  # why the estimate should not be trusted as it is, if it should not
     composition_error: float = 0.0  # |ln(sum / whole)| joined into the interval (see with_composition)
     references: int = 0  # stored models measured whole that gave composition_error
+    # how much the machine swung while the measured bricks were timed: their runs' 90th percentile over
+    # their median, weighted by each brick's share of the estimate (None where no brick has one)
+    swing: float | None = None
 
     @property
     def warn(self) -> bool:

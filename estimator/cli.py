@@ -145,6 +145,9 @@ def _print_estimate(est: Estimate, top: int) -> None:
     else:
         click.echo("  the interval holds the bricks' own uncertainty only: no stored model measured whole to tell "
                    "how far brick sums land ('dlbricks validate' or 'dlbricks evaluate' store some)")
+    if est.swing is not None:
+        click.echo(f"  machine swing: the bricks' runs spread {est.swing:.3f}x while they were timed (90th percentile "
+                   "over median, weighted by share); 'dlbricks validate' times the model with its bricks")
     click.echo(f"  parallel estimate    {_ms(est.parallel_s)} ms (critical path)")
     click.echo(f"  lower bound          {_ms(est.lower_bound_s)} ms sequential, "
                f"{_ms(est.lower_bound_parallel_s)} ms parallel")

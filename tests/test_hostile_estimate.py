@@ -83,6 +83,7 @@ def test_estimate_reads_the_system_id_bench_recorded_under(work: Path) -> None:
     args = ["estimate", str(work / "good.onnx"), "--batch-size", "1", "--db", str(db), "--on-missing", "error"]
     from_env = CliRunner().invoke(main, args, env={"DLBRICKS_SYSTEM_ID": "lab"})
     assert from_env.exit_code == 0 and "model good" in from_env.output, from_env.output
+    assert "machine swing: the bricks' runs spread 1.000x while they were timed" in from_env.output
     given = CliRunner().invoke(main, [*args, "--system-id", "lab"])
     assert given.exit_code == 0 and given.output == from_env.output
     line = _one_line_error(*invoke(*args))
