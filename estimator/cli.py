@@ -407,6 +407,10 @@ def validate_cmd(models: tuple[str, ...], db: str, threads: int, opt_level: str,
     click.echo(format_table(["model", "measured ms", "estimated ms", "error %", "95% interval ms", "inside",
                              "lower bound ms", "roofline ms", "bounds hold"], rows, right={1, 2, 3, 4, 6, 7}))
     _print_swing(validations)
+    alone = [v.estimate.model for v in validations if not v.estimate.references]
+    if alone:
+        click.echo(f"the interval of {', '.join(alone)} holds the bricks and the machine's swing only: no other model "
+                   f"in {db} is measured whole to tell how far brick sums land (validate or evaluate others)")
     for v in validations:
         if v.in_model is not None and v.profile is not None:
             _print_per_brick(v, top)

@@ -89,6 +89,9 @@ def test_validate_bounds_hold(filled: tuple[Path, Path]) -> None:
                                        "--per-brick", "--top", "3"])
     assert result.exit_code == 0, result.output
     assert "in-model" in result.output
+    assert "machine swing: whole runs over their rounds spread" in result.output
+    # the database holds no other model measured whole: the interval says what it does not hold
+    assert f"holds the bricks and the machine's swing only: no other model in {db}" in result.output
     with Store(db) as store:
         (rec,) = store.model_measurements(status="ok")
         assert rec.median_s > 0
