@@ -42,7 +42,7 @@ from ._records import (
     RecordOutcome,
     SystemRecord,
 )
-from ._rounds import measure_in_rounds
+from ._rounds import measure_in_rounds, model_measurements
 from ._schedule import (
     DOMINANT_SHARE,
     dominant_bricks,
@@ -65,6 +65,7 @@ __all__ = [
     "out_of_context",
     "CONTEXT_RULES",
     "measure_in_rounds",
+    "model_measurements",
     "lease_for",
     "DEFAULT_LEASE_S",
     "BenchProgress",

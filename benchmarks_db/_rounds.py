@@ -21,7 +21,7 @@ from ._store import Store
 if TYPE_CHECKING:
     from dlbricks.generators import Measurement, PairedRounds, RoundsBudget
 
-__all__ = ["QUEUE_TIMES", "measure_in_rounds", "round_order"]
+__all__ = ["QUEUE_TIMES", "measure_in_rounds", "model_measurements", "round_order"]
 
 #: Fields of a brick's stored measurement that its rounds do not take (the launch queue's times on an
 #: accelerator, from requests of their own): kept from the stored measurement.
@@ -33,8 +33,10 @@ def round_order(dec: Decomposition) -> list[str]:
     return list(dict.fromkeys(o.signature for o in dec.occurrences))
 
 
-def _stored(store: Store, dec: Decomposition, system: Any, config_id: str) -> dict[str, Measurement]:
-    """Each brick's ok measurement: in ``dec``'s context where the store has one, else the brick's."""
+def model_measurements(store: Store, dec: Decomposition, system: Any, config_id: str) -> dict[str, Measurement]:
+    """The stored measurement of each brick of ``dec``: the one taken in ``dec``'s own context where
+    one was (``Store.record(..., model=)``: rounds, or ``bench`` measuring it again there), else the
+    brick's; failed ones included."""
     own: set[str] = set()
     if store.has_model(dec.model_key):
         own = {r.key for r in store.context_measurements(dec.model_key, system=system, config_id=config_id,
@@ -42,7 +44,7 @@ def _stored(store: Store, dec: Decomposition, system: Any, config_id: str) -> di
     found = {}
     for sig in dec.bricks:
         m = store.measurement(sig, system, config_id, model=dec.model_key if sig in own else None)
-        if m is not None and m.ok:
+        if m is not None:
             found[sig] = m
     return found
 
@@ -63,7 +65,7 @@ def measure_in_rounds(store: Store, dec: Decomposition, runner: Any, whole_key: 
     stored; ``budget`` is stored with each row). Returns the rounds as measurements (the whole
     model's is the caller's to store), or None where the rounds failed: what was stored stands."""
     config_id = runner.config.config_id
-    stored = _stored(store, dec, system, config_id)
+    stored = {k: m for k, m in model_measurements(store, dec, system, config_id).items() if m.ok}
     keys = [sig for sig in round_order(dec) if sig in stored]
     if not keys:
         return None

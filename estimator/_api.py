@@ -10,7 +10,7 @@ from typing import Any
 
 from dlbricks import Brick, Decomposition, ModelGraph, decompose, load_model
 from dlbricks._errors import InvalidArgumentError
-from dlbricks.benchmarks_db import BenchOptions, Store, measure_in_rounds, out_of_context, populate
+from dlbricks.benchmarks_db import BenchOptions, Store, measure_in_rounds, model_measurements, out_of_context, populate
 from dlbricks.generators import (
     BackendConfig,
     Budget,
@@ -124,18 +124,8 @@ def _system_key(system: Any) -> Any:
 
 
 def _lookup(store: Store, dec: Decomposition, system: Any, config_id: str) -> dict[str, Measurement]:
-    """The stored measurement of each brick of ``dec``: the one taken in ``dec``'s own context where
-    ``bench`` measured it again there (a stored model's bricks), else the brick's."""
-    in_context = set()
-    if store.has_model(dec.model_key):
-        in_context = {r.key for r in store.context_measurements(dec.model_key, system=system, config_id=config_id,
-                                                                status="ok")}
-    found = {}
-    for sig in dec.bricks:
-        m = store.measurement(sig, system, config_id, model=dec.model_key if sig in in_context else None)
-        if m is not None:
-            found[sig] = m
-    return found
+    """The stored measurement of each brick of ``dec`` (in its own context where it has one)."""
+    return model_measurements(store, dec, system, config_id)
 
 
 def other_contexts(store: Store, dec: Decomposition, system: Any, config: Any) -> list[str]:

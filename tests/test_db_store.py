@@ -46,7 +46,7 @@ def test_public_api_is_pinned() -> None:
         "DEFAULT_LEASE_S", "BenchProgress", "BenchReport", "SystemRecord", "BackendRecord",
         "BrickRecord", "ModelRecord", "MeasurementRecord", "Claim", "ClaimStatus", "RecordOutcome",
         "OpSummary", "Coverage", "DbStats", "MergeReport", "PeaksRecord", "dominant_bricks", "DOMINANT_SHARE",
-        "Executor", "BenchJob", "RayExecutor", "NodeReport", "NodeRun", "BenchOptions", "remeasure", "measure_in_rounds",
+        "Executor", "BenchJob", "RayExecutor", "NodeReport", "NodeRun", "BenchOptions", "remeasure", "measure_in_rounds", "model_measurements",
         "CONTEXT_RULES", "out_of_context"])
 
 

@@ -16,14 +16,13 @@ from pathlib import Path
 
 import onnx
 import pytest
-from click.testing import CliRunner
 
 import dlbricks
 from dlbricks.benchmarks_db import Store
-from dlbricks.cli import main
 from dlbricks.generators import collect_system_info
 from tests._models import resnet_like
 from tests.test_db_support import config, env, measurement
+from tests.test_hostile import _one_line_error, invoke
 
 
 # ----------------------------------------------------------------------------------- helpers
@@ -55,20 +54,6 @@ def _edit(path: Path, *statements: str) -> None:
         conn.commit()
     finally:
         conn.close()
-
-
-def _one_line_error(output: str, code: int) -> str:
-    lines = output.strip().splitlines()
-    assert code == 2, output
-    assert "Traceback" not in output, output
-    assert len(lines) == 1 and lines[0].startswith("Error: "), lines
-    return lines[0]
-
-
-def invoke(*args: str) -> tuple[str, int]:
-    """A CLI command's output (stdout and stderr) and exit code, through click's runner."""
-    result = CliRunner().invoke(main, list(args))
-    return result.output, result.exit_code
 
 
 def run(*args: str, **extra_env: str) -> tuple[str, int]:

@@ -20,7 +20,6 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 import dlbricks
@@ -31,6 +30,7 @@ from dlbricks.cli import main
 from dlbricks.generators import collect_system_info
 from tests._models import resnet_like
 from tests.test_db_support import config, env, measurement
+from tests.test_hostile import _one_line_error, invoke
 
 HUGE = "1000000000000"  # a batch no machine holds: 3 PB of input for the tiny model below
 
@@ -49,20 +49,6 @@ def _db_state(path: Path) -> tuple[int, int, str]:
         return total, failed, str(conn.execute("PRAGMA integrity_check").fetchone()[0])
     finally:
         conn.close()
-
-
-def _one_line_error(output: str, code: int) -> str:
-    lines = output.strip().splitlines()
-    assert code == 2, output
-    assert "Traceback" not in output, output
-    assert len(lines) == 1 and lines[0].startswith("Error: "), lines
-    return lines[0]
-
-
-def invoke(*args: str) -> tuple[str, int]:
-    """A CLI command's output (stdout and stderr) and exit code."""
-    result = CliRunner().invoke(main, list(args))
-    return result.output, result.exit_code
 
 
 def _subprocess(args: list[str], extra_env: dict[str, str] | None = None,
