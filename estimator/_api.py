@@ -46,7 +46,7 @@ __all__ = ["PAIRED_ROUNDS", "TRUSTED_SWING", "estimate", "composition_references
 #: (:class:`~dlbricks.generators.RoundsBudget`): one whole run and one run of each of the model's bricks
 #: a round, until the ratio of their sums holds to +-1% (95%), 12 rounds and a second at least, 8 s at
 #: most (a model of seconds gets its 12 rounds all the same).
-PAIRED_ROUNDS = RoundsBudget(min_rounds=12, min_time=1.0, max_time=8.0, rel_ci=0.02)
+PAIRED_ROUNDS = RoundsBudget(min_rounds=8, min_time=0.5, max_time=4.0, rel_ci=0.02)
 #: Relative half-width that the machine's swing may leave in an estimate (the 95% interval of the
 #: ratio of a model's bricks to its whole runs over their rounds) before its figure is said not to be
 #: trusted.
@@ -568,13 +568,14 @@ def _paired_rounds(graph: ModelGraph, dec: Decomposition, store: Store, system: 
     model's context): the whole model's measurement over the rounds (its first measurement's wall
     time), and the rounds. Where the rounds fail, the first measurement and None."""
     with Runner(backend_name(config), config, budget) as runner:
-        first = runner.hold(graph)
-        if not first.ok:
-            return first, None
-        result = measure_in_rounds(store, dec, runner, first.key, system, budget=budget, rounds=rounds)
-        if result is None:
-            return first, None
-        return replace(result.whole, key=first.key, wall_time_s=first.wall_time_s), result
+        first = runner.measure(graph)
+    if not first.ok:
+        return first, None
+    result = measure_in_rounds(store, dec, graph, system, backend=backend_name(config), config=config, budget=budget,
+                               rounds=rounds)
+    if result is None:
+        return first, None
+    return replace(result.whole, key=first.key, wall_time_s=first.wall_time_s), result
 
 
 def _stored_graph(store: Store, name: str) -> ModelGraph | None:

@@ -398,7 +398,7 @@ def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_T
             first = None
             if not _measured(store.measurement(dec.model_key, system, config.config_id, kind="model")):
                 say(f"{name}: whole model")
-                first = runner.hold(graph)
+                first = runner.measure(graph)
             for turn in turns:
                 turn.measure(name, store, workers, backend, budget, system, say)
             if first is None:
@@ -406,15 +406,13 @@ def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_T
             whole = first
             if first.ok:
                 for k, turn in enumerate(turns):
-                    result = _in_rounds(store, turn.brickset.models[name], runner, graph, first, system, budget,
-                                        seed, say)
+                    result = _in_rounds(store, turn.brickset.models[name], graph, system, config, budget, seed, say)
                     if result is None:
                         continue
                     rounds_time += result.rounds.elapsed_s
                     if k == 0:
                         paired[name] = result
                         whole = replace(result.whole, key=first.key, wall_time_s=first.wall_time_s)
-                runner.release(first.key)
             whole_time += first.wall_time_s
             store.record_model(whole, system, budget=budget)
     finally:
@@ -422,24 +420,18 @@ def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_T
     return whole_time, rounds_time, paired
 
 
-def _in_rounds(store: Store, dec: Decomposition, runner: Runner, graph: ModelGraph, first: Measurement,
-               system: SystemInfo, budget: Budget, seed: int, say: Callable[[str], object]) -> PairedRounds | None:
-    """``dec``'s model (held by ``runner`` under ``first.key``) and its bricks in rounds
-    (:data:`PAIRED_ROUNDS`); where the worker lost the model (a brick crashed it), the model is
-    held again and the rounds tried once more. None where they failed both times."""
-    result = measure_in_rounds(store, dec, runner, first.key, system, budget=budget, rounds=PAIRED_ROUNDS,
-                               seed=seed)
-    if result is None:
-        again = runner.hold(graph)
-        if again.ok:
-            result = measure_in_rounds(store, dec, runner, again.key, system, budget=budget,
-                                       rounds=PAIRED_ROUNDS, seed=seed)
+def _in_rounds(store: Store, dec: Decomposition, graph: ModelGraph, system: SystemInfo, config: Any,
+               budget: Budget, seed: int, say: Callable[[str], object]) -> PairedRounds | None:
+    """``dec``'s model and its bricks in rounds (:data:`PAIRED_ROUNDS` in each of
+    :data:`~dlbricks.generators.ROUND_PROCESSES` fresh workers); None where they failed."""
+    result = measure_in_rounds(store, dec, graph, system, backend=backend_name(config), config=config, budget=budget,
+                               rounds=PAIRED_ROUNDS, seed=seed)
     if result is None:
         say(f"{dec.model}: its rounds failed; its bricks as first measured, its whole model apart")
         return None
     ratio, low, high = result.ratio()
     say(f"{dec.model}: {result.rounds.count} rounds of the whole model and {len(result.bricks)} {dec.granularity} "
-        f"bricks in {result.rounds.elapsed_s:.1f} s; whole {1e3 * result.whole.median_s:.2f} ms, swing "
+        f"bricks in {len(result.rounds.groups())} processes, {result.rounds.elapsed_s:.1f} s; whole {1e3 * result.whole.median_s:.2f} ms, swing "
         f"{result.rounds.swing():.2f}x (p90/p10); bricks' sum over whole {ratio:.3f} [{low:.3f}, {high:.3f}]")
     return result
 

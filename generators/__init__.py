@@ -33,7 +33,7 @@ from ._registry import (
     unregister_backend,
 )
 from ._rounds import PairedRounds, Rounds, RoundsBudget
-from ._runner import Runner, resolve_config
+from ._runner import ROUND_PROCESSES, Runner, resolve_config, rounds_in_processes
 from ._stats import Summary, median_ci, summarize
 from ._system import SystemInfo, collect_system_info
 from ._util import pin_to_core
@@ -55,6 +55,8 @@ __all__ = [
     "Rounds",
     "RoundsBudget",
     "PairedRounds",
+    "rounds_in_processes",
+    "ROUND_PROCESSES",
     # allocating a model-level precision target
     "Allocation",
     "BrickShare",

@@ -32,7 +32,7 @@ from ._harness import Clock, Timing, time_calls, timing_to_measurement
 from ._measurement import Measurement
 from ._stats import relative_ci_width
 
-__all__ = ["PairedRounds", "Rounds", "RoundsBudget", "paired_ratio", "time_rounds"]
+__all__ = ["PairedRounds", "Rounds", "RoundsBudget", "merge_paired", "paired_ratio", "time_rounds"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +98,8 @@ class Rounds:
         Whether the whole model came before the bricks in each round.
     bricks_min_s : tuple of float
         Per brick, its fastest call over every round (a lower bound keeps it).
+    process : tuple of int
+        The worker process each round ran in (:func:`merge_paired`); empty for rounds of one process.
     converged : bool
         Whether the ratio's CI met the budget's ``rel_ci`` before ``max_rounds`` or ``max_time``.
     elapsed_s : float
@@ -111,6 +113,7 @@ class Rounds:
     converged: bool
     elapsed_s: float
     bricks_min_s: tuple[float, ...] = ()
+    process: tuple[int, ...] = ()
 
     @property
     def count(self) -> int:
@@ -124,6 +127,21 @@ class Rounds:
             return np.zeros(self.count)
         return weights @ np.asarray(self.bricks_s, dtype=np.float64)
 
+    def groups(self) -> list[np.ndarray]:
+        """The indices of the rounds of each worker process (one group for rounds of one process)."""
+        if not self.process:
+            return [np.arange(self.count)]
+        labels = np.asarray(self.process)
+        return [np.flatnonzero(labels == p) for p in dict.fromkeys(self.process)]
+
+    def centre(self, values: Sequence[float]) -> float:
+        """The typical value of a per-round series: its median, or with rounds from several worker
+        processes the mean of each process's median, so that each process weighs the same whatever
+        its number of rounds, and a bias that lasts as long as a process (the memory layout it drew)
+        is averaged rather than picked by the median's side."""
+        series = np.asarray(values, dtype=np.float64)
+        return float(np.mean([np.median(series[g]) for g in self.groups()]))
+
     def swing(self) -> float:
         """How much the machine swung during the rounds: the whole model's 90th over its 10th
         percentile (1.0 for a machine that held still; nan with no round)."""
@@ -135,18 +153,26 @@ class Rounds:
 
 def paired_ratio(rounds: Rounds, counts: Sequence[int], *, confidence: float = 0.95,
                  resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """The bricks' sum over the whole model, medians over the same rounds, and its ``confidence``
-    interval from a paired bootstrap over rounds (:func:`scipy.stats.bootstrap`, the rounds resampled
-    together): ``(ratio, low, high)``. The interval holds what the machine's swing left in the ratio:
-    where bricks and whole met the same moments it is narrow, where they did not it widens."""
+    """The bricks' sum over the whole model, each the :meth:`~Rounds.centre` of the same rounds, and
+    its ``confidence`` interval: ``(ratio, low, high)``.
+
+    The interval is a paired bootstrap over rounds (:func:`scipy.stats.bootstrap`, the rounds
+    resampled together): it holds what the machine's swing left in the ratio, narrow where bricks and
+    whole met the same moments and wider where they did not. With rounds from several worker
+    processes the rounds are resampled within each process (a stratified bootstrap, which scipy does
+    not offer), and the interval is widened, in quadrature, by twice the standard error of the
+    processes' own ratios: what the process each drew left in it."""
     from scipy import stats
 
     sums, whole = rounds.sums(counts), np.asarray(rounds.whole_s, dtype=np.float64)
-    if len(whole) == 0 or np.median(whole) <= 0:
+    if len(whole) == 0 or rounds.centre(whole) <= 0:
         return math.nan, math.nan, math.nan
-    ratio = float(np.median(sums) / np.median(whole))
+    ratio = rounds.centre(sums) / rounds.centre(whole)
     if len(whole) < 3 or np.ptp(sums / whole) == 0:
         return ratio, ratio, ratio
+    groups = rounds.groups()
+    if len(groups) > 1:
+        return _stratified_ratio(sums, whole, groups, ratio, confidence, resamples, seed)
 
     def statistic(s: np.ndarray, w: np.ndarray, axis: int = -1) -> np.ndarray:
         return np.median(s, axis=axis) / np.median(w, axis=axis)
@@ -156,6 +182,25 @@ def paired_ratio(rounds: Rounds, counts: Sequence[int], *, confidence: float = 0
     result = stats.bootstrap((sums, whole), statistic, paired=True, vectorized=True, n_resamples=resamples,
                              confidence_level=confidence, method="percentile", **seeded)
     low, high = result.confidence_interval
+    return ratio, float(min(low, ratio)), float(max(high, ratio))
+
+
+def _stratified_ratio(sums: np.ndarray, whole: np.ndarray, groups: Sequence[np.ndarray], ratio: float,
+                      confidence: float, resamples: int, seed: int) -> tuple[float, float, float]:
+    """:func:`paired_ratio` over several worker processes (``groups``: each one's rounds)."""
+    rng = np.random.default_rng(seed)
+    med_sums, med_whole = np.zeros(resamples), np.zeros(resamples)
+    for g in groups:
+        picks = g[rng.integers(0, len(g), size=(resamples, len(g)))]
+        med_sums += np.median(sums[picks], axis=1)
+        med_whole += np.median(whole[picks], axis=1)
+    boot = med_sums / med_whole
+    tail = 50 * (1 - confidence)
+    low, high = np.percentile(boot, [tail, 100 - tail])
+    own = np.array([np.median(sums[g]) / np.median(whole[g]) for g in groups])
+    between = 2 * float(np.std(own, ddof=1)) / math.sqrt(len(own))
+    low = ratio - math.hypot(ratio - float(low), between)
+    high = ratio + math.hypot(float(high) - ratio, between)
     return ratio, float(min(low, ratio)), float(max(high, ratio))
 
 
@@ -276,9 +321,11 @@ def rounds_measurements(rounds: Rounds, whole_key: str, keys: Sequence[str], cou
         timing = Timing(samples_s=tuple(samples), inner=1, converged=rounds.converged, warmup_calls=0, warmup_s=0.0,
                         timed_s=float(sum(samples)), sampling_s=rounds.elapsed_s)
         if empties is not None:
-            timing = replace(timing, empty_s=float(np.median(empties)))
+            timing = replace(timing, empty_s=rounds.centre(empties))
         m = timing_to_measurement(timing, key, backend, config, rounds.elapsed_s, floor_s=floor_s,
                                   keep_samples=keep_samples)
+        if rounds.process:
+            m = replace(m, median_s=rounds.centre(samples))
         if fastest is not None and math.isfinite(fastest):
             m = replace(m, min_s=min(m.min_s or fastest, fastest))
         return replace(m, node_s=node_s)
@@ -288,3 +335,44 @@ def rounds_measurements(rounds: Rounds, whole_key: str, keys: Sequence[str], cou
               for key, samples, empties, low in zip(keys, rounds.bricks_s, rounds.empties_s, fastest, strict=True)}
     whole = summary(whole_key, rounds.whole_s, None)
     return PairedRounds(whole, bricks, rounds, tuple(keys), tuple(int(c) for c in counts))
+
+
+def _part(paired: PairedRounds, keys: Sequence[str], process: int) -> Rounds:
+    """``paired``'s rounds for ``keys`` only (a subset of its own), labelled with ``process``."""
+    at = [paired.keys.index(k) for k in keys]
+    r = paired.rounds
+    return replace(r, bricks_s=tuple(r.bricks_s[i] for i in at), empties_s=tuple(r.empties_s[i] for i in at),
+                   bricks_min_s=tuple(r.bricks_min_s[i] for i in at) if r.bricks_min_s else (),
+                   process=(process,) * r.count)
+
+
+def merge_paired(parts: Sequence[PairedRounds]) -> PairedRounds:
+    """The rounds of one model timed in several worker processes, one after another, as one set
+    (pyperf spreads its runs over processes for the same reason: a process draws its memory layout
+    once, and a layer can run 10-15% faster or slower for as long as the process lives). Bricks
+    missing from any part are left out; each measurement's ``median_s`` is the mean of the
+    processes' medians (:meth:`Rounds.centre`), its ``floor_s`` the median of theirs."""
+    if not parts:
+        raise InvalidArgumentError("merge_paired needs at least one set of rounds.")
+    if len(parts) == 1:
+        return parts[0]
+    keys = [k for k in parts[0].keys if all(k in p.keys for p in parts[1:])]
+    counts = [parts[0].counts[parts[0].keys.index(k)] for k in keys]
+    rounds = [_part(p, keys, i) for i, p in enumerate(parts)]
+    merged = Rounds(
+        whole_s=tuple(t for r in rounds for t in r.whole_s),
+        bricks_s=tuple(tuple(t for r in rounds for t in r.bricks_s[i]) for i in range(len(keys))),
+        empties_s=tuple(None if any(r.empties_s[i] is None for r in rounds)
+                        else tuple(t for r in rounds for t in r.empties_s[i]) for i in range(len(keys))),
+        whole_first=tuple(f for r in rounds for f in r.whole_first),
+        converged=all(r.converged for r in rounds),
+        elapsed_s=sum(r.elapsed_s for r in rounds),
+        bricks_min_s=tuple(min(r.bricks_min_s[i] if r.bricks_min_s else math.inf for r in rounds)
+                           for i in range(len(keys))),
+        process=tuple(p for r in rounds for p in r.process),
+    )
+    whole = parts[0].whole
+    floors = [p.whole.floor_s for p in parts if p.whole.floor_s is not None]
+    return rounds_measurements(merged, whole.key, keys, counts, whole.backend, whole.config,
+                               floor_s=float(np.median(floors)) if floors else None, node_s=whole.node_s,
+                               keep_samples=whole.samples_s is not None)

@@ -96,10 +96,11 @@ def test_three_processes_share_one_file(tmp_path: Path) -> None:
     _check_complete(db)
 
 
-def test_a_held_model_and_its_bricks_run_in_rounds_in_one_worker(tmp_path: Path) -> None:
-    """A real worker holds a model and times it with its bricks in rounds: one whole run and one
-    short measurement of each brick a round, each brick's runs stored in the model's context (a
-    real store), the whole model's runs returned; a model no longer held gives no rounds."""
+def test_a_model_and_its_bricks_run_in_rounds_in_fresh_workers(tmp_path: Path) -> None:
+    """Real fresh workers, one after another, each hold a model and time it with its bricks in
+    rounds: one whole run and one short measurement of each brick a round, each brick's runs stored
+    in the model's context (a real store), the whole model's runs returned; each process's rounds
+    are labelled, and a model that cannot run gives no rounds."""
     import dlbricks
     from dlbricks.benchmarks_db import Store, measure_in_rounds
     from dlbricks.generators import Budget, OrtConfig, RoundsBudget, Runner, collect_system_info
@@ -114,14 +115,12 @@ def test_a_held_model_and_its_bricks_run_in_rounds_in_one_worker(tmp_path: Path)
         store.add_decomposition(dec)
         for sig in dec.bricks:
             store.record(runner.measure(dec.in_context(sig)), system)
-        first = runner.hold(graph)
-        result = measure_in_rounds(store, dec, runner, first.key, system, budget=budget, rounds=rounds)
-        assert result is not None and result.rounds.count == 5
-        assert result.whole.ok and result.whole.n == 5 and result.whole.key == graph.key
+        result = measure_in_rounds(store, dec, graph, system, budget=budget, rounds=rounds, processes=2)
+        assert result is not None and result.rounds.count == 10 and result.rounds.process == (0,) * 5 + (1,) * 5
+        assert result.whole.ok and result.whole.n == 10 and result.whole.key == graph.key
         assert set(result.bricks) == set(dec.bricks) and result.keys[0] == dec.occurrences[0].signature
         own = store.context_measurements(dec.model_key, system=system, config_id=OrtConfig().config_id)
-        assert {r.key for r in own} == set(dec.bricks) and all(r.n == 5 for r in own)
+        assert {r.key for r in own} == set(dec.bricks) and all(r.n == 10 for r in own)
         ratio, low, high = result.ratio()
         assert 0 < low <= ratio <= high
-        runner.release(first.key)
-        assert measure_in_rounds(store, dec, runner, first.key, system, rounds=rounds) is None
+        assert measure_in_rounds(store, dec, b"not an onnx model", system, rounds=rounds) is None

@@ -9,7 +9,7 @@ import pytest
 
 from dlbricks import InvalidArgumentError
 from dlbricks.generators import Budget, RoundsBudget, time_calls
-from dlbricks.generators._rounds import paired_ratio, rounds_measurements, time_rounds
+from dlbricks.generators._rounds import merge_paired, paired_ratio, rounds_measurements, time_rounds
 
 
 class PhasedClock:
@@ -101,6 +101,43 @@ def test_rounds_give_up_at_their_time_limit_but_not_before_their_least_rounds() 
     slow = RoundsBudget(min_rounds=3, max_rounds=3, min_time=0.0, max_time=0.001, rel_ci=0.0)
     rounds = time_rounds(FakeRun(clock, WHOLE_US), _bricks(clock), COUNTS, slow, clock=clock)
     assert rounds.count == 3 and not rounds.converged
+
+
+def _process(seed: int, brick_bias: float, whole_bias: float) -> object:
+    """One worker process's rounds, on a phased machine where that process runs the heaviest brick
+    ``brick_bias`` and the whole model ``whole_bias`` times as slow as its layout-free speed."""
+    clock = PhasedClock(seed)
+    bricks = _bricks(clock)
+    bricks[2].base_ns *= brick_bias
+    whole = FakeRun(clock, WHOLE_US * whole_bias)
+    rounds = time_rounds(whole, bricks, COUNTS, RoundsBudget(min_rounds=12, max_time=6.0), clock=clock,
+                         rng=np.random.default_rng(seed))
+    return rounds_measurements(rounds, "model", [f"b{i}" for i in range(len(BRICKS_US))], COUNTS, "fake",
+                               None, floor_s=1e-6 * (seed + 1), node_s=None)  # type: ignore[arg-type]
+
+
+def test_rounds_over_processes_average_what_each_process_drew() -> None:
+    """A bias that lasts as long as a worker process (the heaviest brick 15% slower in one process,
+    7% faster in the other, the whole model 3% slower in the second): each process alone is off by
+    its bias; the rounds of both are off by the mean of the two, each measurement's median the mean of
+    the processes' medians, and the interval holds both processes' own ratios."""
+    slow, fast = _process(1, 1.15, 1.0), _process(2, 0.93, 1.03)
+    merged = merge_paired([slow, fast])
+    assert merged.rounds.process == (0,) * slow.rounds.count + (1,) * fast.rounds.count
+    assert merged.rounds.count == slow.rounds.count + fast.rounds.count and len(merged.rounds.groups()) == 2
+    share = BRICKS_US[2] / WHOLE_US
+    alone = [p.ratio()[0] for p in (slow, fast)]
+    assert alone[0] == pytest.approx(1 + 0.15 * share, rel=0.01)
+    assert alone[1] == pytest.approx((1 - 0.07 * share) / 1.03, rel=0.01)
+    ratio, low, high = merged.ratio()
+    assert ratio == pytest.approx((2 + 0.08 * share) / 2 / 1.015, rel=0.01)
+    assert low <= min(alone) and max(alone) <= high
+    for key in merged.keys:
+        both = (slow.bricks[key].median_s + fast.bricks[key].median_s) / 2
+        assert merged.bricks[key].median_s == pytest.approx(both)
+        assert merged.bricks[key].n == slow.bricks[key].n + fast.bricks[key].n
+    assert merged.whole.floor_s == pytest.approx(np.median([2e-6, 3e-6]))
+    assert merge_paired([slow]) is slow
 
 
 @pytest.mark.parametrize("bad", [{"min_rounds": 0}, {"max_rounds": 2, "min_rounds": 3}, {"max_time": -1.0},
