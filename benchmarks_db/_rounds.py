@@ -1,6 +1,6 @@
 """A model and its bricks measured in the same rounds: the paired design of ``evaluate`` and ``validate``.
 
-The whole model and its bricks are held in fresh worker processes, one after another
+The whole model and its bricks are held in worker processes, one after another
 (:func:`~dlbricks.generators.rounds_in_processes`), each of which times one whole run and a short
 measurement of each brick, in the model's order, round after round. Each brick's runs over the rounds
 are stored as its measurement in the model's context, for that model alone, so that its estimate
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlbricks._decompose import Decomposition
 
-from dlbricks.generators import ROUND_PROCESSES, get_backend, resolve_config, rounds_in_processes
+from dlbricks.generators import ROUND_PROCESSES, rounds_in_processes
 
 from ._store import Store
 
@@ -57,24 +57,23 @@ def _with_queue_times(measured: Measurement, stored: Measurement | None) -> Meas
     return dataclasses.replace(measured, **{f: getattr(stored, f) for f in QUEUE_TIMES})
 
 
-def measure_in_rounds(store: Store, dec: Decomposition, whole: Any, system: Any, *, backend: str = "onnxruntime",
-                      config: Any = None, budget: Any = None, rounds: RoundsBudget | None = None,
-                      processes: int = ROUND_PROCESSES, seed: int | None = None) -> PairedRounds | None:
+def measure_in_rounds(store: Store, dec: Decomposition, runner: Any, whole: Any, system: Any, *,
+                      budget: Any = None, rounds: RoundsBudget | None = None, processes: int = ROUND_PROCESSES,
+                      seed: int | None = None) -> PairedRounds | None:
     """Time ``whole`` (``dec``'s model) with each of its bricks that has an ok stored measurement in
-    interleaved rounds, in ``processes`` fresh worker processes one after another
-    (:func:`~dlbricks.generators.rounds_in_processes`; ``rounds`` the budget in each, default
-    :class:`~dlbricks.generators.RoundsBudget`), and store each brick's runs over the rounds as its
-    measurement in the model's context (the model must be stored; ``budget`` is the workers' and is
+    interleaved rounds, in ``processes`` worker processes of ``runner`` one after another (its
+    current one, then fresh ones: :func:`~dlbricks.generators.rounds_in_processes`; ``rounds`` the
+    budget in each, default :class:`~dlbricks.generators.RoundsBudget`), and store each brick's runs
+    over the rounds as its measurement in the model's context (the model must be stored; ``budget`` is
     stored with each row). Returns the rounds as measurements (the whole model's is the caller's to
     store), or None where the rounds failed: what was stored stands."""
-    cfg = resolve_config(get_backend(backend), config)
-    stored = {k: m for k, m in model_measurements(store, dec, system, cfg.config_id).items() if m.ok}
+    stored = {k: m for k, m in model_measurements(store, dec, system, runner.config.config_id).items() if m.ok}
     keys = [sig for sig in round_order(dec) if sig in stored]
     if not keys:
         return None
     counts = dec.counts()
-    paired = rounds_in_processes(whole, [dec.in_context(sig) for sig in keys], [counts[sig] for sig in keys],
-                                 backend, cfg, budget, rounds, processes=processes, seed=seed)
+    paired = rounds_in_processes(runner, whole, [dec.in_context(sig) for sig in keys], [counts[sig] for sig in keys],
+                                 rounds, processes=processes, seed=seed)
     if paired is None:
         return None
     bricks: Mapping[str, Measurement] = {sig: _with_queue_times(m, stored.get(sig)) for sig, m in paired.bricks.items()}

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import reprlib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +15,7 @@ from dlbricks._bricks import Brick
 from dlbricks._decompose import Decomposition
 from dlbricks._errors import InvalidArgumentError
 from dlbricks._graph import ModelSource
+from dlbricks._names import MAX_IDENTIFIER, identifier_problem, shown
 
 from ._records import QUEUE_FIELDS, STAT_FIELDS
 
@@ -26,28 +26,6 @@ __all__ = ["now", "to_json", "fingerprint_of", "pid_alive", "brick_row", "model_
            "measurement_row", "backend_row", "system_row", "identifier_problem", "shown", "MAX_IDENTIFIER"]
 
 Row = dict[str, Any]
-#: The most characters of an identifier stored (a system id, a model name).
-MAX_IDENTIFIER = 200
-_SHOWN = reprlib.Repr()
-_SHOWN.maxstring = 60
-
-
-def shown(value: str) -> str:
-    """``repr(value)`` shortened to about 60 characters: one line, control characters escaped."""
-    return _SHOWN.repr(value)
-
-
-def identifier_problem(value: str) -> str | None:
-    """What makes ``value`` unfit as an identifier (blank, a control or other unprintable character,
-    longer than :data:`MAX_IDENTIFIER`), in words; None when it is fit."""
-    if not value.strip():
-        return "is blank"
-    if len(value) > MAX_IDENTIFIER:
-        return f"is {len(value)} characters long, over the {MAX_IDENTIFIER} allowed"
-    bad = next((i for i, c in enumerate(value) if not c.isprintable()), None)
-    if bad is not None:
-        return f"has the unprintable character {value[bad]!r} at position {bad}"
-    return None
 
 
 def now() -> str:

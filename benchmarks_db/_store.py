@@ -25,6 +25,8 @@ from dlbricks._bricks import Brick
 from dlbricks._decompose import Decomposition, Occurrence
 from dlbricks._errors import DatabaseError, InvalidArgumentError
 from dlbricks._graph import ModelSource
+from dlbricks._names import check_identifier
+from dlbricks._tempdir import sqlite_temp_error, sqlite_temp_is_culprit
 from dlbricks.benchmarks_db import _export, _rows, _sql
 
 from ._migrations import schema_at
@@ -69,7 +71,9 @@ R = TypeVar("R")
 
 
 def _guard(method: Callable[Concatenate[Store, P], R]) -> Callable[Concatenate[Store, P], R]:
-    """Turn sqlite3 errors into :class:`DatabaseError` naming the file and the operation."""
+    """Turn sqlite3 errors into :class:`DatabaseError` naming the file and the operation, or into
+    :class:`TempDirError` naming the temporary folder where a write that found no room more likely
+    failed there (SQLite's sorts and statement journals, :func:`sqlite_temp_is_culprit`)."""
 
     @functools.wraps(method)
     def wrapper(self: Store, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -79,6 +83,9 @@ def _guard(method: Callable[Concatenate[Store, P], R]) -> Callable[Concatenate[S
             if _sql.is_damage(e):
                 raise _sql.damaged(self.path, f"{e}, in {method.__name__.lstrip('_')}") from e
             if _sql.is_full(e):
+                temp = sqlite_temp_is_culprit(self.path, self.readonly or self.path == ":memory:")
+                if temp is not None:
+                    raise sqlite_temp_error(self.path, temp, f"{e}, in {method.__name__.lstrip('_')}") from e
                 raise DatabaseError(f"{self.path}: cannot write ({e}, in {method.__name__.lstrip('_')}): the "
                                     f"disk may be full; free space and run the same command again (what "
                                     f"was committed before is kept).") from e
@@ -180,9 +187,11 @@ class Store:
         Raises
         ------
         InvalidArgumentError
-            If another model with the same inputs is stored under this name.
+            If another model with the same inputs is stored under this name, or the name is unfit to
+            store (blank, unprintable characters, over 200 characters).
         """
         dec = decomposition
+        check_identifier(dec.model, "The model name", "rename the model file")
         existing = _sql.existing_signatures(self._db, list(dec.bricks))
         now = _rows.now()
         bricks = [_rows.brick_row(b, now) for s, b in dec.bricks.items() if s not in existing]
@@ -464,12 +473,14 @@ class Store:
         Raises
         ------
         InvalidArgumentError
-            If no model matches, or a name matches several models (e.g. two batch sizes).
+            If no model matches, a name matches several models (e.g. two batch sizes), or the name is
+            not one a model can have (blank, unprintable characters, over 200 characters).
         """
+        check_identifier(name_or_key, "The model name", "give the name or key of a stored model")
         rows = _sql.find_models(self._db, name_or_key)
         if not rows:
             known = ", ".join(sorted({m.name for m in self.models()})[:10]) or "none"
-            raise InvalidArgumentError(f"No model {name_or_key!r} in {self.path}; models: {known}.")
+            raise InvalidArgumentError(f"No model {_rows.shown(name_or_key)} in {self.path}; models: {known}.")
         if len(rows) > 1:
             choices = "; ".join(f"{r['key'][:12]} ({r['name']}, inputs {r['inputs']})" for r in rows)
             raise InvalidArgumentError(f"{name_or_key!r} names {len(rows)} models in {self.path}; give "

@@ -22,6 +22,8 @@ import click
 
 from dlbricks._cliutil import (
     EXIT_INTERRUPTED,
+    checked_names,
+    checked_system_id,
     failed_run_hint,
     finite_floats,
     format_table,
@@ -34,14 +36,18 @@ from dlbricks._cliutil import (
     parse_input_shapes,
 )
 from dlbricks._decompose import GRANULARITIES, decompose
-from dlbricks._errors import DatabaseError, DlbricksError, InvalidArgumentError
+from dlbricks._errors import (
+    DatabaseError,
+    DlbricksError,
+    InvalidArgumentError,
+    TempDirError,
+)
 
 from ._export import FORMATS, check_output, remove_stale_scratch, scratch_path
 from ._jobs import CONTEXT_RULES, BenchOptions, BenchProgress, BenchReport
 from ._populate import populate
 from ._ray import import_ray
 from ._records import ClaimStatus
-from ._rows import MAX_IDENTIFIER, identifier_problem, shown
 from ._schedule import DOMINANT_SHARE
 from ._sql import EXPORT_QUERIES
 from ._store import DEFAULT_PATH, Store
@@ -307,11 +313,7 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
           address: str | None, each_node: bool) -> None:
     if batch_size is not None and batch_size <= 0:
         raise InvalidArgumentError(f"--batch-size must be a positive int. Got {batch_size} instead.")
-    problem = None if system_id is None else identifier_problem(system_id)
-    if problem is not None:
-        raise InvalidArgumentError(f"--system-id (or DLBRICKS_SYSTEM_ID) {shown(system_id or '')} {problem}; give "
-                                   f"a label of printable text (at most {MAX_IDENTIFIER} characters), or unset it "
-                                   f"to record under this machine's fingerprint.")
+    system_id = checked_system_id(system_id)
     if executor != "ray" and (address is not None or each_node):
         raise InvalidArgumentError("--address and --each-node are options of --executor ray.")
     if executor == "ray":
@@ -327,8 +329,7 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
     configs = _configs(backend, fixed, sweep)
     Store.preflight(db_path)  # a bad --db fails before any model is loaded
     decompositions, graphs = [], []
-    for graph in iter_models(models, zoo, batch_size, shapes):  # every model checked before the db is touched
-        _check_model_name(graph.name)
+    for graph in iter_models(models, zoo, batch_size, shapes):  # every model (and its name) checked before the db
         decompositions.append(decompose(graph, granularity=granularity))
         graphs.append(graph)
     if infer_framework(given, {g.name: framework_of(g) for g in graphs}) != backend:  # known once loaded
@@ -381,14 +382,6 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
         if report.interrupted:
             click.echo(_resume_hint(db_path, report.measured), err=True)
             ctx.exit(EXIT_INTERRUPTED)
-
-
-def _check_model_name(name: str) -> None:
-    """Refuse a model name (a file's stem, a zoo name) that would break every table it is shown in."""
-    problem = identifier_problem(name)
-    if problem is not None:
-        raise InvalidArgumentError(f"The model name {shown(name)} {problem}; rename the model file (a name of "
-                                   f"printable text, at most {MAX_IDENTIFIER} characters).")
 
 
 def _ray_executor(address: str | None, each_node: bool, progress: _Progress) -> Any:
@@ -517,6 +510,9 @@ def stats_cmd(db_path: str, as_json: bool) -> None:
 @handle_errors
 def ops_cmd(db_path: str, model: str | None, system: str | None, config_id: str | None) -> None:
     """Time per op type: bricks, occurrences, measured, total median time."""
+    for option, value in (("--model", model), ("--system", system), ("--config", config_id)):
+        if value is not None:  # shown in the messages as given
+            checked_names([value], option, f"give one that 'dlbricks db stats --db {db_path}' lists")
     with Store.open(db_path, create=False, readonly=True) as store:
         rows = store.op_summary(system=system, config_id=config_id, model=model)
     total = sum(r.total_median_s for r in rows) or 1.0
@@ -563,6 +559,10 @@ def merge_cmd(sources: tuple[str, ...], out: str, rule: str) -> None:
             stats = store.stats()
         if new:
             os.replace(target, out)
+    except (DatabaseError, TempDirError) as e:
+        if new and target in str(e):  # the scratch file is this command's own: name the file asked for
+            raise type(e)(str(e).replace(target, out)) from e
+        raise
     finally:
         if new:
             for suffix in ("", "-wal", "-shm"):

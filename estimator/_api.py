@@ -10,6 +10,7 @@ from typing import Any
 
 from dlbricks import Brick, Decomposition, ModelGraph, decompose, load_model
 from dlbricks._errors import InvalidArgumentError
+from dlbricks._names import check_identifier
 from dlbricks.benchmarks_db import BenchOptions, Store, measure_in_rounds, model_measurements, out_of_context, populate
 from dlbricks.generators import (
     BackendConfig,
@@ -39,6 +40,7 @@ from ._estimate import (
 )
 from ._predict import LatencyPredictor, brick_call_s
 from ._profile import InModelTimes, in_model_times
+from ._runs import check_runs, stop_on_failure
 
 __all__ = ["PAIRED_ROUNDS", "TRUSTED_SWING", "estimate", "composition_references", "validate", "plan", "Validation", "open_store"]
 
@@ -46,7 +48,7 @@ __all__ = ["PAIRED_ROUNDS", "TRUSTED_SWING", "estimate", "composition_references
 #: (:class:`~dlbricks.generators.RoundsBudget`): one whole run and one run of each of the model's bricks
 #: a round, until the ratio of their sums holds to +-1% (95%), 12 rounds and a second at least, 8 s at
 #: most (a model of seconds gets its 12 rounds all the same).
-PAIRED_ROUNDS = RoundsBudget(min_rounds=8, min_time=0.5, max_time=4.0, rel_ci=0.02)
+PAIRED_ROUNDS = RoundsBudget(min_rounds=6, min_time=0.5, max_time=4.0, rel_ci=0.02)
 #: Relative half-width that the machine's swing may leave in an estimate (the 95% interval of the
 #: ratio of a model's bricks to its whole runs over their rounds) before its figure is said not to be
 #: trusted.
@@ -249,7 +251,10 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     if on_missing in ("predict", "measure"):
         measured = _lookup(store, dec, system, cfg.config_id)
         if any(s not in measured or not measured[s].ok for s in dec.bricks):
-            check_runs(model, dec, store, cfg)
+            measure = on_missing == "measure"
+            if measure:
+                _check_storable(dec, system)
+            check_runs(dec, _graph_of(model, store), cfg, backend_name(cfg), budget, probe=measure)
     est = _estimate_decomposition(dec, store, system, cfg, on_missing, budget, peaks, launch_queue)
     est = replace(est, swing=bricks_swing(est, _lookup(store, dec, system, cfg.config_id)))
     if not composition:
@@ -261,45 +266,12 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     return with_composition(est, composition_error(references, est.sequential_s), len(references))
 
 
-#: The budget of the run that :func:`check_runs` makes of a model: one call, no warm-up.
-ONE_RUN = Budget(warmup_time=0.0, min_time=0.0, min_runs=1, max_time=60.0, rel_ci=1.0)
-
-
-def check_runs(model: Any, dec: Decomposition, store: Store, config: Any) -> None:
-    """Refuse a model that its runtime cannot run at the shapes given, before any of its bricks is
-    predicted or measured: a layer whose tensors are empty at these shapes, a layer that onnxruntime
-    cannot load (an op of a domain it does not know; the check ``decompose --check`` makes), or a
-    model that fails or crashes when run once (in a worker subprocess: a channel count that does not
-    match, a division by zero in a kernel).
-
-    Raises
-    ------
-    InvalidArgumentError
-        Naming the model, the layer or the runtime's reason, and what to do.
-    """
-    for brick in dec.bricks.values():
-        empty = next((s for s in (*brick.inputs, *brick.outputs) if 0 in s.shape), None)
-        if empty is not None:
-            raise InvalidArgumentError(
-                f"model '{dec.model}' at these shapes gives its {brick.op_type} layer an empty tensor "
-                f"({'x'.join(map(str, empty.shape))}): its runtime cannot run it, so nothing is estimated; "
-                "give input shapes the model accepts (--input-shape, --batch-size).")
-    if backend_name(config) != "onnxruntime":
-        return
-    for brick in dec.bricks.values():
-        reason = brick.check_runnable()
-        if reason is not None:
-            raise InvalidArgumentError(f"model '{dec.model}': its {brick.op_type} layer cannot run in onnxruntime "
-                                       f"({reason}), so nothing is estimated or stored.")
-    graph = _graph_of(model, store)
-    if graph is None:
-        return
-    with Runner(backend_name(config), config, ONE_RUN, floor=False, keep_bytes=0) as runner:
-        run = runner.measure(graph)
-    if not run.ok:
-        raise InvalidArgumentError(f"model '{dec.model}' does not run in onnxruntime at these shapes ({run.error}), "
-                                   "so nothing is estimated or stored; give input shapes the model accepts "
-                                   "(--input-shape, --batch-size).")
+def _check_storable(dec: Decomposition, system: Any) -> None:
+    """Refuse, before anything is measured or stored, a model name or system id that the database
+    would refuse to store (blank, unprintable, too long)."""
+    check_identifier(dec.model, "The model name", "rename the model file")
+    if isinstance(system, str):
+        check_identifier(system, "The system id", "give a label, or leave it out to use this machine's fingerprint")
 
 
 def bricks_swing(est: Estimate, measured: Mapping[str, Measurement]) -> float | None:
@@ -369,10 +341,12 @@ def _estimate_decomposition(dec: Decomposition, store: Store, system: Any, cfg: 
     def measure(bricks: Sequence[Brick]) -> dict[str, Measurement]:
         """Measure ``bricks``, and every brick of the model stored from another context again in the
         model's (bench's rule): the model is stored, to keep those measurements for it."""
+        _check_storable(dec, system)
         store.add_bricks(bricks)
         foreign = isinstance(system, str)
         populate(store, [dec], [cfg], BenchOptions(backend=backend_name(cfg), budget=budget),
-                 system=None if foreign else system, system_id=system if foreign else None)
+                 system=None if foreign else system, system_id=system if foreign else None,
+                 runner_factory=stop_on_failure(dec))  # a brick that fails stops the estimate, unstored
         found = _lookup(store, dec, system, cfg.config_id)
         measured.update(found)
         return {b.signature: found[b.signature] for b in bricks if b.signature in found}
@@ -569,10 +543,9 @@ def _paired_rounds(graph: ModelGraph, dec: Decomposition, store: Store, system: 
     time), and the rounds. Where the rounds fail, the first measurement and None."""
     with Runner(backend_name(config), config, budget) as runner:
         first = runner.measure(graph)
-    if not first.ok:
-        return first, None
-    result = measure_in_rounds(store, dec, graph, system, backend=backend_name(config), config=config, budget=budget,
-                               rounds=rounds)
+        if not first.ok:
+            return first, None
+        result = measure_in_rounds(store, dec, runner, graph, system, budget=budget, rounds=rounds)
     if result is None:
         return first, None
     return replace(result.whole, key=first.key, wall_time_s=first.wall_time_s), result

@@ -393,6 +393,7 @@ def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_T
     try:
         for seed, name in enumerate(models):
             dec = brickset.models[name]
+            workers.restart(config)  # each model's bricks and rounds in a worker of its own
             runner = workers(backend, config, budget, False).runner
             graph = load_model(build(name), name=name)
             first = None
@@ -406,7 +407,7 @@ def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_T
             whole = first
             if first.ok:
                 for k, turn in enumerate(turns):
-                    result = _in_rounds(store, turn.brickset.models[name], graph, system, config, budget, seed, say)
+                    result = _in_rounds(store, turn.brickset.models[name], runner, graph, system, budget, seed, say)
                     if result is None:
                         continue
                     rounds_time += result.rounds.elapsed_s
@@ -420,12 +421,12 @@ def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_T
     return whole_time, rounds_time, paired
 
 
-def _in_rounds(store: Store, dec: Decomposition, graph: ModelGraph, system: SystemInfo, config: Any,
+def _in_rounds(store: Store, dec: Decomposition, runner: Runner, graph: ModelGraph, system: SystemInfo,
                budget: Budget, seed: int, say: Callable[[str], object]) -> PairedRounds | None:
     """``dec``'s model and its bricks in rounds (:data:`PAIRED_ROUNDS` in each of
-    :data:`~dlbricks.generators.ROUND_PROCESSES` fresh workers); None where they failed."""
-    result = measure_in_rounds(store, dec, graph, system, backend=backend_name(config), config=config, budget=budget,
-                               rounds=PAIRED_ROUNDS, seed=seed)
+    :data:`~dlbricks.generators.ROUND_PROCESSES` workers of ``runner``: the one that measured the
+    model's new bricks, then fresh ones); None where they failed."""
+    result = measure_in_rounds(store, dec, runner, graph, system, budget=budget, rounds=PAIRED_ROUNDS, seed=seed)
     if result is None:
         say(f"{dec.model}: its rounds failed; its bricks as first measured, its whole model apart")
         return None
@@ -540,9 +541,9 @@ class _Turns:
 
 
 class _KeptRunners:
-    """A ``runner_factory`` for :func:`populate` whose workers outlive each call (one per
-    configuration, closed by :meth:`close`), so that a suite run model by model starts its brick
-    workers once."""
+    """A ``runner_factory`` for :func:`populate` whose runners outlive each call (one per
+    configuration, closed by :meth:`close`), so that a suite run model by model calibrates each
+    floor once; :meth:`restart` gives the next model a fresh worker."""
 
     def __init__(self, repeat_for: str | None = None) -> None:
         self._runners: dict[str, Runner] = {}
@@ -554,6 +555,13 @@ class _KeptRunners:
             self._runners[key] = Runner(backend, config, budget, keep_samples=keep_samples,
                                         repeat=self._repeat_for in (None, config.config_id))
         return _Kept(self._runners[key])
+
+    def restart(self, config: Any) -> None:
+        """Stop the worker of ``config``'s runner, if any: the next request starts a fresh one (the
+        runner keeps its floor)."""
+        for key, runner in self._runners.items():
+            if key.endswith(f"/{config.config_id}"):
+                runner.close()
 
     def close(self) -> None:
         for runner in self._runners.values():

@@ -11,16 +11,19 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
-from dlbricks import InvalidArgumentError, MissingBricksError
+from dlbricks import MissingBricksError
 from dlbricks.benchmarks_db import Store
 from dlbricks.generators import Budget, OrtConfig, collect_system_info
 
 from dlbricks._cliutil import (
     FRAMEWORKS,
+    checked_names,
+    checked_system_id,
     format_table,
     framework_of,
     handle_errors,
     infer_framework,
+    is_model_path,
     iter_models,
     model_help,
     parse_input_shapes,
@@ -63,11 +66,8 @@ _system_id_option = click.option(
 
 
 def _checked_system_id(system_id: str | None) -> str | None:
-    """``system_id`` as given, refused where it is blank."""
-    if system_id is not None and not system_id.strip():
-        raise InvalidArgumentError("--system-id (or DLBRICKS_SYSTEM_ID) is blank; give a label, or unset it to use "
-                                   "this machine's fingerprint.")
-    return system_id
+    """``system_id`` as given, refused where it is blank, holds a control character or is too long."""
+    return checked_system_id(system_id)
 
 
 _granularity_option = click.option(
@@ -210,9 +210,8 @@ def _print_sweep(points: Sequence[SweepPoint]) -> None:
 def _model_arg(model: str, batch_size: int | None, shapes: dict[str, tuple[int, ...]]) -> Any:
     """A model file (or a zoo model given shapes) loaded with the shapes given; any other name as it is
     (a model stored in the database, or a zoo model, resolved by the library)."""
-    is_file = os.path.exists(model) or model.endswith((".onnx", ".json")) or os.sep in model
-    if not is_file and batch_size is None and not shapes:
-        return model
+    if not is_model_path(model) and batch_size is None and not shapes:
+        return checked_names([model], "The model name")[0]
     return next(iter_models([model], None, batch_size, shapes))
 
 
@@ -566,6 +565,7 @@ def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, device: str,
     framework = framework or "onnxruntime"
     config = _framework_config(framework, threads, opt_level, device)
     models = suite_models(suite, "mxnet") if framework == "mxnet" else suite_models(suite)
+    checked_names(models, "The --suite model name", "give zoo model names, as 'dlbricks zoo list' lists them")
     say = (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
     Store.preflight(db)
     with open_store(db) as store:

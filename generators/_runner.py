@@ -525,30 +525,32 @@ class Runner:
         )
 
 
-def rounds_in_processes(whole: Any, items: Sequence[Any], counts: Sequence[int], backend: str = "onnxruntime",
-                        config: BackendConfig | Mapping[str, Any] | None = None, budget: Budget | None = None,
+def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts: Sequence[int],
                         rounds: RoundsBudget | None = None, *, processes: int = ROUND_PROCESSES,
                         seed: int | None = None) -> PairedRounds | None:
     """Time ``whole`` (a model) and ``items`` (its bricks, in the model's order, with ``counts`` their
     occurrences) in interleaved rounds (:meth:`Runner.rounds`, ``rounds`` its budget in each
-    process) in ``processes`` fresh worker processes, one after another, each holding only this
-    model and its bricks; the rounds of all of them as one set (:func:`~dlbricks.generators._rounds.merge_paired`).
+    process) in ``processes`` worker processes of ``runner``, one after another: its current worker
+    (as the caller left it), then a fresh one for each further set (the runner's worker is
+    replaced; its floor is kept); the rounds of all of them as one set
+    (:func:`~dlbricks.generators._rounds.merge_paired`).
 
-    A worker that has prepared many other items can run a layer 10-15% faster or slower than a fresh
-    one, for as long as it lives, and its whole model by a different amount: wav2letter's 71 ms
-    convolution ran at 70.0 ms in one long-lived worker and 81.8 ms in another, 72-74 ms in fresh
-    ones. Fresh workers, and more than one, keep that out of the ratio. Returns None where no
+    A worker can run a layer 10-15% faster or slower than another, for as long as it lives, and its
+    whole model by a different amount: wav2letter's 71 ms convolution ran at 70.0 ms in one
+    long-lived worker and at 81.8 ms in another, at 72-74 ms in fresh ones. More than one worker
+    averages that out of the ratio, and the interval holds what they drew. Returns None where no
     process finished its rounds."""
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
         raise InvalidArgumentError(f"'processes' must be an int >= 1. Got {processes!r} instead.")
     parts = []
     for p in range(processes):
-        with Runner(backend, config, budget) as runner:
-            held = runner.measure_detailed(whole, hold=True, budget=_HOLD_BUDGET)[0]
-            if not held.ok:
-                continue
-            part = runner.rounds(held.key, items, counts, rounds,
-                                 seed=None if seed is None else seed * processes + p)
-            if part is not None:
-                parts.append(part)
+        if p:
+            runner.close()  # the next request starts a fresh worker
+        held = runner.measure_detailed(whole, hold=True, budget=_HOLD_BUDGET)[0]
+        if not held.ok:
+            continue
+        part = runner.rounds(held.key, items, counts, rounds, seed=None if seed is None else seed * processes + p)
+        runner.release(held.key)
+        if part is not None:
+            parts.append(part)
     return merge_paired(parts) if parts else None

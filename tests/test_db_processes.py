@@ -96,11 +96,11 @@ def test_three_processes_share_one_file(tmp_path: Path) -> None:
     _check_complete(db)
 
 
-def test_a_model_and_its_bricks_run_in_rounds_in_fresh_workers(tmp_path: Path) -> None:
-    """Real fresh workers, one after another, each hold a model and time it with its bricks in
-    rounds: one whole run and one short measurement of each brick a round, each brick's runs stored
-    in the model's context (a real store), the whole model's runs returned; each process's rounds
-    are labelled, and a model that cannot run gives no rounds."""
+def test_a_model_and_its_bricks_run_in_rounds_in_two_workers(tmp_path: Path) -> None:
+    """Two real workers, the runner's and then a fresh one, each hold a model and time it with its
+    bricks in rounds: one whole run and one short measurement of each brick a round, each brick's
+    runs stored in the model's context (a real store), the whole model's runs returned; each
+    process's rounds are labelled, and a model that cannot run gives no rounds."""
     import dlbricks
     from dlbricks.benchmarks_db import Store, measure_in_rounds
     from dlbricks.generators import Budget, OrtConfig, RoundsBudget, Runner, collect_system_info
@@ -115,7 +115,9 @@ def test_a_model_and_its_bricks_run_in_rounds_in_fresh_workers(tmp_path: Path) -
         store.add_decomposition(dec)
         for sig in dec.bricks:
             store.record(runner.measure(dec.in_context(sig)), system)
-        result = measure_in_rounds(store, dec, graph, system, budget=budget, rounds=rounds, processes=2)
+        pid = runner.worker_pid
+        result = measure_in_rounds(store, dec, runner, graph, system, budget=budget, rounds=rounds, processes=2)
+        assert runner.worker_pid not in (None, pid)
         assert result is not None and result.rounds.count == 10 and result.rounds.process == (0,) * 5 + (1,) * 5
         assert result.whole.ok and result.whole.n == 10 and result.whole.key == graph.key
         assert set(result.bricks) == set(dec.bricks) and result.keys[0] == dec.occurrences[0].signature
@@ -123,4 +125,4 @@ def test_a_model_and_its_bricks_run_in_rounds_in_fresh_workers(tmp_path: Path) -
         assert {r.key for r in own} == set(dec.bricks) and all(r.n == 10 for r in own)
         ratio, low, high = result.ratio()
         assert 0 < low <= ratio <= high
-        assert measure_in_rounds(store, dec, b"not an onnx model", system, rounds=rounds) is None
+        assert measure_in_rounds(store, dec, runner, b"not an onnx model", system, rounds=rounds) is None

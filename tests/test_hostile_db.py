@@ -336,6 +336,90 @@ def test_a_model_name_with_a_newline_is_refused_before_the_database(work: Path) 
     assert not new.exists()
 
 
+HOSTILE_NAMES = {"control": "lab\n\x1b[31mred\x1b[0m", "long": "m" * 100_000, "blank": "   "}
+_WHY = {"control": "unprintable", "long": "100000 characters", "blank": "blank"}
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE_NAMES))
+@pytest.mark.parametrize("command", ["estimate", "plan", "validate", "decompose", "bench"])
+def test_every_command_refuses_a_model_name_that_would_break_its_tables(work: Path, kind: str,
+                                                                       command: str) -> None:
+    """A MODEL that is no file is a stored or zoo model's name: checked as bench checks names, in one
+    short line, before any database is opened."""
+    db, new = work / "base.db", work / "new.db"
+    before, state = _digest(db), _state(db)
+    extra = [] if command == "decompose" else ["--db", str(db)]
+    line = _one_line_error(*invoke(command, HOSTILE_NAMES[kind], *extra))
+    assert "The model name" in line and _WHY[kind] in line and "\x1b" not in line and len(line) < 400, line[:500]
+    assert not new.exists() and _digest(db) == before and _state(db) == state
+
+
+@pytest.mark.parametrize("command", ["estimate", "decompose", "plan"])
+def test_a_model_file_whose_name_breaks_tables_is_refused_by_every_command(work: Path, command: str) -> None:
+    """Estimate stores the model it measures, decompose and plan print its name: bench's check, everywhere."""
+    model = work / "two\nlines\x1b[1m.onnx"
+    shutil.copy(work / "good.onnx", model)
+    db = work / "base.db"
+    before, state = _digest(db), _state(db)
+    extra = [] if command == "decompose" else ["--db", str(db)]
+    line = _one_line_error(*invoke(command, str(model), "--batch-size", "1", *extra))
+    assert "'two\\nlines\\x1b[1m'" in line and "unprintable" in line and "rename the model file" in line, line
+    assert _digest(db) == before and _state(db) == state
+
+
+def test_estimate_refuses_a_system_id_that_would_break_its_tables_before_measuring(work: Path) -> None:
+    db = work / "base.db"
+    before, state = _digest(db), _state(db)
+    for system_id in ("lab\n\x1b[31mred", "x" * 100_000):
+        for rule in ("auto", "measure", "error"):
+            line = _one_line_error(*invoke("estimate", str(work / "good.onnx"), "--batch-size", "1", "--db", str(db),
+                                           "--on-missing", rule, "--system-id", system_id))
+            assert "--system-id" in line and len(line) < 400 and "\x1b" not in line, line[:500]
+    line = _one_line_error(*run("estimate", str(work / "good.onnx"), "--batch-size", "1", "--db", str(db),
+                                DLBRICKS_SYSTEM_ID="x" * 100_000))
+    assert "100000 characters" in line and len(line) < 400, line[:500]
+    assert _digest(db) == before and _state(db) == state
+
+
+@pytest.mark.parametrize("option", ["--model", "--system", "--config"])
+def test_db_ops_refuses_a_hostile_name_in_one_short_line(work: Path, option: str) -> None:
+    db = work / "base.db"
+    for value in HOSTILE_NAMES.values():
+        line = _one_line_error(*invoke("db", "ops", "--db", str(db), option, value))
+        assert line.startswith(f"Error: {option} ") and len(line) < 400 and "\x1b" not in line, line[:500]
+
+
+def test_evaluate_refuses_a_hostile_suite_before_the_database(work: Path) -> None:
+    """(A blank entry of the comma-separated list is no name: it is left out.)"""
+    new = work / "new.db"
+    for value in (HOSTILE_NAMES["control"], HOSTILE_NAMES["long"]):
+        line = _one_line_error(*invoke("evaluate", "--suite", f"{value},nosuchmodel", "--db", str(new)))
+        assert "The --suite model name" in line and len(line) < 400 and "\x1b" not in line, line[:500]
+    assert not new.exists()
+
+
+def test_the_library_refuses_to_store_or_look_up_a_hostile_model_name(work: Path) -> None:
+    """Store.add_decomposition is where every command stores a model (validate and evaluate too)."""
+    db = work / "base.db"
+    state = _state(db)
+    graph = dlbricks.load_model(work / "good.onnx", batch_size=1, name="two\nlines")
+    with Store.open(db) as store:
+        with pytest.raises(dlbricks.InvalidArgumentError, match="The model name 'two\\\\nlines' has the unprintable"):
+            store.add_decomposition(dlbricks.decompose(graph), source=graph.source)
+        with pytest.raises(dlbricks.InvalidArgumentError, match="100000 characters long") as caught:
+            store.model("m" * 100_000)
+        assert len(str(caught.value)) < 400
+    assert _state(db) == state
+
+
+def test_a_path_too_long_for_the_system_is_one_line(work: Path) -> None:
+    long = str(work / ("p" * 5000))
+    for args in (["db", "stats", "--db", long], ["db", "merge", str(work / "base.db"), "-o", long],
+                 ["bench", str(work / "good.onnx"), "--batch-size", "1", "--db", long, "--dry-run"]):
+        line = _one_line_error(*invoke(*args))
+        assert "too long" in line and len(line) < 400, line[:500]
+
+
 # ----------------------------------------------------------------------------------- 12: ray, truncated file
 def test_bench_on_ray_without_ray_touches_no_database(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails, as where it is not installed

@@ -4,6 +4,7 @@ exit code 2, the database unchanged."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -17,7 +18,8 @@ from onnx import TensorProto, helper
 import dlbricks
 from dlbricks.benchmarks_db import Store
 from dlbricks.cli import main
-from dlbricks.generators import collect_system_info
+from dlbricks.estimator import estimate
+from dlbricks.generators import Budget, collect_system_info
 from tests.test_db_support import config, measurement
 from tests.test_hostile import _count, _digest, _integrity, _one_line_error, corpus, invoke, work  # noqa: F401
 
@@ -158,6 +160,60 @@ def test_a_second_process_waits_for_the_one_timing_on_this_machine(work: Path) -
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("for another dlbricks process timing on this machine") == 1, done.stderr
     assert waited >= HOLD_S - 1.0
+
+
+# ----------------------------------------------------------------------------------- sizes the budget cannot hold
+def _content(db: Path) -> tuple[int, int, str, list[str]]:
+    """Measurements, failed ones, ``PRAGMA integrity_check`` and the models' names of a database."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        total, failed = conn.execute("SELECT COUNT(*), COUNT(*) FILTER (WHERE status != 'ok') "
+                                     "FROM measurements").fetchone()
+        names = [str(r[0]) for r in conn.execute("SELECT name FROM models ORDER BY name")]
+    finally:
+        conn.close()
+    return int(total), int(failed), _integrity(db), names
+
+
+def test_a_model_whose_one_run_outlasts_the_budget_is_refused_before_anything_is_stored(work: Path) -> None:
+    """SqueezeNet at batch 1500, made quick: one run of the whole model takes longer than a measurement
+    may (the budget's timeout), so none of its bricks could be measured: refused up front, naming the
+    shape, not 35 bricks stored as failed and an estimate of the rest."""
+    db = work / "good.db"
+    digest, before = _digest(db), _content(db)
+    graph = dlbricks.load_model(work / "good.onnx", batch_size=64)
+    with pytest.raises(dlbricks.InvalidArgumentError,
+                       match=r"one run of model 'good' at input 'x' 64x3x16x16 takes longer than the 0.001 s"):
+        estimate(graph, db, on_missing="measure", budget=Budget(timeout=0.001))
+    assert _digest(db) == digest and _content(db) == before
+
+
+def test_a_brick_that_fails_when_measured_for_an_estimate_stops_it_and_is_not_stored(work: Path) -> None:
+    """Bricks measured on demand that cannot be measured (each one's warm-up outlasts the budget's
+    timeout here): the estimate stops at the first in one line, and its failure is not stored as the
+    brick's, so a later bench or estimate measures it again."""
+    db = work / "good.db"
+    before = _content(db)
+    dec = dlbricks.decompose(dlbricks.load_model(work / "good.onnx", batch_size=1))
+    with pytest.warns(RuntimeWarning, match="Floor calibration failed"), pytest.raises(
+            dlbricks.BackendError, match=r"brick \w{12} \(Conv\) of model 'good' at input 'x' 1x3x16x16 could not be "
+                                         r"measured here \(timed out after 0.3 s\).*its failure is not stored"):
+        estimate(dec, db, config=config(threads=2), on_missing="measure", budget=Budget(warmup_time=1.0, timeout=0.3))
+    assert _content(db) == before
+    with Store.open(db, readonly=True) as store:
+        assert store.claims() == []
+
+
+def test_the_costliest_bricks_are_tried_first_where_the_model_is_slow_against_the_budget(work: Path) -> None:
+    """What check_runs does when one run of the model takes over a quarter of the budget's timeout: the
+    bricks likeliest to be slowest are measured once, unstored, and one that cannot be is refused."""
+    from dlbricks.estimator._runs import PROBE_SHARE, probe_bricks
+
+    assert 0 < PROBE_SHARE < 1
+    dec = dlbricks.decompose(dlbricks.load_model(work / "good.onnx", batch_size=1))
+    with pytest.raises(dlbricks.InvalidArgumentError, match=r"brick \w{12} \(Conv\) of model 'good' at input 'x' "
+                                                            r"1x3x16x16 cannot be measured here \(timed out after 0.3 s\)"):
+        probe_bricks(dec, config(), "onnxruntime", Budget(warmup_time=1.0, timeout=0.3))
 
 
 if __name__ == "__main__":  # pragma: no cover
