@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import math
 import re
@@ -18,6 +19,7 @@ import click
 
 from dlbricks._errors import DlbricksError, InvalidArgumentError
 from dlbricks._graph import ModelGraph
+from dlbricks._names import check_identifier, shown
 from dlbricks._onnx_frontend import load_model
 
 __all__ = [
@@ -28,6 +30,8 @@ __all__ = [
     "DlbricksGroup",
     "FiniteFloat",
     "FiniteFloatRange",
+    "checked_names",
+    "checked_system_id",
     "cli_advice",
     "failed_run_hint",
     "finite_floats",
@@ -37,6 +41,7 @@ __all__ = [
     "handle_errors",
     "infer_framework",
     "interrupted",
+    "is_model_path",
     "iter_models",
     "model_help",
     "model_options",
@@ -191,8 +196,32 @@ def handle_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except DlbricksError as e:
             raise DlbricksClickError(cli_advice(str(e).splitlines()[0]) if str(e) else type(e).__name__) from e
+        except OSError as e:
+            if e.errno != errno.ENAMETOOLONG:
+                raise
+            raise DlbricksClickError(f"the path {shown(str(e.filename))} is too long for this system "
+                                     f"({e.strerror}); give a shorter path.") from e
 
     return wrapper  # type: ignore[return-value]
+
+
+#: What to do about a MODEL argument that is neither a file nor a name a model can have.
+MODEL_NAME_TODO = "give a model file, the name of a model stored in the database or a zoo model name"
+
+
+def checked_names(values: Sequence[str], what: str, todo: str = MODEL_NAME_TODO) -> list[str]:
+    """``values`` (model names, a suite's names, ids to look up), refused in one line where one is
+    blank, holds a control character or is longer than a name may be (:func:`check_identifier`)."""
+    return [check_identifier(value, what, todo) for value in values]
+
+
+def checked_system_id(system_id: str | None) -> str | None:
+    """``--system-id`` (or ``DLBRICKS_SYSTEM_ID``) as given, refused where it is blank, holds a
+    control character or is too long: it is stored and printed as it is."""
+    if system_id is None:
+        return None
+    return check_identifier(system_id, "--system-id (or DLBRICKS_SYSTEM_ID)",
+                            "give a label, or unset it to use this machine's fingerprint")
 
 
 _BOTH_HINTS = re.compile(r"input_shapes=\{'([^']+)': \(\.\.\.\)\} or --input-shape [^ ]+?=D,D,\.\.\.")
@@ -315,15 +344,27 @@ def iter_models(models: Sequence[str], zoo: str | None, batch_size: int | None,
     if not names:
         raise InvalidArgumentError("no model given; pass MODEL paths, zoo names or --zoo TASK|all.")
     for item in names:
-        path = Path(item)
-        if path.exists() or item.lower().endswith((".onnx", ".json")) or "/" in item:
-            yield load_model(path, input_shapes=input_shapes or None, batch_size=batch_size,
-                             ignore_unknown_inputs=len(names) > 1)
+        if is_model_path(item):
+            graph = load_model(Path(item), input_shapes=input_shapes or None, batch_size=batch_size,
+                               ignore_unknown_inputs=len(names) > 1)
+            check_identifier(graph.name, "The model name", "rename the model file")  # stored and printed as it is
+            yield graph
             continue
         from dlbricks.model_zoo import build
 
+        check_identifier(item, "The model name", "give a model file or a zoo model name")
         yield load_model(build(item, batch_size=batch_size or 1), input_shapes=input_shapes or None,
                          name=item, ignore_unknown_inputs=len(names) > 1)
+
+
+def is_model_path(item: str) -> bool:
+    """Whether a MODEL argument names a file (one that exists, ends in .onnx or .json, or has a
+    folder) rather than a stored or zoo model."""
+    try:
+        exists = Path(item).exists()
+    except OSError:  # too long for a path: a name, refused as one
+        exists = False
+    return exists or item.lower().endswith((".onnx", ".json")) or "/" in item
 
 
 def model_help(stored: bool = True) -> str:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from dlbricks._errors import TempDirError
 
-__all__ = ["in_temp_dir", "sqlite_temp_dir", "temp_dir_error", "temp_dir_is_full", "temporary_directory"]
+__all__ = ["free_bytes", "in_temp_dir", "sqlite_temp_dir", "sqlite_temp_error", "sqlite_temp_is_culprit",
+           "temp_dir_error", "temp_dir_is_full", "temporary_directory"]
 
 #: Errors of a folder that is full or cannot be written.
 _NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM})
@@ -65,6 +66,61 @@ def temp_dir_is_full(folder: str | os.PathLike[str] | None = None) -> bool:
         return shutil.disk_usage(folder if folder is not None else sqlite_temp_dir()).free < FULL_BELOW_BYTES
     except OSError:
         return False
+
+
+def free_bytes(folder: str | os.PathLike[str]) -> int | None:
+    """Bytes free in the file system of ``folder``; None where it cannot be asked."""
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
+def _device(folder: str | os.PathLike[str]) -> int | None:
+    try:
+        return os.stat(folder).st_dev
+    except OSError:
+        return None
+
+
+def sqlite_temp_is_culprit(database: str | os.PathLike[str], readonly: bool) -> str | None:
+    """The folder SQLite writes its temporary files in (:func:`sqlite_temp_dir`) where a write for
+    ``database`` that failed for want of room ("database or disk is full", "disk I/O error") more
+    likely failed there than beside the database: always for a database opened read-only (nothing
+    of it is written; large sorts and statement journals go to the temporary folder), else where
+    the two folders are on different file systems and the temporary one is full or has less room.
+    None where the database's own folder is the likelier one."""
+    temp = sqlite_temp_dir()
+    if readonly:
+        return temp
+    folder = os.path.dirname(os.path.abspath(os.fspath(database)))
+    device = _device(temp)
+    if device is None or device == _device(folder):
+        return None
+    temp_free, db_free = free_bytes(temp), free_bytes(folder)
+    if temp_free is None:
+        return None
+    if temp_free < FULL_BELOW_BYTES or (db_free is not None and temp_free < db_free):
+        return temp
+    return None
+
+
+def sqlite_temp_error(database: str | os.PathLike[str], folder: str, detail: str) -> TempDirError:
+    """The one-line error of SQLite's temporary files for ``database`` that could not be written in
+    ``folder``: which variable chose the folder, its free space, and what to do."""
+    variable = "SQLITE_TMPDIR" if os.environ.get("SQLITE_TMPDIR") == folder else "TMPDIR"
+    free = free_bytes(folder)
+    room = "" if free is None else f", {_size(free)} free there"
+    return TempDirError(f"cannot write SQLite's temporary files for {os.fspath(database)} in the temporary folder "
+                        f"{folder} ({detail}{room}); free space there, or set {variable} to a folder with room, "
+                        "and run the same command again (the database is as it was before the command).")
+
+
+def _size(n: int) -> str:
+    for scale, unit in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ from pathlib import Path
 import onnx
 
 from dlbricks._errors import InvalidArgumentError
+from dlbricks._names import shown
 from dlbricks.model_zoo import (
     _classic,
     _densenet,
@@ -105,7 +106,7 @@ def _lookup(name: str) -> ZooEntry:
         close = difflib.get_close_matches(str(name), list(entries), n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise InvalidArgumentError(
-            f"Unknown zoo model {name!r}.{hint} Run 'dlbricks zoo list' to see the valid names.")
+            f"Unknown zoo model {shown(str(name))}.{hint} Run 'dlbricks zoo list' to see the valid names.")
     return entries[name]
 
 

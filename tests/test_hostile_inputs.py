@@ -89,6 +89,30 @@ def test_a_shape_past_what_onnx_holds_is_one_line(work: Path) -> None:
     assert "'good'" in line and "larger than ONNX holds" in line, line
 
 
+@pytest.mark.parametrize("extra", [["--out", "OUT"], ["--out", "OUT", "--no-weights"], ["--json"], ["--no-check"],
+                                   ["--granularity", "fused"]], ids=" ".join)
+def test_decompose_refuses_an_impossible_batch_whatever_it_would_do_with_the_bricks(work: Path,
+                                                                                    extra: list[str]) -> None:
+    """The issue's --batch-size 1000000000 (1.5 PB of bricks): whether decompose would write the bricks,
+    print them as JSON, describe them unchecked or group them as onnxruntime fuses them, it refuses the
+    same way, in one line naming the shape, the bytes and what to do; no folder is written, no brick is
+    called "ok"."""
+    out = work / "bricks"
+    args = [str(out) if a == "OUT" else a for a in extra]
+    output, code = invoke("decompose", "squeezenet1_1", "--batch-size", "1000000000", *args)
+    line = _one_line_error(output, code)
+    assert "1000000000x3x224x224" in line and "more than this machine's" in line and "--batch-size" in line, line
+    assert not out.exists()
+
+
+def test_decompose_out_at_an_impossible_batch_in_a_real_process_writes_nothing(work: Path) -> None:
+    out = work / "bricks"
+    result = _subprocess(["decompose", str(work / "good.onnx"), "--batch-size", "1000000000", "--out", str(out)])
+    line = _one_line_error(result.stdout + result.stderr, result.returncode)
+    assert "'good'" in line and "1000000000x3x16x16" in line and "bytes" in line, line
+    assert not out.exists()
+
+
 def test_the_library_refuses_too_large_shapes_too(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """load_model refuses a tensor larger than the machine's memory; decompose a run whose weights
     and live activations are (here on a machine made small)."""
@@ -284,6 +308,57 @@ def test_a_full_temporary_folder_is_named_and_the_database_kept(work: Path, comm
     line = _one_line_error(result.stdout + result.stderr, result.returncode)
     assert str(tmp) in line and "TMPDIR" in line and "free space" in line and str(db) not in line, line
     assert (_digest(db), _db_state(db)) == before
+
+
+def _many_bricks(db: Path, count: int = 3000) -> None:
+    """Rows enough in ``bricks`` (copies of a stored row under other signatures, 3 KB of attributes
+    each) that sorting them spills to SQLite's temporary files: ``db export --table bricks`` orders
+    them by op type, which no index holds."""
+    conn = sqlite3.connect(db)
+    try:
+        columns = [r[1] for r in conn.execute("PRAGMA table_info(bricks)")]
+        row = dict(zip(columns, conn.execute("SELECT * FROM bricks LIMIT 1").fetchone(), strict=True))
+        rows = [[{**row, "signature": f"{k:064x}", "attributes": '{"pad":"' + "x" * 3000 + '"}'}[c] for c in columns]
+                for k in range(count)]
+        conn.executemany(f"INSERT INTO bricks ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})", rows)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("variable", ["TMPDIR", "SQLITE_TMPDIR"])
+def test_sqlites_temporary_files_without_room_are_not_blamed_on_the_database(work: Path, variable: str) -> None:
+    """A large sort of a database opened to read writes only SQLite's temporary files: where they find
+    no room, the error names the temporary folder and the variable that chose it, not the database."""
+    db = work / "good.db"
+    _many_bricks(db)
+    tmp = work / "tmp"
+    tmp.mkdir()
+    before = (_digest(db), _db_state(db))
+    result = _subprocess(["db", "export", "--db", str(db), "--table", "bricks"], {variable: str(tmp)}, _small_files)
+    line = _one_line_error(result.stderr, result.returncode)
+    assert f"temporary folder {tmp} " in line and f"set {variable} to a folder with room" in line, line
+    assert "disk may be full" not in line, line
+    assert (_digest(db), _db_state(db)) == before
+
+
+def test_a_write_without_room_is_blamed_on_the_fuller_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A database written: its own folder where the temporary folder shares its file system or has more
+    room (the disk message), the temporary folder where it is full or has less."""
+    from dlbricks._tempdir import sqlite_temp_is_culprit
+
+    temp, db = tmp_path / "tmp", tmp_path / "x.db"
+    temp.mkdir()
+    monkeypatch.delenv("SQLITE_TMPDIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(temp))
+    assert sqlite_temp_is_culprit(db, readonly=True) == str(temp)
+    assert sqlite_temp_is_culprit(db, readonly=False) is None  # one file system: the disk is full
+    room = {str(temp): 0, str(tmp_path): 10**9}
+    monkeypatch.setattr("dlbricks._tempdir._device", lambda folder: 1 if str(folder) == str(temp) else 2)
+    monkeypatch.setattr("dlbricks._tempdir.free_bytes", lambda folder: room[str(folder)])
+    assert sqlite_temp_is_culprit(db, readonly=False) == str(temp)
+    room[str(temp)] = 10**10
+    assert sqlite_temp_is_culprit(db, readonly=False) is None
 
 
 def test_a_temporary_folder_with_no_room_names_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
