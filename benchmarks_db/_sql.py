@@ -33,8 +33,8 @@ from ._migrations import (
 )
 from ._records import QUEUE_FIELDS, STAT_FIELDS, RecordOutcome
 
-__all__ = ["connect", "write", "check_health", "damaged", "is_damage", "is_full", "integrity_lines",
-           "foreign_key_problems", "brick_blobs", "open_for_check", "preflight", "stored_version", "schema_gaps",
+__all__ = ["connect", "write", "check_health", "damaged", "is_damage", "is_failed_write", "is_full",
+           "integrity_lines", "foreign_key_problems", "brick_blobs", "open_for_check", "preflight", "stored_version", "schema_gaps",
            "invalid_measurements", "fail_invalid_measurements", "MERGE_RULES", "MEASUREMENT_TABLES"]
 
 T = TypeVar("T")
@@ -147,6 +147,16 @@ def is_full(e: BaseException) -> bool:
     """Whether an sqlite3 error says a write could not reach the disk (full, or over a size limit)."""
     return isinstance(e, sqlite3.OperationalError) and any(
         sign in str(e) for sign in ("disk is full", "disk I/O error"))
+
+
+#: SQLite's (extended) error names of a write that found no room or could not be made.
+_WRITE_ERRORS = frozenset({"SQLITE_FULL", "SQLITE_IOERR_WRITE", "SQLITE_IOERR_FSYNC", "SQLITE_IOERR_TRUNCATE"})
+
+
+def is_failed_write(e: BaseException) -> bool:
+    """Whether an sqlite3 error is a write that failed (no room, a file size limit), not a read: only
+    a write can have gone to SQLite's temporary files."""
+    return getattr(e, "sqlite_errorname", None) in _WRITE_ERRORS
 
 
 def damaged(path: str, detail: str) -> DatabaseError:

@@ -83,7 +83,8 @@ def _guard(method: Callable[Concatenate[Store, P], R]) -> Callable[Concatenate[S
             if _sql.is_damage(e):
                 raise _sql.damaged(self.path, f"{e}, in {method.__name__.lstrip('_')}") from e
             if _sql.is_full(e):
-                temp = sqlite_temp_is_culprit(self.path, self.readonly or self.path == ":memory:")
+                temp = (sqlite_temp_is_culprit(self.path, self.readonly or self.path == ":memory:")
+                        if _sql.is_failed_write(e) else None)
                 if temp is not None:
                     raise sqlite_temp_error(self.path, temp, f"{e}, in {method.__name__.lstrip('_')}") from e
                 raise DatabaseError(f"{self.path}: cannot write ({e}, in {method.__name__.lstrip('_')}): the "

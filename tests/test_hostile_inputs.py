@@ -359,6 +359,9 @@ def test_a_write_without_room_is_blamed_on_the_fuller_folder(tmp_path: Path, mon
     assert sqlite_temp_is_culprit(db, readonly=False) == str(temp)
     room[str(temp)] = 10**10
     assert sqlite_temp_is_culprit(db, readonly=False) is None
+    from dlbricks.benchmarks_db._sql import is_failed_write
+
+    assert not is_failed_write(sqlite3.OperationalError("disk I/O error"))  # a read: the database's own disk
 
 
 def test_a_temporary_folder_with_no_room_names_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
