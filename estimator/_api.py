@@ -44,10 +44,11 @@ from ._runs import check_runs, stop_on_failure
 
 __all__ = ["PAIRED_ROUNDS", "TRUSTED_SWING", "estimate", "composition_references", "validate", "plan", "Validation", "open_store"]
 
-#: The rounds of a paired validation and of each model of ``evaluate``
-#: (:class:`~dlbricks.generators.RoundsBudget`): one whole run and one run of each of the model's bricks
-#: a round, until the ratio of their sums holds to +-1% (95%), 12 rounds and a second at least, 8 s at
-#: most (a model of seconds gets its 12 rounds all the same).
+#: The rounds of a paired validation and of each model of ``evaluate``, in each of its
+#: :data:`~dlbricks.generators.ROUND_PROCESSES` worker processes
+#: (:class:`~dlbricks.generators.RoundsBudget`): one whole run and one short measurement of each of the
+#: model's bricks a round, until the ratio of their sums holds to +-1% (95%), 6 rounds and half a second
+#: at least, 4 s at most (a model of seconds gets its 6 rounds all the same).
 PAIRED_ROUNDS = RoundsBudget(min_rounds=6, min_time=0.5, max_time=4.0, rel_ci=0.02)
 #: Relative half-width that the machine's swing may leave in an estimate (the 95% interval of the
 #: ratio of a model's bricks to its whole runs over their rounds) before its figure is said not to be

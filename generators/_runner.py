@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import signal
 import subprocess
@@ -18,6 +19,8 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from dlbricks._errors import BackendError, InvalidArgumentError
 
@@ -37,8 +40,14 @@ __all__ = ["ROUND_PROCESSES", "Runner", "resolve_config", "rounds_in_processes"]
 STARTUP_TIMEOUT_S = 120.0
 EXIT_GRACE_S = 5.0
 WORKER_MODULE = "dlbricks.generators._worker"
-#: Fresh worker processes a model's rounds are spread over (:func:`rounds_in_processes`).
+#: Worker processes a model's rounds are spread over (:func:`rounds_in_processes`): at least
+#: ``ROUND_PROCESSES``, more, up to ``MAX_ROUND_PROCESSES``, while the processes' own ratios disagree by
+#: more than ``PROCESS_REL_CI``.
 ROUND_PROCESSES = 2
+MAX_ROUND_PROCESSES = 4
+#: Relative 95% half-width of the mean of the processes' ratios (twice its standard error) at which
+#: :func:`rounds_in_processes` starts no further process.
+PROCESS_REL_CI = 0.02
 #: Budget of holding a whole model in a fresh worker for its rounds: one run that proves it runs;
 #: the rounds time it.
 _HOLD_BUDGET = Budget(warmup_time=0.0, min_time=0.0, min_runs=1, max_time=1.0, rel_ci=1.0)
@@ -525,31 +534,45 @@ class Runner:
         )
 
 
+def _processes_agree(parts: Sequence[PairedRounds], rel_ci: float) -> bool:
+    """Whether the mean of ``parts``' ratios (bricks' sum over whole model, one per worker process)
+    is known to ``rel_ci`` (twice its standard error, relative)."""
+    ratios = np.array([p.ratio()[0] for p in parts])
+    if len(ratios) < 2 or not np.all(np.isfinite(ratios)) or ratios.mean() <= 0:
+        return True
+    return bool(2 * ratios.std(ddof=1) / math.sqrt(len(ratios)) <= rel_ci * ratios.mean())
+
+
 def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts: Sequence[int],
                         rounds: RoundsBudget | None = None, *, processes: int = ROUND_PROCESSES,
+                        max_processes: int = MAX_ROUND_PROCESSES, rel_ci: float = PROCESS_REL_CI,
                         seed: int | None = None) -> PairedRounds | None:
     """Time ``whole`` (a model) and ``items`` (its bricks, in the model's order, with ``counts`` their
     occurrences) in interleaved rounds (:meth:`Runner.rounds`, ``rounds`` its budget in each
-    process) in ``processes`` worker processes of ``runner``, one after another: its current worker
-    (as the caller left it), then a fresh one for each further set (the runner's worker is
-    replaced; its floor is kept); the rounds of all of them as one set
+    process) in worker processes of ``runner``, one after another: its current worker (as the
+    caller left it), then a fresh one for each further set (the runner's worker is replaced; its
+    floor is kept); the rounds of all of them as one set
     (:func:`~dlbricks.generators._rounds.merge_paired`).
 
-    A worker can run a layer 10-15% faster or slower than another, for as long as it lives, and its
+    A worker can run a layer 5-15% faster or slower than another, for as long as it lives, and its
     whole model by a different amount: wav2letter's 71 ms convolution ran at 70.0 ms in one
-    long-lived worker and at 81.8 ms in another, at 72-74 ms in fresh ones. More than one worker
-    averages that out of the ratio, and the interval holds what they drew. Returns None where no
-    process finished its rounds."""
-    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
-        raise InvalidArgumentError(f"'processes' must be an int >= 1. Got {processes!r} instead.")
-    parts = []
-    for p in range(processes):
+    long-lived worker and at 81.8 ms in another, at 72-74 ms in fresh ones; lstm_lm_medium's LSTM at
+    3.22-3.47 ms in six fresh ones. So ``processes`` workers at least, and further ones, up to
+    ``max_processes``, while the mean of their ratios is not known to ``rel_ci`` (pyperf spreads its
+    runs over processes for the same reason). Returns None where no process finished its rounds."""
+    for name, value in (("processes", processes), ("max_processes", max_processes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidArgumentError(f"'{name}' must be an int >= 1. Got {value!r} instead.")
+    parts: list[PairedRounds] = []
+    for p in range(max(processes, max_processes)):
+        if p >= processes and (not parts or _processes_agree(parts, rel_ci)):
+            break
         if p:
             runner.close()  # the next request starts a fresh worker
         held = runner.measure_detailed(whole, hold=True, budget=_HOLD_BUDGET)[0]
         if not held.ok:
             continue
-        part = runner.rounds(held.key, items, counts, rounds, seed=None if seed is None else seed * processes + p)
+        part = runner.rounds(held.key, items, counts, rounds, seed=None if seed is None else seed * 97 + p)
         runner.release(held.key)
         if part is not None:
             parts.append(part)

@@ -118,11 +118,13 @@ def test_a_model_and_its_bricks_run_in_rounds_in_two_workers(tmp_path: Path) -> 
         pid = runner.worker_pid
         result = measure_in_rounds(store, dec, runner, graph, system, budget=budget, rounds=rounds, processes=2)
         assert runner.worker_pid not in (None, pid)
-        assert result is not None and result.rounds.count == 10 and result.rounds.process == (0,) * 5 + (1,) * 5
-        assert result.whole.ok and result.whole.n == 10 and result.whole.key == graph.key
+        assert result is not None  # two workers at least, more while their ratios disagree
+        workers = len(result.rounds.groups())
+        assert 2 <= workers <= 4 and result.rounds.process == tuple(p for p in range(workers) for _ in range(5))
+        assert result.whole.ok and result.whole.n == 5 * workers and result.whole.key == graph.key
         assert set(result.bricks) == set(dec.bricks) and result.keys[0] == dec.occurrences[0].signature
         own = store.context_measurements(dec.model_key, system=system, config_id=OrtConfig().config_id)
-        assert {r.key for r in own} == set(dec.bricks) and all(r.n == 10 for r in own)
+        assert {r.key for r in own} == set(dec.bricks) and all(r.n == 5 * workers for r in own)
         ratio, low, high = result.ratio()
         assert 0 < low <= ratio <= high
         assert measure_in_rounds(store, dec, runner, b"not an onnx model", system, rounds=rounds) is None
