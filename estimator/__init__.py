@@ -1,7 +1,8 @@
 """dlbricks.estimator: reconstruct model latency from brick measurements, bound it, validate it.
 
 Composition (sequential sum, critical path), Benanza-style lower bounds, roofline bounds, prediction
-of bricks never measured, and estimates with uncertainty, coverage and a per-brick breakdown.
+of bricks never measured, and estimates with uncertainty, coverage and a per-brick breakdown; the
+HTML report of where the time goes.
 """
 
 from ._api import (
@@ -38,6 +39,7 @@ from ._estimate import (
 from ._evaluate import DEFAULT_SUITE, Evaluation, EvaluationRow, evaluate, measure_whole
 from ._predict import LatencyPredictor, OpModel, Prediction, floor_drift_s
 from ._profile import InModelTimes, in_model_times
+from ._report import ModelReport, model_report, render_report, write_report
 from ._queue import QueueTimes, queue_critical_path, queue_latency
 from ._sweep import SweepPoint, SweepShape, estimate_sweep, validate_sweep
 
@@ -68,6 +70,11 @@ __all__ = [
     "in_model_times",
     "InModelTimes",
     "open_store",
+    # where the time goes, as one HTML page (the plot extra)
+    "model_report",
+    "ModelReport",
+    "render_report",
+    "write_report",
     # one model at several shapes
     "estimate_sweep",
     "validate_sweep",

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
-from dlbricks import MissingBricksError
+from dlbricks import InvalidArgumentError, MissingBricksError
 from dlbricks.benchmarks_db import Store
 from dlbricks.generators import Budget, OrtConfig, collect_system_info
 
@@ -541,7 +541,11 @@ def _name(row: Any) -> str:
               help="default, full (every zoo model), or a comma-separated list of zoo models.")
 @_config_options
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Write PNG figures there (needs the 'plot' extra).")
+              help="Write PNG figures there: estimated against measured on log axes, with intervals and bounds, "
+                   "and time by op type (needs the 'plot' extra).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE", help="Write the HTML report of the suite and of each model there (see 'dlbricks "
+                                   "report'; needs the 'plot' extra).")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
 @click.option("--granularity", type=click.Choice(GRANULARITIES), default="layer", show_default=True,
               help="Bricks to estimate with: layers, the groups the runtime fuses at --opt-level, or both "
@@ -554,7 +558,7 @@ def _name(row: Any) -> str:
                    "with TF32 off; the lower bound takes the fastest, and each model shows the gap.")
 @handle_errors
 def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, device: str, plot_dir: Path | None,
-                 quiet: bool, granularity: str, framework: str | None, budget_name: str,
+                 report_path: Path | None, quiet: bool, granularity: str, framework: str | None, budget_name: str,
                  target_ci: float | None, algorithm_sweep: bool) -> None:
     """The main job: benchmark the suite's unique bricks, estimate every model, validate.
 
@@ -567,12 +571,25 @@ def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, device: str,
     models = suite_models(suite, "mxnet") if framework == "mxnet" else suite_models(suite)
     checked_names(models, "The --suite model name", "give zoo model names, as 'dlbricks zoo list' lists them")
     say = (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
+    if plot_dir is not None or report_path is not None:  # before the minutes of measuring
+        from ._plot import require_matplotlib
+        from ._report import check_report_path
+
+        require_matplotlib()
+        if report_path is not None:
+            check_report_path(report_path, db)
     Store.preflight(db)
     with open_store(db) as store:
         ev = evaluate(models, store, config=config, budget=_BUDGETS[budget_name](),
                       granularity=granularity, say=say, target_ci=target_ci or None,
                       algorithm_sweep=algorithm_sweep)
-    _print_evaluation(ev)
+        _print_evaluation(ev)
+        if report_path is not None:
+            from ._report import model_report, write_report
+
+            reports = [model_report(r.model, store, config=config, system=ev.system,
+                                    granularity="layer" if granularity == "layer" else "fused") for r in ev.rows]
+            click.echo(f"wrote {write_report(report_path, reports, ev, title='dlbricks evaluate', database=db)}")
     if plot_dir is not None:
         from ._plot import plot_evaluation
 
@@ -580,4 +597,44 @@ def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, device: str,
             click.echo(f"wrote {path}")
 
 
-COMMANDS = (estimate_cmd, plan_cmd, validate_cmd, calibrate_cmd, evaluate_cmd)
+@click.command("report", help=f"""Write one HTML page of where MODELs' time goes, to open offline and share.
+
+    {model_help()} Per model: the estimate with its interval, lower bound and roofline beside the
+    measured latency where the database has one; time by op type; the heaviest bricks and how each
+    was obtained; a roofline chart of its bricks; the gap to the lower bound by brick and op type.
+    Several models add the suite: estimated against measured on log axes. Reads the database only;
+    needs the 'plot' extra (matplotlib).
+    """)
+@click.argument("models", nargs=-1, required=True)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="The HTML file to write, e.g. report.html.")
+@_config_options
+@_shape_options
+@_granularity_option
+@click.option("--on-missing", type=click.Choice(("error", "predict")), default="error", show_default=True,
+              help="Bricks without a measurement: refuse, or predict them (the report marks them).")
+@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Bricks listed per model in the tables of heaviest bricks and of gaps.")
+@_framework_option
+@_system_id_option
+@handle_errors
+def report_cmd(models: tuple[str, ...], output: Path, db: str, threads: int, opt_level: str, device: str,
+               batch_size: int | None, input_shape: tuple[str, ...], granularity: str, on_missing: str, top: int,
+               framework: str | None, system_id: str | None) -> None:
+    from ._plot import require_matplotlib
+    from ._report import check_report_path, model_report, write_report
+
+    require_matplotlib()
+    check_report_path(output, db)
+    system_id = _checked_system_id(system_id)
+    if not os.path.isfile(db):
+        raise InvalidArgumentError(f"no database at {db!r}: give the file that 'dlbricks bench' filled (--db).")
+    targets = [_model_arg(m, batch_size, parse_input_shapes(input_shape)) for m in models]
+    config = _framework_config(_framework(framework, targets, db), threads, opt_level, device)
+    with Store.open(db, create=False, readonly=True) as store:
+        reports = [model_report(t, store, config=config, system=system_id, granularity=granularity,
+                                on_missing=on_missing) for t in targets]
+    click.echo(f"wrote {write_report(output, reports, top=top, database=db)}")
+
+
+COMMANDS = (estimate_cmd, plan_cmd, validate_cmd, calibrate_cmd, evaluate_cmd, report_cmd)

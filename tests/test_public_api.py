@@ -36,6 +36,7 @@ ESTIMATOR = {
     "QueueTimes", "queue_latency", "queue_critical_path", "issue_time",
     "COMPOSITION_NEIGHBOURS", "CompositionReference", "composition_error", "composition_references",
     "with_composition", "floor_drift_s", "PAIRED_ROUNDS", "paired_interval",
+    "model_report", "ModelReport", "render_report", "write_report",
 }
 MODEL_ZOO = {"TASKS", "ZooModel", "build", "count_params", "export", "get_model", "list_models"}
 
