@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any, ClassVar
@@ -61,8 +61,15 @@ IDLE_SPIN_S = 0.06
 #: extrapolated to a call with no node (:mod:`dlbricks.generators._floor`); 5: a brick with less than
 #: :data:`MIN_COLD_WEIGHT_BYTES` of weights runs as one session in ``cache="cold-weights"``; 6: the
 #: cold copies come nearest to their span rather than reach it (:func:`cold_copies`); 7: on a CPU the
-#: brick before a brick writes the brick's first input (:meth:`OrtPrepared._feed_from_previous`).
-MEASUREMENT_METHOD = 7
+#: brick before a brick writes the brick's first input (:meth:`OrtPrepared._feed_from_previous`); 8: the
+#: copies side by side that time a brick's repeat on an accelerator stay apart (:data:`KEEP_COPIES_APART`).
+MEASUREMENT_METHOD = 8
+#: Graph optimizers off in the session of a brick's copies side by side (:func:`repeat_time`): at level
+#: ``basic`` and above onnxruntime's common-subexpression elimination merges nodes that compute the same
+#: op from the same inputs, so four copies of a Conv+Relu that read one input and one weight ran as one
+#: Conv and four Relus, and the repeat came out as one Relu's cost (119 of the 548 fused bricks of the
+#: default suite at ``all``, in ten patterns).
+KEEP_COPIES_APART = ("CommonSubexpressionElimination",)
 #: Weights below which a brick in ``cache="cold-weights"`` runs as one session: its copies share
 #: their input, output and scratch, so with (almost) no weights they have no data of their own to
 #: keep cold, and each copy costs a session to create (a Relu brick of MobileNet-v2 ran as 84).
@@ -581,7 +588,7 @@ def repeat_time(model: onnx.ModelProto, config: OrtConfig, inputs: Mapping[str, 
     ort = _ort()
     runs, held = [], []
     for count in (1, copies):
-        session = _make_session(ort, side_by_side(model, count), config)
+        session = _make_session(ort, side_by_side(model, count), config, disabled_optimizers=KEEP_COPIES_APART)
         binding = session.io_binding()
         for name, array in inputs.items():
             value = ort.OrtValue.ortvalue_from_numpy(array, config.device, config.device_id)
@@ -624,17 +631,20 @@ def _seeded_inputs(model: onnx.ModelProto, names: list[str]) -> dict[str, np.nda
 
 
 def _make_session(ort: ModuleType, model: onnx.ModelProto, config: OrtConfig,
-                  shared_arena: bool = False, data: bytes | None = None) -> Any:
+                  shared_arena: bool = False, data: bytes | None = None,
+                  disabled_optimizers: Sequence[str] = ()) -> Any:
     """An InferenceSession for ``model`` (serialized as ``data`` when given) with the options and
-    providers of ``config``; with ``shared_arena`` its CPU allocations come from this process's one
-    shared arena (:func:`_register_shared_arena`)."""
+    providers of ``config``, without ``disabled_optimizers`` (onnxruntime's graph transformers by
+    name); with ``shared_arena`` its CPU allocations come from this process's one shared arena
+    (:func:`_register_shared_arena`)."""
     options = _session_options(ort, config)
     if shared_arena:
         _register_shared_arena(ort)
         options.add_session_config_entry(USE_ENV_ALLOCATORS, "1")
     try:
         data = model.SerializeToString() if data is None else data
-        session = ort.InferenceSession(data, options, providers=_providers(config))
+        extra = {"disabled_optimizers": list(disabled_optimizers)} if disabled_optimizers else {}
+        session = ort.InferenceSession(data, options, providers=_providers(config), **extra)
     except Exception as e:
         raise UnrunnableBrickError(
             f"onnxruntime cannot load model {model.graph.name!r}: {one_line(e)}"
