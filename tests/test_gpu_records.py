@@ -10,9 +10,7 @@ regression test on recorded times, not a fit to the whole models' measurements.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -26,9 +24,9 @@ from onnx import TensorProto, helper, numpy_helper
 from dlbricks import Brick, Decomposition, Occurrence
 from dlbricks.estimator import estimate_decomposition, issue_time
 from dlbricks.generators import Measurement, get_backend
+from tests._scripts import load_script
 
 EXCERPT = Path(__file__).parent / "data" / "h200_fused_all_run1_excerpt.json"
-SCRIPT = Path(__file__).parent.parent / "benchmarks" / "explain_gpu_records.py"
 
 
 def _records() -> dict[str, Any]:
@@ -94,12 +92,7 @@ def test_the_recorded_estimates_lie_between_the_queues_limits(name: str) -> None
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("explain_gpu_records", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script("explain_gpu_records")
 
 
 def _conv(activation: str | None) -> onnx.ModelProto:

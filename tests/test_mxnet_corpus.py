@@ -5,7 +5,6 @@ not install)."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
 from pathlib import Path
@@ -13,21 +12,16 @@ from types import ModuleType
 
 import pytest
 
+from tests._scripts import load_script
 from tests import _mxnet
 
 pytestmark = _mxnet.MARKS
 mx = _mxnet.import_mxnet()
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "mxnet_corpus.py"
 
 
 def _corpus() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("mxnet_corpus", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script("mxnet_corpus")
 
 
 def _gluon_export(folder: Path, shape: tuple[int, ...]) -> Path:
