@@ -53,6 +53,10 @@ DEFAULT_TARGET_CI = 0.01
 #: Budget of the main job: whole models (and, without ``target_ci``, bricks) are timed until the
 #: 95% CI of their median is within +-:data:`DEFAULT_TARGET_CI`.
 EVALUATE_BUDGET = Budget(warmup_time=0.02, min_time=0.1, min_runs=10, max_time=1.0, rel_ci=2 * DEFAULT_TARGET_CI)
+#: The peaks' runs in ``evaluate`` (a roofline's peaks take each kernel's fastest run; a tenth of a
+#: second of runs per size finds it within a few percent of ``calibrate_peaks``' default budget, in
+#: two thirds of its time).
+CALIBRATION_BUDGET = Budget(warmup_time=0.05, min_time=0.1, max_time=0.5)
 #: Worker processes each whole model is measured in.
 WHOLE_WORKERS = 3
 #: The default suite of the MXNet path: Gluon vision models of several families.
@@ -369,7 +373,7 @@ def _calibrate_once(store: Store, system: SystemInfo, config: Any, say: Callable
     say(f"calibrating peak FLOP/s and bandwidth with {key} (roofline)")
     cal_config = config if backend_name(config) == "mxnet" else OrtConfig(
         intra_op_num_threads=threads_of(config) or 1, device=config.device, device_id=config.device_id)
-    store.record_peaks(system, *merge_peaks(stored, key, calibrate_peaks(cal_config)))
+    store.record_peaks(system, *merge_peaks(stored, key, calibrate_peaks(cal_config, CALIBRATION_BUDGET)))
 
 
 def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_Turns], store: Store,
