@@ -22,15 +22,17 @@ import click
 
 from dlbricks._cliutil import (
     EXIT_INTERRUPTED,
+    backend_config,
+    backend_option,
     checked_names,
     checked_system_id,
+    chosen_backend,
     failed_run_hint,
     finite_floats,
     format_table,
-    framework_of,
     handle_errors,
-    infer_framework,
     iter_models,
+    model_format,
     model_help,
     model_options,
     parse_input_shapes,
@@ -54,15 +56,15 @@ from ._store import DEFAULT_PATH, Store
 
 __all__ = ["EXIT_INTERRUPTED", "bench", "cli", "db"]
 
-#: ``--sweep``/option names of configuration fields (any field name works too).
-CONFIG_ALIASES = {"threads": "intra_op_num_threads", "inter-threads": "inter_op_num_threads",
-                  "opt-level": "graph_optimization_level", "device": "device",
-                  "mode": "execution_mode", "spinning": "allow_spinning"}
+#: ``--sweep`` keys that are the command's own options: each point's configuration is built from them
+#: by the backend (:func:`~dlbricks._cliutil.backend_config`), whatever its fields are called.
+OPTION_KEYS = {"threads": "threads", "opt-level": "opt_level", "opt_level": "opt_level", "device": "device"}
+#: Shorter ``--sweep`` names of onnxruntime's fields (any field name works too), used where the
+#: backend's configuration has no field of the name given.
+CONFIG_ALIASES = {"inter-threads": "inter_op_num_threads", "mode": "execution_mode", "spinning": "allow_spinning"}
 BUDGET_NAMES = ("quick", "default", "thorough")
 #: Where ``bench`` measures: in this process's worker, or on a Ray cluster's nodes.
 EXECUTORS = ("local", "ray")
-#: Configuration fields that count CPU threads (onnxruntime's, MXNet's).
-THREAD_FIELDS = ("intra_op_num_threads", "omp_threads")
 #: The most moments ``--moments`` takes: each is a full measurement of every dominant brick.
 MAX_MOMENTS = 20
 
@@ -84,11 +86,12 @@ def _budget(name: str, min_time: float | None, max_time: float | None, timeout: 
     return dataclasses.replace(budget, **changes)
 
 
-def _configs(backend: str, fixed: dict[str, str], sweeps: Sequence[str]) -> list[dict[str, Any]]:
-    """One configuration dict per point of the ``--sweep`` grid, on top of the fixed options."""
+def _configs(backend: str, options: Mapping[str, Any], sweeps: Sequence[str]) -> list[dict[str, Any]]:
+    """One configuration dict per point of the ``--sweep`` grid: the backend's configuration of the
+    command's options (``threads``, ``opt_level``, ``device``; None: not given) and of the point's
+    option keys (:data:`OPTION_KEYS`), with the point's other keys set as fields."""
     from dlbricks.generators import get_backend
 
-    base = get_backend(backend).default_config().to_dict()
     axes: dict[str, list[str]] = {}
     for text in sweeps:
         name, sep, values = text.partition("=")
@@ -96,23 +99,43 @@ def _configs(backend: str, fixed: dict[str, str], sweeps: Sequence[str]) -> list
         if not sep or not name.strip() or not choices:
             raise InvalidArgumentError(f"--sweep {text!r} is not KEY=V1,V2,...; e.g. --sweep "
                                        f"opt-level=disable,all or --sweep threads=1,2.")
-        key = name.strip()
-        axes[CONFIG_ALIASES.get(key, key.replace("-", "_"))] = choices
+        axes[name.strip()] = choices
     points = [dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())]
-    configs = [config_overrides(base, {**fixed, **point}) for point in points]
-    for cfg in configs:
-        _check_threads(cfg)
+    runtime = get_backend(backend)
+    configs = []
+    for point in points:
+        given = {**options, **{OPTION_KEYS[k]: _option_value(k, v) for k, v in point.items() if k in OPTION_KEYS}}
+        base = backend_config(backend, **given).to_dict()
+        fields = {_field_name(k, base): v for k, v in point.items() if k not in OPTION_KEYS}
+        cfg = config_overrides(base, fields)
+        _check_threads(runtime.config_from_dict(cfg).threads)
+        configs.append(cfg)
     return configs
 
 
-def _check_threads(cfg: Mapping[str, Any]) -> None:
+def _option_value(key: str, text: str) -> Any:
+    """A ``--sweep`` value of an option key: ``threads`` an int, the others as given."""
+    if key != "threads":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise InvalidArgumentError(f"Cannot set threads to {text!r}: expected a int.") from None
+
+
+def _field_name(key: str, base: Mapping[str, Any]) -> str:
+    """The configuration field a ``--sweep`` key names: itself (``-`` as ``_``) where ``base`` has it,
+    else its onnxruntime alias (:data:`CONFIG_ALIASES`)."""
+    name = key.replace("-", "_")
+    return name if name in base else CONFIG_ALIASES.get(key, name)
+
+
+def _check_threads(threads: int) -> None:
     """Refuse thread counts that no estimate can use (below 1) or that this machine lacks."""
     cores = os.cpu_count() or 1
-    for name in THREAD_FIELDS:
-        value = cfg.get(name)
-        if isinstance(value, int) and not 1 <= value <= cores:
-            raise InvalidArgumentError(f"{name} must be between 1 and this machine's {cores} logical "
-                                       f"cores. Got {value} instead.")
+    if not 1 <= threads <= cores:
+        raise InvalidArgumentError(f"--threads must be between 1 and this machine's {cores} logical "
+                                   f"cores. Got {threads} instead.")
 
 
 def config_overrides(base: Mapping[str, Any], overrides: Mapping[str, str]) -> dict[str, Any]:
@@ -258,14 +281,11 @@ def _summary(report: BenchReport, db_path: str) -> str:
 @model_options
 @_db_option
 @click.option("--granularity", type=click.Choice(GRANULARITIES), default="layer", show_default=True)
-@click.option("--framework", "--backend", "backend", default=None, metavar="FRAMEWORK",
-              help="The framework the bricks run in: a registered backend (onnxruntime, mxnet, or a "
-                   "'module:attr' path). Default: the models' own (mxnet for an MXNet symbol file or a gluon_ "
-                   "zoo model, else onnxruntime). --backend is the same option.")
+@backend_option
 @click.option("--threads", type=click.IntRange(min=1), default=None,
-              help="intra_op_num_threads (default 1; at most this machine's logical cores).")
+              help="Threads one run computes with (default 1; at most this machine's logical cores).")
 @click.option("--opt-level", type=click.Choice(("disable", "basic", "extended", "all")), default=None,
-              help="Graph optimization level (default disable).")
+              help="onnxruntime's graph optimization level (default disable).")
 @click.option("--device", type=click.Choice(("cpu", "cuda")), default=None, help="Default cpu.")
 @click.option("--budget", "budget_name", type=click.Choice(BUDGET_NAMES), default="default",
               show_default=True, help="Time budget per brick.")
@@ -305,7 +325,7 @@ def _summary(report: BenchReport, db_path: str) -> str:
 @click.pass_context
 @handle_errors
 def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_size: int | None,
-          input_shape: tuple[str, ...], db_path: str, granularity: str, backend: str,
+          input_shape: tuple[str, ...], db_path: str, granularity: str,
           threads: int | None, opt_level: str | None, device: str | None, budget_name: str,
           min_time: float | None, max_time: float | None, timeout: float | None,
           sweep: tuple[str, ...], retry_failed: bool, moments: int, target_ci: float | None, whole_model: bool,
@@ -322,19 +342,18 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
     budget = _budget(budget_name, min_time, max_time, timeout)
     if target_ci is not None:  # whole models (--whole-model) to the half-width asked of estimates
         budget = dataclasses.replace(budget, rel_ci=min(budget.rel_ci, 2 * target_ci))
-    fixed = {k: str(v) for k, v in (("intra_op_num_threads", threads), ("device", device),
-                                    ("graph_optimization_level", opt_level)) if v is not None}
-    given = backend
-    backend = infer_framework(given, {m: framework_of(m) for m in models})
-    configs = _configs(backend, fixed, sweep)
+    options = {"threads": threads, "opt_level": opt_level, "device": device}
+    backend = chosen_backend({m: model_format(m) for m in models})
+    configs = _configs(backend, options, sweep)
     Store.preflight(db_path)  # a bad --db fails before any model is loaded
     decompositions, graphs = [], []
     for graph in iter_models(models, zoo, batch_size, shapes):  # every model (and its name) checked before the db
         decompositions.append(decompose(graph, granularity=granularity))
         graphs.append(graph)
-    if infer_framework(given, {g.name: framework_of(g) for g in graphs}) != backend:  # known once loaded
-        backend = infer_framework(given, {g.name: framework_of(g) for g in graphs})
-        configs = _configs(backend, fixed, sweep)
+    loaded = chosen_backend({g.name: model_format(g) for g in graphs})  # known once loaded
+    if loaded != backend:
+        backend = loaded
+        configs = _configs(backend, options, sweep)
     with Store.open(db_path) as store:
         for dec, graph in zip(decompositions, graphs, strict=True):
             stored = store.stored_name(dec.model_key)

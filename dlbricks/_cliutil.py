@@ -25,24 +25,29 @@ from dlbricks._onnx_frontend import load_model
 __all__ = [
     "COUNT",
     "EXIT_INTERRUPTED",
-    "FRAMEWORKS",
+    "FORMAT_BACKENDS",
+    "BackendName",
     "DlbricksClickError",
     "DlbricksGroup",
     "FiniteFloat",
     "FiniteFloatRange",
+    "backend_config",
+    "backend_formats",
+    "backend_option",
     "checked_names",
+    "chosen_backend",
     "checked_system_id",
     "cli_advice",
     "failed_run_hint",
     "finite_floats",
     "format_table",
-    "framework_of",
-    "framework_option",
+    "given_backend",
     "handle_errors",
-    "infer_framework",
+    "infer_backend",
     "interrupted",
     "is_model_path",
     "iter_models",
+    "model_format",
     "model_help",
     "model_options",
     "parse_input_shapes",
@@ -372,11 +377,14 @@ def model_help(stored: bool = True) -> str:
     command also finds models stored in its database by name)."""
     return ("MODEL is an ONNX file, an MXNet symbol file (NAME-symbol.json, with NAME-0000.params beside it), "
             + ("the name of a model stored in the database, " if stored else "")
-            + "or a zoo model name (see 'dlbricks zoo list'). The framework it runs in follows from it "
-              "(--framework to choose).")
-#: The frameworks a model's bricks run in: the registered backends of the two model formats.
-FRAMEWORKS = ("onnxruntime", "mxnet")
-_FORMAT_FRAMEWORK = {"onnx": "onnxruntime", "mxnet": "mxnet"}
+            + "or a zoo model name (see 'dlbricks zoo list'). The runtime it runs in follows from its format "
+              "(--backend to choose another).")
+
+
+#: The runtime that runs each model format (``ModelSource.format``) unless --backend names another.
+FORMAT_BACKENDS = {"onnx": "onnxruntime", "mxnet": "mxnet"}
+#: Where the current command keeps --backend (or --framework) as given: ``(name, spelling)``.
+_GIVEN_BACKEND = "dlbricks.backend"
 
 
 def model_options(fn: F) -> F:
@@ -389,66 +397,157 @@ def model_options(fn: F) -> F:
     return click.argument("models", nargs=-1, metavar="MODEL...")(fn)
 
 
-def framework_option(fn: F) -> F:
-    """``--framework onnxruntime|mxnet``, default None: inferred from the models (see :func:`infer_framework`)."""
-    return click.option("--framework", type=click.Choice(FRAMEWORKS), default=None,
-                        help="The framework the bricks run in. Default: the models' own (mxnet for an MXNet "
-                             "symbol file or a gluon_ zoo model, else onnxruntime).")(fn)
+class BackendName(click.ParamType):
+    """A registered backend's name (the registry is read when the option is parsed or shown, so a
+    backend registered by a plugin is a choice too), or a ``module:attr`` import path of one."""
+
+    name = "backend"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from dlbricks.generators import available_backends
+
+        names = available_backends()
+        if value in names or (isinstance(value, str) and ":" in value):
+            return value
+        self.fail(f"{value!r} is not a registered backend; choose one of {', '.join(names)} or give a "
+                  "'module:attr' path.", param, ctx)
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        from dlbricks.generators import available_backends
+
+        return "[" + "|".join(available_backends()) + "]"
 
 
-def framework_of(model: ModelGraph | str) -> str | None:
-    """The framework that runs ``model``: a loaded graph's (from its format), or a name's where it
-    tells (``*.json``: an MXNet symbol file; ``gluon_*``: a Gluon zoo model; ``*.onnx``); else None."""
+def _remember_backend(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Keep --backend (or --framework, its older spelling) as given, with the spelling used, for
+    :func:`given_backend`; refuse both spellings naming different runtimes."""
+    if value is None:
+        return None
+    spelling = param.opts[0]
+    earlier = ctx.meta.get(_GIVEN_BACKEND)
+    if earlier is not None and earlier[0] != value:
+        raise click.BadParameter(f"{earlier[1]} {earlier[0]} and {spelling} {value} name different runtimes; "
+                                 "give one.", ctx=ctx, param=param)
+    ctx.meta[_GIVEN_BACKEND] = (value, spelling)
+    return value
+
+
+def backend_option(fn: F) -> F:
+    """``--backend NAME`` (and ``--framework NAME``, its older spelling), default None: the runtime of
+    the models' format (see :func:`infer_backend`). Read it with :func:`given_backend`."""
+    fn = click.option("--framework", type=BackendName(), default=None, expose_value=False,
+                      callback=_remember_backend, help="The older spelling of --backend.")(fn)
+    return click.option("--backend", type=BackendName(), default=None, expose_value=False,
+                        callback=_remember_backend,
+                        help="The runtime the bricks run in: a registered backend or a 'module:attr' path. "
+                             "Default: the models' own (mxnet for an MXNet symbol file, a gluon_ zoo model or "
+                             "a stored MXNet model, else onnxruntime).")(fn)
+
+
+def given_backend() -> tuple[str | None, str]:
+    """The current command's --backend (or --framework) as given (None if neither was), and the
+    spelling to name it by in messages."""
+    ctx = click.get_current_context(silent=True)
+    given = ctx.meta.get(_GIVEN_BACKEND) if ctx is not None else None
+    return given if given is not None else (None, "--backend")
+
+
+def model_format(model: ModelGraph | str) -> str | None:
+    """The format of ``model``: a loaded graph's, or a name's where it tells (``*.json``: an MXNet
+    symbol file; ``gluon_*``: a Gluon zoo model; ``*.onnx``); else None."""
     if isinstance(model, ModelGraph):
-        return _FORMAT_FRAMEWORK.get(model.source.format)
+        return model.source.format
     name = str(model)
     if name.lower().endswith(".json") or name.startswith("gluon_"):
         return "mxnet"
     if name.lower().endswith(".onnx"):
-        return "onnxruntime"
+        return "onnx"
     return None
 
 
-def infer_framework(given: str | None, models: Mapping[str, str | None]) -> str:
-    """The framework of a run over ``models`` (label -> :func:`framework_of`): ``given``, checked
-    against the models' own, else theirs.
+def backend_formats(name: str) -> frozenset[str]:
+    """The model formats that backend ``name`` runs: its ``model_formats`` where it declares them,
+    else the formats whose default runtime it is (:data:`FORMAT_BACKENDS`), else ONNX (what the
+    ``Backend`` protocol prepares)."""
+    from dlbricks.generators import get_backend
 
-    A custom backend (``module:attr``) is taken as given. Models of unknown framework (stored names)
-    do not vote; with none that votes, onnxruntime.
+    declared = getattr(get_backend(name), "model_formats", None)
+    if declared is not None:
+        return frozenset(declared)
+    return frozenset({f for f, b in FORMAT_BACKENDS.items() if b == name} or {"onnx"})
+
+
+def infer_backend(given: str | None, models: Mapping[str, str | None], option: str = "--backend") -> str:
+    """The backend of a run over ``models`` (label -> :func:`model_format`): ``given`` (spelled
+    ``option`` on the command line), checked to run every model's format, else the runtime of theirs.
+
+    Models of unknown format (stored names) do not vote; with none that votes, onnxruntime.
 
     Raises
     ------
     InvalidArgumentError
-        If the models run in different frameworks, or not in ``given``.
+        If the models are of different formats, or ``given`` does not run one's.
     """
     own: dict[str, str] = {}
-    for label, framework in models.items():
-        if framework is not None:
-            own.setdefault(framework, label)
-    if given is not None and given not in FRAMEWORKS:
-        return given
+    for label, fmt in models.items():
+        if fmt is not None:
+            own.setdefault(fmt, label)
     if given is not None:
-        other = next(((f, m) for f, m in own.items() if f != given), None)
+        runs = backend_formats(given)
+        other = next(((f, m) for f, m in own.items() if f not in runs), None)
         if other is not None:
-            raise InvalidArgumentError(f"{other[1]} runs in {other[0]}; --framework {given} cannot run its "
-                                       f"bricks. Use --framework {other[0]}, or leave --framework out.")
+            fmt, label = other
+            raise InvalidArgumentError(f"{label} is an {fmt} model, which {option} {given} does not run. Use "
+                                       f"{option} {FORMAT_BACKENDS.get(fmt, fmt)}, or leave {option} out.")
         return given
     if len(own) > 1:
         (f1, m1), (f2, m2) = list(own.items())[:2]
-        raise InvalidArgumentError(f"{m1} runs in {f1} and {m2} in {f2}; give the models of each framework "
+        raise InvalidArgumentError(f"{m1} is an {f1} model and {m2} an {f2} one; give the models of each format "
                                    f"in a run of their own.")
-    return next(iter(own), "onnxruntime")
+    return FORMAT_BACKENDS.get(next(iter(own), "onnx"), "onnxruntime")
+
+
+def chosen_backend(models: Mapping[str, str | None]) -> str:
+    """:func:`infer_backend` of the current command's --backend (or --framework) for ``models``
+    (label -> :func:`model_format`)."""
+    given, option = given_backend()
+    return infer_backend(given, models, option)
+
+
+def backend_config(name: str, *, threads: int | None = None, opt_level: str | None = None,
+                   device: str | None = None) -> Any:
+    """The configuration of backend ``name`` for a command's options (None: not given), built by the
+    backend's ``config_from_options``; a backend without one takes none of them.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If an option was given that the backend does not take.
+    """
+    from dlbricks.generators import get_backend
+
+    backend = get_backend(name)
+    build = getattr(backend, "config_from_options", None)
+    if build is not None:
+        return build(threads=threads, opt_level=opt_level, device=device)
+    given = [f"{option} {value}" for option, value in (("--threads", threads), ("--opt-level", opt_level),
+                                                       ("--device", device)) if value is not None]
+    if given:
+        raise InvalidArgumentError(f"backend {name!r} builds no configuration from options; leave out "
+                                   f"{', '.join(given)} to measure under its default configuration.")
+    return backend.default_config()
 
 
 _OUT_OF_MEMORY = re.compile(r"MemoryError|bad_alloc|[Ff]ailed to allocate|[Cc]annot allocate memory|[Oo]ut of memory")
 
 
-def failed_run_hint(first_error: str, framework: str) -> str:
+def failed_run_hint(first_error: str, backend: str) -> str:
     """What to try when every measurement of a run failed, the first with ``first_error``: a smaller
-    shape where it ran out of memory, else whether the models run in ``framework``."""
+    shape where it ran out of memory, else whether the models run in ``backend``."""
     if _OUT_OF_MEMORY.search(first_error):
         return "the machine ran out of memory: give a smaller --batch-size or --input-shape"
-    return f"is --framework {framework} the framework these models run in?"
+    return (f"is {backend} the runtime these models run in? (--backend {backend}, or --framework {backend} as "
+            "older scripts spell it, chooses it)")
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int] | None = None) -> str:

@@ -17,12 +17,12 @@ import click
 from dlbricks._bricks import Brick, write_bricks
 from dlbricks._cliutil import (
     DlbricksGroup,
+    backend_option,
+    chosen_backend,
     format_table,
-    framework_of,
-    framework_option,
     handle_errors,
-    infer_framework,
     iter_models,
+    model_format,
     model_help,
     model_options,
     parse_input_shapes,
@@ -34,9 +34,19 @@ from dlbricks._no_weights import KEPT_VALUES
 
 __all__ = ["main"]
 
-#: How ``decompose --check`` checks a brick in each framework: None if it runs, else the reason.
+#: How ``decompose --check`` checks a brick in the backends that declare no ``check_brick``: None if
+#: it runs, else the reason (any other backend: onnxruntime's check of the brick's ONNX model).
 CHECKS: dict[str, Callable[[Brick], str | None]] = {"onnxruntime": Brick.check_runnable,
                                                     "mxnet": check_mxnet_runnable}
+
+
+def brick_check(backend: str) -> Callable[[Brick], str | None]:
+    """How ``decompose --check`` checks a brick in ``backend``: its ``check_brick`` where it has one,
+    else :data:`CHECKS`' entry, else onnxruntime's check."""
+    from dlbricks.generators import get_backend
+
+    own = getattr(get_backend(backend), "check_brick", None)
+    return own if own is not None else CHECKS.get(backend, Brick.check_runnable)
 
 @click.group(cls=DlbricksGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dlbricks")
@@ -58,8 +68,8 @@ def main() -> None:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write each unique brick as DIR/<signature>_<op>.onnx.")
 @click.option("--check/--no-check", default=True, show_default=True,
-              help="Check that the framework the bricks run in (--framework) can run every brick.")
-@framework_option
+              help="Check that the runtime the bricks run in (--backend) can run every brick.")
+@backend_option
 @click.option("--no-weights", is_flag=True,
               help="With --out: no names from the model, and synthetic values for every constant (weights, "
                    "scalars, integer tensors, a gather's indices drawn within range), so that a proprietary "
@@ -67,7 +77,7 @@ def main() -> None:
 @handle_errors
 def decompose_cmd(models: tuple[str, ...], zoo: str | None, batch_size: int | None,
                   input_shape: tuple[str, ...], granularity: str, opt_level: str | None, as_json: bool,
-                  out: Path | None, check: bool, framework: str | None, no_weights: bool) -> None:
+                  out: Path | None, check: bool, no_weights: bool) -> None:
     if batch_size is not None and batch_size <= 0:
         raise InvalidArgumentError(f"--batch-size must be a positive int. Got {batch_size} instead.")
     shapes = parse_input_shapes(input_shape)
@@ -75,9 +85,10 @@ def decompose_cmd(models: tuple[str, ...], zoo: str | None, batch_size: int | No
     own = {}
     for graph in iter_models(models, zoo, batch_size, shapes):
         bs.add(decompose(graph, granularity=granularity, opt_level=opt_level))
-        own[graph.name] = framework_of(graph)
-    framework = infer_framework(framework, own)
-    problems = {sig: CHECKS[framework](b) for sig, b in bs.bricks.items()} if check else {}
+        own[graph.name] = model_format(graph)
+    backend = chosen_backend(own)
+    check_one = brick_check(backend) if check else None
+    problems = {sig: check_one(b) for sig, b in bs.bricks.items()} if check_one is not None else {}
     problems = {k: v for k, v in problems.items() if v is not None}
     if no_weights and out is None:
         raise InvalidArgumentError("--no-weights changes the bricks that --out writes; give --out DIR.")
@@ -90,7 +101,7 @@ def decompose_cmd(models: tuple[str, ...], zoo: str | None, batch_size: int | No
     for sig, reason in problems.items():
         brick = bs.bricks[sig]
         click.echo(f"Error: brick {sig[:12]} ({brick.op_type}) of {', '.join(bs.model_names(sig))} "
-                   f"is unrunnable in {framework} and will be skipped: {reason}", err=True)
+                   f"is unrunnable in {backend} and will be skipped: {reason}", err=True)
     if problems:
         sys.exit(2)
 

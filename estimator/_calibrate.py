@@ -162,13 +162,15 @@ def _rate(work: float, m: Measurement) -> float:
 
 
 def calibrate_peaks(config: BackendConfig | None = None, budget: Budget | None = None) -> Calibration:
-    """Measure peak FLOP/s (MatMuls and 3x3 convolutions) and bandwidth (Adds) under a backend
-    configuration (default: onnxruntime, 1 CPU thread); an ``MxnetConfig`` measures MXNet's
-    FullyConnected, Convolution and elemwise_add instead. On a GPU the sizes are larger
-    (``*_CUDA``) and no NCHWc chain is run."""
+    """Measure peak FLOP/s (MatMuls and 3x3 convolutions) and bandwidth (Adds) with the backend that
+    runs a configuration (default: onnxruntime, 1 CPU thread): ONNX models, run by the configuration's
+    own backend (onnxruntime, OpenVINO...); an ``MxnetConfig`` measures MXNet's FullyConnected,
+    Convolution and elemwise_add instead. On the CPU the 8-bit GEMMs are run too, and with
+    onnxruntime the convolutions in its NCHWc layout (level "all"). On a GPU the sizes are larger
+    (``*_CUDA``) and neither is run."""
     budget = budget or Budget(min_time=0.3, max_time=2.0)
     config = config or OrtConfig()
-    mxnet = config.backend == "mxnet"
+    mxnet = config.backend == "mxnet"  # the model format of its calibration: org.mxnet nodes
     on_cpu = config.device == "cpu"
     gemm_sizes, stream_elements, gemv_sizes = ((GEMM_SIZES, STREAM_ELEMENTS, GEMV_SIZES) if on_cpu
                                                else (GEMM_SIZES_CUDA, STREAM_ELEMENTS_CUDA, GEMV_SIZES_CUDA))
@@ -176,22 +178,21 @@ def calibrate_peaks(config: BackendConfig | None = None, budget: Budget | None =
                                    else (gemm_model, conv_model, stream_model))
     models = ([gemm_of(n) for n in gemm_sizes] + [conv_of(c, h) for c, h in CONV_SHAPES]
               + [stream_of(e) for e in stream_elements] + [gemm_of(n, 1) for n in gemv_sizes])
-    results = iter(benchmark(models, backend="mxnet" if mxnet else "onnxruntime", config=config,  # type: ignore[arg-type]
-                             budget=budget))
+    results = iter(benchmark(models, backend=config.backend, config=config, budget=budget))
     gemm = tuple((n, _rate(2.0 * n ** 3, next(results))) for n in gemm_sizes)
     conv = tuple((c, h, _rate(_conv_flops(c, h), next(results))) for c, h in CONV_SHAPES)
     stream = tuple((12 * e, _rate(12.0 * e, next(results))) for e in stream_elements)
     gemv = tuple((4 * n * n, _rate(4.0 * n * n, next(results))) for n in gemv_sizes)
     nchwc: tuple[tuple[int, int, float], ...] = ()
-    if not mxnet and on_cpu:  # the NCHWc layout is the CPU provider's
+    if isinstance(config, OrtConfig) and on_cpu:  # the NCHWc layout is onnxruntime's CPU provider's
         chains = [conv_model(c, h, NCHWC_DEPTH) for c, h in CONV_SHAPES]
-        runs = benchmark(chains, config=replace(config or OrtConfig(), graph_optimization_level="all"),
-                         budget=budget)
+        runs = benchmark(chains, config=replace(config, graph_optimization_level="all"), budget=budget)
         nchwc = tuple((c, h, _rate(NCHWC_DEPTH * _conv_flops(c, h), m))
                       for (c, h), m in zip(CONV_SHAPES, runs, strict=True))
     int_gemm: tuple[tuple[int, float], ...] = ()
     if not mxnet and on_cpu:  # 8-bit GEMMs: what quantized bricks run (the float peak does not bound them)
-        runs = benchmark([int_gemm_model(n) for n in gemm_sizes], config=config, budget=budget)
+        runs = benchmark([int_gemm_model(n) for n in gemm_sizes], backend=config.backend, config=config,
+                         budget=budget)
         int_gemm = tuple((n, _rate(2.0 * n ** 3, m)) for n, m in zip(gemm_sizes, runs, strict=True))
     flops = max([r for _, r in gemm] + [r for _, _, r in conv + nchwc])
     bandwidth = max(r for _, r in stream + gemv)

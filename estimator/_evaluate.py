@@ -371,7 +371,7 @@ def _calibrate_once(store: Store, system: SystemInfo, config: Any, say: Callable
     if stored is not None and key in calibrated_backends(stored):
         return
     say(f"calibrating peak FLOP/s and bandwidth with {key} (roofline)")
-    cal_config = config if backend_name(config) == "mxnet" else OrtConfig(
+    cal_config = config if backend_name(config) != "onnxruntime" else OrtConfig(
         intra_op_num_threads=threads_of(config) or 1, device=config.device, device_id=config.device_id)
     store.record_peaks(system, *merge_peaks(stored, key, calibrate_peaks(cal_config, CALIBRATION_BUDGET)))
 

@@ -1,4 +1,5 @@
-"""In-model times of every layer, from onnxruntime's own profiler.
+"""In-model times of every layer, from the runtime's own profiler: onnxruntime's, or that of a backend
+with ``profile_kernels`` (OpenVINO's profiling counters).
 
 Per-node kernel times inside the running model are the reference for explaining an estimate's error
 per brick: a brick whose own time differs much from its layers' in-model time is measured out of its
@@ -14,46 +15,75 @@ import json
 import os
 import tempfile
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from dlbricks import ModelGraph, random_inputs
+import onnx
+
+from dlbricks import InvalidArgumentError, ModelGraph, random_inputs
 from dlbricks._fusion import REORDER_OPS, kernel_origin
 from dlbricks._onnx_frontend import unique_dequantize
 from dlbricks._ortutil import session_options
-from dlbricks.generators import OrtConfig, kernel_medians
+from dlbricks.generators import OrtConfig, get_backend, kernel_medians
 
 __all__ = ["InModelTimes", "in_model_times"]
 
 _NCHWC_SUFFIX = "_nchwc"
+#: The op type of a layout reorder that a backend's ``profile_kernels`` reports (a kernel of no node).
+_REORDER = "Reorder"
 
 
 @dataclass(frozen=True, slots=True)
 class InModelTimes:
-    """Median kernel times (seconds) inside the running model, from onnxruntime's profiler.
+    """Median kernel times (seconds) inside the running model, from the runtime's profiler.
 
     ``layers``: by layer name; a kernel that runs several layers (fused) counts on one of them, so
-    sum over a brick's layers. ``reorders_s``: the layout reorders onnxruntime inserted (level
-    "all"), which belong to no layer. ``kernels``: kernels one run executes; ``total_s``: their sum.
+    sum over a brick's layers. ``reorders_s``: the layout reorders the runtime inserted (onnxruntime
+    at level "all", OpenVINO's CPU plugin), which belong to no layer. ``kernels``: kernels one run
+    executes; ``total_s``: their sum. ``unmapped``: the kernels matched to no layer and no reorder,
+    which count in ``total_s`` only.
     """
 
     layers: dict[str, float]
     reorders_s: float
     kernels: int
     total_s: float
+    unmapped: tuple[str, ...] = ()
 
 
-def in_model_times(graph: ModelGraph, config: OrtConfig | None = None, runs: int = 30,
-                   warmup: int = 5) -> InModelTimes:
-    """Profile ``graph`` under ``config`` and attribute each kernel's median time to its layers.
+def in_model_times(graph: ModelGraph, config: Any = None, runs: int = 30, warmup: int = 5) -> InModelTimes:
+    """Profile ``graph`` under ``config`` (default ``OrtConfig()``) and attribute each kernel's median
+    time to its layers.
 
-    A kernel is matched to a layer by the node name the profiler reports (layers are renamed
-    ``__dlb<index>`` first) or, for kernels the optimizer created (fusions; the NCHWc transformer
-    names a kernel after its output), by the layer that produced that output or whose name leads
-    the kernel's. Kernels matched nowhere count in ``total_s`` only.
+    A backend with ``profile_kernels`` (see :class:`~dlbricks.generators.Backend`) profiles the
+    model itself and names the nodes each kernel runs; a fused kernel counts on the first of them.
+    onnxruntime's profiler is read here: a kernel is matched to a layer by the node name it reports
+    (layers are renamed ``__dlb<index>`` first) or, for kernels the optimizer created (fusions; the
+    NCHWc transformer names a kernel after its output), by the layer that produced that output or
+    whose name leads the kernel's. Kernels matched nowhere count in ``total_s`` only, and are named
+    in ``unmapped``.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If ``config``'s backend is neither onnxruntime nor one with ``profile_kernels``.
     """
-    import onnxruntime as ort
-
     config = config or OrtConfig()
+    model, owner = _numbered(graph)
+    profile = getattr(get_backend(config.backend), "profile_kernels", None)
+    if profile is not None:
+        kernels = profile(model, config, random_inputs(graph.inputs, seed=0), runs=runs, warmup=warmup)
+        return _attributed(kernels, owner)
+    if not isinstance(config, OrtConfig):
+        raise InvalidArgumentError(f"the {config.backend} backend gives no in-model per-layer times (it has no "
+                                   "profile_kernels); leave out --per-brick (per_brick=False).")
+    return _ort_times(graph, model, owner, config, runs, warmup)
+
+
+def _numbered(graph: ModelGraph) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """``graph``'s model with node ``i`` named ``__dlb<i>`` (node ``i`` is the layer of index ``i``),
+    and the layer name of each such node name and of each node's outputs."""
     model = graph.to_onnx()
     # the DequantizeLinear copies the runtime makes, made first, as the loader made them: node i is
     # the layer of index i, and each copy's kernel is its own layer's
@@ -66,6 +96,31 @@ def in_model_times(graph: ModelGraph, config: OrtConfig | None = None, runs: int
     owner = {f"__dlb{i}": by_index[i] for i in by_index}
     owner.update({out: by_index[i] for i, node in enumerate(model.graph.node) if i in by_index
                   for out in node.output})
+    return model, owner
+
+
+def _attributed(kernels: Sequence[tuple[str, str, Sequence[str], float]], owner: dict[str, str]) -> InModelTimes:
+    """A backend's profiled kernels ``(kernel, op type, nodes, seconds)`` attributed to the layers
+    that ``owner`` names for their nodes (a fused kernel to its first node's); reorders apart."""
+    layers: dict[str, float] = defaultdict(float)
+    reorders = 0.0
+    unmapped = []
+    for kernel, op, nodes, seconds in kernels:
+        layer = next((owner[n] for n in nodes if n in owner), None)
+        if layer is not None:
+            layers[layer] += seconds
+        elif op == _REORDER and not nodes:
+            reorders += seconds
+        else:
+            unmapped.append(kernel)
+    return InModelTimes(dict(layers), reorders, len(kernels), sum(k[3] for k in kernels), tuple(unmapped))
+
+
+def _ort_times(graph: ModelGraph, model: onnx.ModelProto, owner: dict[str, str], config: OrtConfig, runs: int,
+               warmup: int) -> InModelTimes:
+    """onnxruntime's profile of ``model`` (``graph`` numbered by :func:`_numbered`) under ``config``."""
+    import onnxruntime as ort
+
     with tempfile.TemporaryDirectory() as tmp:
         options = session_options(config.graph_optimization_level, config.intra_op_num_threads,
                                   inter_threads=config.inter_op_num_threads,
@@ -79,6 +134,7 @@ def in_model_times(graph: ModelGraph, config: OrtConfig | None = None, runs: int
     medians = kernel_medians(events, warmup)
     layers: dict[str, float] = defaultdict(float)
     reorders = 0.0
+    unmapped = []
     for kernel, (op, t) in medians.items():
         if op in REORDER_OPS:
             reorders += t
@@ -86,7 +142,9 @@ def in_model_times(graph: ModelGraph, config: OrtConfig | None = None, runs: int
         layer = _owner_of(kernel, owner)
         if layer is not None:
             layers[layer] += t
-    return InModelTimes(dict(layers), reorders, len(medians), sum(t for _, t in medians.values()))
+        else:
+            unmapped.append(kernel)
+    return InModelTimes(dict(layers), reorders, len(medians), sum(t for _, t in medians.values()), tuple(unmapped))
 
 
 def _owner_of(kernel: str, owner: dict[str, str]) -> str | None:

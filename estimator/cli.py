@@ -13,24 +13,26 @@ from typing import Any, TypeVar
 import click
 from dlbricks import InvalidArgumentError, MissingBricksError
 from dlbricks.benchmarks_db import Store
-from dlbricks.generators import Budget, OrtConfig, collect_system_info
+from dlbricks.generators import Budget, OrtConfig, collect_system_info, get_backend
 
 from dlbricks._cliutil import (
-    FRAMEWORKS,
+    backend_config,
+    backend_formats,
+    backend_option,
     checked_names,
     checked_system_id,
+    chosen_backend,
     format_table,
-    framework_of,
     handle_errors,
-    infer_framework,
     is_model_path,
     iter_models,
+    model_format,
     model_help,
     parse_input_shapes,
     parse_shape_sweep,
 )
 
-from ._api import TRUSTED_SWING, device_of, estimate, open_store, peaks_key, plan, threads_of, validate
+from ._api import TRUSTED_SWING, backend_name, device_of, estimate, open_store, peaks_key, plan, threads_of, validate
 from ._calibrate import calibrate_peaks, merge_peaks
 from ._estimate import ON_MISSING, Estimate
 from ._sweep import SweepPoint, SweepShape, estimate_sweep, validate_sweep
@@ -49,12 +51,14 @@ _OPT_LEVELS = ("disable", "basic", "extended", "all")
 
 
 def _config_options(fn: Any) -> Any:
-    fn = click.option("--device", type=click.Choice(("cpu", "cuda")), default="cpu", show_default=True,
-                      help="cuda: onnxruntime's CUDAExecutionProvider (the 'gpu' extra), MXNet's gpu context.")(fn)
-    fn = click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
-                      help="intra_op_num_threads.")(fn)
-    fn = click.option("--opt-level", type=click.Choice(_OPT_LEVELS), default="disable", show_default=True,
-                      help="onnxruntime graph optimization level.")(fn)
+    fn = click.option("--device", type=click.Choice(("cpu", "cuda")), default=None,
+                      help="Default cpu; cuda: onnxruntime's CUDAExecutionProvider (the 'gpu' extra), MXNet's gpu "
+                           "context.")(fn)
+    fn = click.option("--threads", type=click.IntRange(min=1), default=None,
+                      help="Threads one run computes with (onnxruntime's intra_op_num_threads, MXNet's OpenMP "
+                           "threads, OpenVINO's INFERENCE_NUM_THREADS). Default 1.")(fn)
+    fn = click.option("--opt-level", type=click.Choice(_OPT_LEVELS), default=None,
+                      help="onnxruntime's graph optimization level. Default disable.")(fn)
     return click.option("--db", "db", default="dlbricks.db", show_default=True,
                         type=click.Path(dir_okay=False), help="The brick database.")(fn)
 
@@ -86,40 +90,27 @@ _budget_option = click.option("--budget", "budget_name", type=click.Choice(tuple
                               show_default=True, help="Stopping rule for bricks and whole models.")
 
 
-def _config(threads: int, opt_level: str, device: str = "cpu") -> OrtConfig:
-    return OrtConfig(intra_op_num_threads=threads, graph_optimization_level=opt_level, device=device)
-
-
-def _framework_config(framework: str, threads: int, opt_level: str, device: str = "cpu") -> Any:
-    """The configuration of ``framework``: onnxruntime's (``opt_level``) or MXNet's (``device`` cuda:
-    its gpu context)."""
-    if framework == "mxnet":
-        from dlbricks.generators import MxnetConfig
-
-        return MxnetConfig(omp_threads=threads, context="gpu" if device == "cuda" else "cpu")
-    return _config(threads, opt_level, device)
-
-
-_framework_option = click.option(
-    "--framework", type=click.Choice(FRAMEWORKS), default=None,
-    help="The framework the model runs in. Default: its own (mxnet for an MXNet symbol file, a gluon_ zoo "
-         "model or a stored MXNet model; else onnxruntime).")
-
-
-def _framework(given: str | None, targets: list[Any], db: str) -> str:
-    """``--framework``, checked against the models' own, else theirs; a name not telling its framework
-    is looked up in the database."""
+def _backend(targets: Sequence[Any], db: str) -> str:
+    """The backend of a run over ``targets``: --backend (or --framework), checked to run their format,
+    else the runtime of their format; a name not telling its format is looked up in the database."""
     own = {}
     for target in targets:
-        framework = framework_of(target)
-        if framework is None and isinstance(target, str) and os.path.isfile(db):
-            framework = _stored_framework(target, db)
-        own[getattr(target, "name", str(target))] = framework
-    return infer_framework(given, own)
+        fmt = model_format(target)
+        if fmt is None and isinstance(target, str) and os.path.isfile(db):
+            fmt = _stored_format(target, db)
+        own[getattr(target, "name", str(target))] = fmt
+    return chosen_backend(own)
 
 
-def _stored_framework(name: str, db: str) -> str | None:
-    """The framework of the model stored under ``name`` (None if there is none)."""
+def _run_config(targets: Sequence[Any], db: str, threads: int | None, opt_level: str | None,
+                device: str | None) -> Any:
+    """The configuration of a run over ``targets``: its backend's (:func:`_backend`), built by the
+    backend from the command's options (None: not given)."""
+    return backend_config(_backend(targets, db), threads=threads, opt_level=opt_level, device=device)
+
+
+def _stored_format(name: str, db: str) -> str | None:
+    """The format of the model stored under ``name`` (None if there is none)."""
     from dlbricks import InvalidArgumentError
 
     with Store.open(db, create=False, readonly=True) as store:
@@ -127,7 +118,7 @@ def _stored_framework(name: str, db: str) -> str | None:
             source = store.model(name).source
         except InvalidArgumentError:
             return None
-    return {"mxnet": "mxnet", "onnx": "onnxruntime"}.get(source.format) if source is not None else None
+    return source.format if source is not None else None
 
 
 def _ms(seconds: float | None) -> str:
@@ -274,17 +265,17 @@ def _on_missing_auto(run: Callable[[str], T], on_missing: str, db: str, model: s
               help="Stopping rule for bricks measured by --on-missing measure. Default: the harness's own.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--top", type=click.IntRange(min=1), default=15, show_default=True, help="Breakdown rows to print.")
-@_framework_option
+@backend_option
 @_system_id_option
 @handle_errors
-def estimate_cmd(model: str, db: str, threads: int, opt_level: str, device: str, batch_size: str | None,
-                 input_shape: tuple[str, ...], granularity: str, on_missing: str, budget_name: str | None,
-                 as_json: bool, top: int, framework: str | None, system_id: str | None) -> None:
+def estimate_cmd(model: str, db: str, threads: int | None, opt_level: str | None, device: str | None,
+                 batch_size: str | None, input_shape: tuple[str, ...], granularity: str, on_missing: str,
+                 budget_name: str | None, as_json: bool, top: int, system_id: str | None) -> None:
     budget = None if budget_name is None else _BUDGETS[budget_name]()
     system_id = _checked_system_id(system_id)
     sweep = _sweep_shapes(batch_size, input_shape)
     if sweep is not None:
-        config = _framework_config(_framework(framework, [model], db), threads, opt_level, device)
+        config = _run_config([model], db, threads, opt_level, device)
 
         def run_sweep(rule: str) -> list[SweepPoint]:
             with _estimate_store(db, rule) as store:
@@ -298,11 +289,11 @@ def estimate_cmd(model: str, db: str, threads: int, opt_level: str, device: str,
             _print_sweep(points)
         return
     target = _model_arg(model, *parse_shape_sweep(batch_size, input_shape)[0])
-    framework = _framework(framework, [target], db)
+    config = _run_config([target], db, threads, opt_level, device)
 
     def run(rule: str) -> Estimate:
         with _estimate_store(db, rule) as store:
-            return estimate(target, store, config=_framework_config(framework, threads, opt_level, device),
+            return estimate(target, store, config=config,
                             granularity=granularity, on_missing=rule, budget=budget, system=system_id)
 
     est = _on_missing_auto(run, on_missing, db, model, system_id)
@@ -324,16 +315,14 @@ def estimate_cmd(model: str, db: str, threads: int, opt_level: str, device: str,
 @_granularity_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--top", type=click.IntRange(min=1), default=20, show_default=True, help="Missing bricks to list.")
-@_framework_option
+@backend_option
 @handle_errors
-def plan_cmd(model: str, db: str, threads: int, opt_level: str, device: str, batch_size: int | None,
-             input_shape: tuple[str, ...], granularity: str, as_json: bool, top: int,
-             framework: str | None) -> None:
+def plan_cmd(model: str, db: str, threads: int | None, opt_level: str | None, device: str | None,
+             batch_size: int | None, input_shape: tuple[str, ...], granularity: str, as_json: bool, top: int) -> None:
     target = _model_arg(model, batch_size, parse_input_shapes(input_shape))
-    framework = _framework(framework, [target], db)
+    config = _run_config([target], db, threads, opt_level, device)
     with Store.open(db, create=False, readonly=True) as store:
-        result = plan(target, store, config=_framework_config(framework, threads, opt_level, device),
-                      granularity=granularity)
+        result = plan(target, store, config=config, granularity=granularity)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
         return
@@ -367,19 +356,19 @@ def plan_cmd(model: str, db: str, threads: int, opt_level: str, device: str, bat
                    "so that both meet the same moments of the machine. Unpaired: measure the model whole and "
                    "compare with the bricks as stored, whenever they were measured.")
 @_granularity_option
-@_framework_option
+@backend_option
 @_budget_option
 @handle_errors
-def validate_cmd(models: tuple[str, ...], db: str, threads: int, opt_level: str, device: str,
+def validate_cmd(models: tuple[str, ...], db: str, threads: int | None, opt_level: str | None, device: str | None,
                  batch_size: str | None, input_shape: tuple[str, ...], per_brick: bool,
-                 top: int, paired: bool, granularity: str, framework: str | None, budget_name: str) -> None:
+                 top: int, paired: bool, granularity: str, budget_name: str) -> None:
     rows, validations = [], []
     sweep = _sweep_shapes(batch_size, input_shape)
     Store.preflight(db)
     if sweep is not None:
         if per_brick:
             raise click.UsageError("--per-brick takes one shape; leave it out of a sweep.")
-        config = _framework_config(_framework(framework, list(models), db), threads, opt_level, device)
+        config = _run_config(list(models), db, threads, opt_level, device)
         with Store.open(db) as store:
             for model in models:
                 for p in validate_sweep(model, store, sweep, config=config, granularity=granularity,
@@ -393,7 +382,7 @@ def validate_cmd(models: tuple[str, ...], db: str, threads: int, opt_level: str,
         return
     batch, shapes = parse_shape_sweep(batch_size, input_shape)[0]
     targets = [_model_arg(model, batch, shapes) for model in models]
-    config = _framework_config(_framework(framework, targets, db), threads, opt_level, device)
+    config = _run_config(targets, db, threads, opt_level, device)
     with Store.open(db) as store:
         for model in targets:
             v = validate(model, store, config=config, granularity=granularity,
@@ -436,6 +425,9 @@ def _print_per_brick(v: Any, top: int) -> None:
             for c in v.estimate.breakdown[:top]]
     click.echo(format_table(["signature", "op", "count", "bricks ms", "in-model ms", "ratio"], rows,
                             right={2, 3, 4, 5}))
+    if profile.unmapped:
+        click.echo(f"{len(profile.unmapped)} of the profiled kernels map to no layer (first: {profile.unmapped[0]}): "
+                   "their time is in the kernels' sum only, in no brick's in-model time")
 
 
 @click.command("calibrate")
@@ -443,10 +435,12 @@ def _print_per_brick(v: Any, top: int) -> None:
 @click.option("--budget", "budget_name", type=click.Choice(tuple(_BUDGETS)), default="default", show_default=True,
               help="Stopping rule for each calibration kernel (default: calibrate's own, 0.3-2 s each; quick for "
                    "a smoke run, whose peaks read low).")
+@backend_option
 @handle_errors
-def calibrate_cmd(db: str, threads: int, opt_level: str, device: str, budget_name: str) -> None:
-    """Measure this machine's peak FLOP/s and memory bandwidth and store them (roofline)."""
-    config = _config(threads, opt_level, device)
+def calibrate_cmd(db: str, threads: int | None, opt_level: str | None, device: str | None, budget_name: str) -> None:
+    """Measure this machine's peak FLOP/s and memory bandwidth with a runtime (--backend, default
+    onnxruntime) and store them (roofline)."""
+    config = backend_config(chosen_backend({}), threads=threads, opt_level=opt_level, device=device)
     Store.preflight(db)  # before the seconds of measuring
     cal = calibrate_peaks(config, budget=None if budget_name == "default" else _BUDGETS[budget_name]())
     with open_store(db) as store:
@@ -455,10 +449,11 @@ def calibrate_cmd(db: str, threads: int, opt_level: str, device: str, budget_nam
         store.record_peaks(system, flops, bandwidth, details)
     said = (f"peak {cal.peaks.flops_per_s / 1e9:.1f} GFLOP/s (MatMul, convolution), "
             f"{cal.peaks.bytes_per_s / 1e9:.1f} GB/s (Add, matrix-vector)")
-    if device != "cpu":
-        click.echo(f"{said} on {device}; stored in {db} as {peaks_key(config)}, apart from the CPU's peaks")
+    if device_of(config) != "cpu":
+        click.echo(f"{said} on {device_of(config)}; stored in {db} as {peaks_key(config)}, apart from the CPU's peaks")
         return
-    click.echo(f"{said}, {threads} thread(s); stored in {db} (the CPU's peaks over every framework calibrated: "
+    click.echo(f"{said} with {backend_name(config)}, {threads_of(config)} thread(s); stored in {db} (the CPU's peaks "
+               "over every runtime calibrated: "
                f"{flops / 1e9:.1f} GFLOP/s, {bandwidth / 1e9:.1f} GB/s)")
 
 
@@ -478,8 +473,7 @@ def _print_evaluation(ev: Evaluation) -> None:
     click.echo(format_table(header, rows, right=set(range(1, len(header))) - {10}))
     s = ev.system
     click.echo("")
-    runtime = (f"mxnet {ev.config.mxnet_version}" if hasattr(ev.config, "mxnet_version")
-               else f"onnxruntime {s.onnxruntime_version}, optimizations {ev.config.graph_optimization_level}")
+    runtime = _runtime_text(ev.config)
     where = (f"{threads_of(ev.config)} thread(s)" if device_of(ev.config) == "cpu"
              else f"on {s.gpu_name} (driver {s.gpu_driver})")
     click.echo(f"machine: {s.cpu_model}, {s.physical_cores} cores, Python {platform.python_version()}; "
@@ -512,6 +506,14 @@ def _print_evaluation(ev: Evaluation) -> None:
                    f"not in the benchmarking time): mean |error| {100 * sum(errors) / len(errors):.2f}%, max "
                    f"|error| {100 * max(errors):.2f}%; within +-5%: {sum(e <= 0.05 for e in errors)}/{len(errors)}")
     click.echo(f"elapsed: {ev.elapsed_s:.0f} s")
+
+
+def _runtime_text(config: Any) -> str:
+    """The runtime of ``config`` with its version (as its backend describes it) and, for onnxruntime,
+    its optimization level."""
+    name = backend_name(config)
+    text = f"{name} {get_backend(name).describe(config).get('version', '?')}"
+    return text + (f", optimizations {config.graph_optimization_level}" if isinstance(config, OrtConfig) else "")
 
 
 def _print_swing(rows: Sequence[Any]) -> None:
@@ -550,15 +552,15 @@ def _name(row: Any) -> str:
 @click.option("--granularity", type=click.Choice(GRANULARITIES), default="layer", show_default=True,
               help="Bricks to estimate with: layers, the groups the runtime fuses at --opt-level, or both "
                    "(fused bricks, and layer bricks at the same level beside them).")
-@_framework_option
+@backend_option
 @_budget_option
 @_target_ci_option
 @click.option("--sweep", "algorithm_sweep", is_flag=True,
               help="CUDA: measure convolutions and matrix products again under each cuDNN algorithm search and "
                    "with TF32 off; the lower bound takes the fastest, and each model shows the gap.")
 @handle_errors
-def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, device: str, plot_dir: Path | None,
-                 report_path: Path | None, quiet: bool, granularity: str, framework: str | None, budget_name: str,
+def evaluate_cmd(suite: str, db: str, threads: int | None, opt_level: str | None, device: str | None,
+                 plot_dir: Path | None, report_path: Path | None, quiet: bool, granularity: str, budget_name: str,
                  target_ci: float | None, algorithm_sweep: bool) -> None:
     """The main job: benchmark the suite's unique bricks, estimate every model, validate.
 
@@ -566,9 +568,10 @@ def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, device: str,
     estimate, lower bound and roofline; for the suite, the benchmarking time of bricks vs whole
     models and the error figures.
     """
-    framework = framework or "onnxruntime"
-    config = _framework_config(framework, threads, opt_level, device)
-    models = suite_models(suite, "mxnet") if framework == "mxnet" else suite_models(suite)
+    backend = chosen_backend({})
+    config = backend_config(backend, threads=threads, opt_level=opt_level, device=device)
+    formats = backend_formats(backend)
+    models = suite_models(suite, "onnx" if "onnx" in formats else min(formats))
     checked_names(models, "The --suite model name", "give zoo model names, as 'dlbricks zoo list' lists them")
     say = (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
     if plot_dir is not None or report_path is not None:  # before the minutes of measuring
@@ -615,12 +618,12 @@ def evaluate_cmd(suite: str, db: str, threads: int, opt_level: str, device: str,
               help="Bricks without a measurement: refuse, or predict them (the report marks them).")
 @click.option("--top", type=click.IntRange(min=1), default=20, show_default=True,
               help="Bricks listed per model in the tables of heaviest bricks and of gaps.")
-@_framework_option
+@backend_option
 @_system_id_option
 @handle_errors
-def report_cmd(models: tuple[str, ...], output: Path, db: str, threads: int, opt_level: str, device: str,
-               batch_size: int | None, input_shape: tuple[str, ...], granularity: str, on_missing: str, top: int,
-               framework: str | None, system_id: str | None) -> None:
+def report_cmd(models: tuple[str, ...], output: Path, db: str, threads: int | None, opt_level: str | None,
+               device: str | None, batch_size: int | None, input_shape: tuple[str, ...], granularity: str,
+               on_missing: str, top: int, system_id: str | None) -> None:
     from ._plot import require_matplotlib
     from ._report import check_report_path, model_report, write_report
 
@@ -630,7 +633,7 @@ def report_cmd(models: tuple[str, ...], output: Path, db: str, threads: int, opt
     if not os.path.isfile(db):
         raise InvalidArgumentError(f"no database at {db!r}: give the file that 'dlbricks bench' filled (--db).")
     targets = [_model_arg(m, batch_size, parse_input_shapes(input_shape)) for m in models]
-    config = _framework_config(_framework(framework, targets, db), threads, opt_level, device)
+    config = _run_config(targets, db, threads, opt_level, device)
     with Store.open(db, create=False, readonly=True) as store:
         reports = [model_report(t, store, config=config, system=system_id, granularity=granularity,
                                 on_missing=on_missing) for t in targets]

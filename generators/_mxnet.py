@@ -441,6 +441,23 @@ class MxnetBackend:
         empty = self.prepare(floor_model(), config) if timed and brick and config.context == "cpu" else None
         return MxnetPrepared(executors, inputs, previous, written, empty)
 
+    def config_from_options(self, *, threads: int | None = None, opt_level: str | None = None,
+                            device: str | None = None) -> MxnetConfig:
+        """The configuration of a command's ``--threads`` (``omp_threads``) and ``--device`` (``cuda``:
+        the gpu context); None leaves the default.
+
+        Raises
+        ------
+        InvalidArgumentError
+            For an ``opt_level`` (onnxruntime's levels; MXNet fuses with ``fuse``).
+        """
+        if opt_level is not None:
+            raise InvalidArgumentError(f"--opt-level is onnxruntime's graph optimization level; the mxnet backend "
+                                       f"has none (its oneDNN fusion is --sweep fuse=1): leave out --opt-level "
+                                       f"{opt_level}.")
+        given = {"omp_threads": threads, "context": None if device is None else ("gpu" if device == "cuda" else device)}
+        return MxnetConfig(**{k: v for k, v in given.items() if v is not None})
+
 
 def _input_variants(arrays: Mapping[str, np.ndarray]) -> int:
     """How many input draws a brick's cold copies cycle through: :data:`INPUT_VARIANTS`, fewer

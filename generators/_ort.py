@@ -568,6 +568,13 @@ class OrtBackend:
         keep = model if config.device == "cuda" and _is_brick(model) else None
         return OrtPrepared(ort, sessions, inputs, first, config, previous, weight_bytes(model), keep, empty)
 
+    def config_from_options(self, *, threads: int | None = None, opt_level: str | None = None,
+                            device: str | None = None) -> OrtConfig:
+        """The configuration of a command's ``--threads`` (``intra_op_num_threads``), ``--opt-level``
+        (``graph_optimization_level``) and ``--device``; None leaves the default."""
+        given = {"intra_op_num_threads": threads, "graph_optimization_level": opt_level, "device": device}
+        return OrtConfig(**{k: v for k, v in given.items() if v is not None})
+
 
 def repeat_time(model: onnx.ModelProto, config: OrtConfig, inputs: Mapping[str, np.ndarray],
                 copies: int | None = None) -> float:
@@ -627,7 +634,7 @@ def _seeded_inputs(model: onnx.ModelProto, names: list[str]) -> dict[str, np.nda
             _input_cache.clear()
         _input_cache[key] = arrays
     return {name: (kept[name] if kept.get(name) is not None else array).astype(dtype, copy=True)
-            for (name, _, dtype), array in zip(specs, arrays)}
+            for (name, _, dtype), array in zip(specs, arrays, strict=True)}
 
 
 def _make_session(ort: ModuleType, model: onnx.ModelProto, config: OrtConfig,

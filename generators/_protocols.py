@@ -78,6 +78,27 @@ class Backend(Protocol):
     ``idle_spin_s(config) -> float``, how long a worker's threads keep a core busy after a run
     (a :class:`~dlbricks.generators.Runner` waits that long after another runner's reply before it
     times anything, so that one worker's spinning threads do not slow the next one's runs).
+
+    Optional members that the command line and the estimator ask of a backend, so that none of them
+    decides by a runtime's name (a new runtime is one module and one registry line):
+
+    - ``config_from_options(*, threads=None, opt_level=None, device=None) -> BackendConfig``: the
+        configuration of a command's ``--threads``, ``--opt-level`` and ``--device`` (None: the
+        backend's default for that option); raises ``InvalidArgumentError`` for an option the runtime
+        does not have (an optimization level where it has none, a device it cannot use). A backend
+        without it takes no such option: its ``default_config()`` is used.
+    - ``model_formats``: a frozenset of the model formats (``ModelSource.format``: ``"onnx"``,
+        ``"mxnet"``) whose bricks it runs. Default: the format whose default runtime it is, else
+        ``{"onnx"}``.
+    - ``check_brick(brick) -> str | None``: None if the runtime can run ``brick`` (a
+        :class:`Benchmarkable`), else the reason in one line (``dlbricks decompose --check``).
+        Default: onnxruntime's check of the brick's model.
+    - ``profile_kernels(model, config, feeds, *, runs, warmup) -> list[tuple[str, str, tuple[str, ...], float]]``:
+        the kernels one run of the ONNX ``model`` executes under ``config`` with inputs ``feeds``, as
+        ``(kernel, op type, nodes, seconds)``: each kernel's median time over ``runs`` runs after
+        ``warmup``, with the names of the nodes of ``model`` it runs (several for a fused kernel, none
+        for a kernel the runtime added; a layout reorder it added has op type ``"Reorder"``): the
+        in-model times that ``dlbricks validate --per-brick`` sets beside each brick.
     """
 
     name: str

@@ -35,6 +35,7 @@ ENTRY_POINT_GROUP = "dlbricks.backends"
 _BUILTINS: dict[str, str] = {
     "onnxruntime": "dlbricks.generators._ort:OrtBackend",
     "mxnet": "dlbricks.generators._mxnet:MxnetBackend",
+    "openvino": "dlbricks.generators._openvino:OpenvinoBackend",
 }
 
 _registry: dict[str, BackendFactory] = {}

@@ -1,0 +1,264 @@
+"""The OpenVINO backend (its CPU plugin), added as one module and one registry line: configuration,
+a zoo model and a brick run and measured for real, the command line choosing it from the registry
+(bench, estimate, validate --per-brick, calibrate, decompose --check), and its errors in one line.
+
+The tests marked ``openvino`` run in the CI openvino lane (``.ci/openvino_lane.sh``, the openvino
+extra) and are skipped, with the reason, where openvino is not installed; the missing-openvino test
+runs everywhere.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+
+import dlbricks
+from dlbricks import BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
+from dlbricks.benchmarks_db import Store
+from dlbricks.cli import main
+from dlbricks.generators import Budget, available_backends, benchmark, collect_system_info, get_backend
+from tests import _models
+
+openvino = pytest.mark.openvino
+
+
+@pytest.fixture(scope="module")
+def ov() -> ModuleType:
+    """openvino; skips the tests that need it where the openvino extra is not installed (the core lane)."""
+    return pytest.importorskip("openvino", reason="needs the openvino extra (pip install 'dlbricks[openvino]')")
+
+
+@pytest.fixture(scope="module")
+def squeezenet() -> dlbricks.ModelGraph:
+    from dlbricks.model_zoo import build
+
+    return dlbricks.load_model(build("squeezenet1_1"), name="squeezenet1_1")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small CNN file (batch 1)."""
+    path = tmp_path_factory.mktemp("ov") / "tiny.onnx"
+    onnx.save(_models.resnet_like(blocks=1, channels=8, batch=1), path)
+    return path
+
+
+def _run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    assert "Traceback" not in result.output, result.output
+    return result.exit_code, result.output
+
+
+# ----------------------------------------------------------------------------------- config
+@openvino
+def test_config_defaults_and_properties(ov: ModuleType) -> None:
+    from dlbricks.generators._openvino import OpenvinoConfig
+
+    backend = get_backend("openvino")
+    assert "openvino" in available_backends()
+    cfg = backend.default_config()
+    assert isinstance(cfg, OpenvinoConfig) and (cfg.backend, cfg.device, cfg.threads) == ("openvino", "cpu", 1)
+    props = cfg.properties()
+    assert props["INFERENCE_NUM_THREADS"] == 1 and props["NUM_STREAMS"] == 1
+    assert props["PERFORMANCE_HINT"] == "LATENCY" and props["INFERENCE_PRECISION_HINT"] == "f32"
+    assert backend.config_from_dict(cfg.to_dict()) == cfg
+    assert backend.config_from_options(threads=2).threads == 2
+    assert len({cfg.config_id, OpenvinoConfig(threads=2).config_id, OpenvinoConfig(cache="warm").config_id}) == 3
+    described = backend.describe(cfg)
+    assert described["version"].startswith(importlib.metadata.version("openvino"))
+
+
+@openvino
+@pytest.mark.parametrize("fields, message", [
+    ({"threads": -1}, "'threads' must be an int >= 0. Got -1"),
+    ({"streams": 0}, "'streams' must be an int >= 1"),
+    ({"inference_precision": "f64"}, "'inference_precision' must be one of 'f32', 'bf16', 'f16'. Got 'f64'"),
+    ({"device": "cuda"}, "'device' must be one of 'cpu'"),
+    ({"cache": "lukewarm"}, "'cache' must be one of"),
+    ({"cpu_pinning": "yes"}, "'cpu_pinning' must be a bool"),
+])
+def test_bad_config_values_are_one_line(ov: ModuleType, fields: dict[str, object], message: str) -> None:
+    from dlbricks.generators._openvino import OpenvinoConfig
+
+    with pytest.raises(InvalidArgumentError) as info:
+        OpenvinoConfig(**fields)  # type: ignore[arg-type]
+    assert message in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(InvalidArgumentError, match="unknown fields \\['colour'\\]"):
+        OpenvinoConfig.from_dict({"colour": "red"})
+
+
+@openvino
+@pytest.mark.parametrize("extra, message", [
+    (["--opt-level", "all"], "the openvino backend has no optimization levels"),
+    (["--device", "cuda"], "the openvino backend runs on the CPU plugin only"),
+    (["--sweep", "inference_precision=f64"], "'inference_precision' must be one of"),
+    (["--threads", "100000"], "logical cores"),
+])
+def test_bad_options_are_one_line_errors(ov: ModuleType, tiny: Path, tmp_path: Path, extra: list[str],
+                                         message: str) -> None:
+    code, out = _run("bench", str(tiny), "--backend", "openvino", "--db", str(tmp_path / "x.db"), *extra)
+    assert code == 2 and message in out and len(out.strip().splitlines()) == 1, out
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_a_missing_openvino_is_one_line_that_says_what_to_install(tiny: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where openvino is not installed (the core lane, or simulated here), choosing it is one line
+    naming the extra; the registry still lists it."""
+    version = importlib.metadata.version
+
+    def without_openvino(name: str) -> str:
+        if name == "openvino":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return version(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", without_openvino)
+    monkeypatch.setitem(sys.modules, "openvino", None)  # import openvino raises ImportError
+    assert "openvino" in available_backends()
+    with pytest.raises(BackendUnavailableError, match=r"pip install 'dlbricks\[openvino\]'"):
+        get_backend("openvino").default_config()
+    for command in (["bench", str(tiny)], ["estimate", str(tiny)], ["validate", str(tiny)], ["calibrate"]):
+        code, out = _run(*command, "--backend", "openvino", "--db", str(tmp_path / "m.db"))
+        assert code == 2 and out.count("\n") == 1, (command, out)
+        assert "openvino is not installed; install the extra: pip install 'dlbricks[openvino]'" in out
+    assert not (tmp_path / "m.db").exists()
+
+
+# ----------------------------------------------------------------------------------- running
+@openvino
+def test_a_zoo_model_and_a_brick_run_and_match_onnxruntime(ov: ModuleType, squeezenet: dlbricks.ModelGraph) -> None:
+    """The whole model computes what onnxruntime computes from the same inputs (f32 inference); a brick
+    in its model's context runs as compiled copies with the brick before it as its prime."""
+    import onnxruntime as ort
+
+    backend = get_backend("openvino")
+    cfg = backend.default_config()
+    whole = backend.prepare(squeezenet.to_onnx(), cfg)
+    try:
+        assert whole.copies == 1 and not hasattr(whole, "prime") and not hasattr(whole, "empty")
+        whole.run()
+        (out,) = whole.outputs()
+        session = ort.InferenceSession(squeezenet.to_onnx().SerializeToString(), providers=["CPUExecutionProvider"])
+        feeds = {i.name: np.asarray(t.data) for i, t in zip(session.get_inputs(),
+                                                               whole.requests[0].input_tensors, strict=True)}
+        (expected,) = session.run(None, feeds)
+        np.testing.assert_allclose(out, expected, rtol=1e-3, atol=1e-4)
+    finally:
+        whole.close()
+    dec = dlbricks.decompose(squeezenet)
+    conv = next(o.signature for o in dec.occurrences[1:] if dec.bricks[o.signature].op_types == ("Conv",))
+    brick = backend.prepare(dec.in_context(conv).to_onnx(), cfg)
+    try:
+        assert brick.copies >= 1 and callable(brick.prime) and callable(brick.empty)
+        brick.prime()
+        brick.run()
+        brick.empty()
+    finally:
+        brick.close()
+    with pytest.raises(Exception, match="closed"):
+        brick.run()
+
+
+@openvino
+def test_an_unrunnable_model_is_one_line_naming_it(ov: ModuleType) -> None:
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    graph = helper.make_graph([helper.make_node("NoSuchOp", ["x"], ["y"], domain="com.nowhere")], "nowhere", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.nowhere", 1)],
+                              ir_version=8)
+    with pytest.raises(UnrunnableBrickError, match="openvino cannot read model 'nowhere'") as info:
+        get_backend("openvino").prepare(model, get_backend("openvino").default_config())
+    assert "\n" not in str(info.value) and "Exception from src" not in str(info.value)
+
+
+@openvino
+def test_measurements_in_a_worker_are_stored(ov: ModuleType, squeezenet: dlbricks.ModelGraph) -> None:
+    dec = dlbricks.decompose(squeezenet)
+    items = [squeezenet, *(dec.in_context(o.signature) for o in dec.occurrences[:3])]
+    cfg = get_backend("openvino").default_config()
+    measured = list(benchmark(items, backend="openvino", config=cfg, budget=Budget.quick()))
+    assert all(m.ok and m.median_s and m.median_s > 0 for m in measured), [m.error for m in measured]
+    assert all(m.backend == "openvino" and m.config.config_id == cfg.config_id for m in measured)
+    assert measured[0].median_s > max(m.median_s for m in measured[1:])  # the whole model outlasts a brick
+    assert all(m.floor_s is not None and 0 < m.floor_s < measured[0].median_s for m in measured)
+    system = collect_system_info()
+    with Store(":memory:") as store:
+        store.add_decomposition(dec, squeezenet.source)
+        for m in measured[1:]:
+            store.record(m, system)
+        stored = store.measurements(system=system, config_id=cfg.config_id)
+        assert {r.key for r in stored} == {m.key for m in measured[1:]}
+        (row,) = [b for b in store.backends() if b.config_id == cfg.config_id]
+        assert row.version and row.version.startswith(importlib.metadata.version("openvino"))
+
+
+# ----------------------------------------------------------------------------------- the command line
+@openvino
+def test_bench_estimate_and_validate_through_the_command_line(ov: ModuleType, tiny: Path, tmp_path: Path) -> None:
+    """bench --backend openvino fills the database under OpenVINO's configuration; estimate and
+    validate --per-brick read it (per-layer in-model times from OpenVINO's profiling counters)."""
+    from dlbricks.generators._openvino import OpenvinoConfig
+
+    db = str(tmp_path / "ov.db")
+    code, out = _run("bench", str(tiny), "--backend", "openvino", "--db", db, "--budget", "quick")
+    assert code == 0 and "Measured 8 item(s) (0 failed)" in out, out
+    code, out = _run("estimate", str(tiny), "--backend", "openvino", "--db", db, "--json")
+    assert code == 0, out
+    est = json.loads(out)
+    assert est["config_id"] == OpenvinoConfig().config_id and est["coverage"] == 1.0 and est["sequential_s"] > 0
+    code, out = _run("estimate", str(tiny), "--db", db, "--on-missing", "error")  # onnxruntime: nothing measured
+    assert code == 2 and "have no measurement" in out
+    code, out = _run("validate", str(tiny), "--framework", "openvino", "--db", db, "--budget", "quick",
+                     "--per-brick", "--top", "20")
+    assert code == 0, out
+    row = next(line for line in out.splitlines() if line.startswith("tiny "))
+    measured, estimated = (float(v) for v in row.split()[1:3])
+    assert measured > 0 and estimated > 0
+    assert "in-model ms" in out and "(profiler)" in out
+    table = out[out.index("in-model ms"):].splitlines()[2:]
+    conv = [line.split() for line in table if line.split()[1:2] == ["Conv"]]
+    assert conv and all(float(r[4]) > 0 for r in conv), out  # the fused Conv+BN+Relu kernels on the Conv bricks
+    with Store(db) as store:
+        (whole,) = store.model_measurements(status="ok")
+        assert whole.config_id == OpenvinoConfig().config_id and whole.median_s > 0
+
+
+@openvino
+def test_the_backend_must_run_the_models_format(ov: ModuleType, tmp_path: Path) -> None:
+    code, out = _run("estimate", "gluon_mobilenet0.25", "--backend", "openvino", "--db", str(tmp_path / "g.db"))
+    assert code == 2 and "is an mxnet model, which --backend openvino does not run. Use --backend mxnet" in out
+    code, out = _run("decompose", "squeezenet1_1", "--backend", "openvino", "--framework", "mxnet")
+    assert code == 2 and "name different runtimes" in out and out.count("\n") == 1, out
+
+
+@openvino
+def test_decompose_checks_bricks_in_openvino(ov: ModuleType, tiny: Path) -> None:
+    code, out = _run("decompose", str(tiny), "--backend", "openvino", "--json")
+    assert code == 0, out
+    bricks = json.loads(out)["bricks"]
+    assert bricks and all(b["runnable"] for b in bricks)
+
+
+@openvino
+def test_calibrate_stores_openvinos_own_peaks(ov: ModuleType, tmp_path: Path) -> None:
+    """calibrate --backend openvino runs the calibration models in OpenVINO and stores its peaks under
+    its own name (the CPU's peaks are the best over every runtime calibrated)."""
+    db = tmp_path / "peaks.db"
+    code, out = _run("calibrate", "--backend", "openvino", "--db", str(db), "--budget", "quick")
+    assert code == 0 and "with openvino, 1 thread(s)" in out, out
+    with Store(db) as store:
+        peaks = store.peaks(collect_system_info())
+    own = peaks.details["backends"]
+    assert set(own) == {"openvino"} and own["openvino"]["flops_per_s"] > 1e8 and own["openvino"]["int_gemm"]
+    assert not own["openvino"]["conv_nchwc"]  # onnxruntime's layout only
+    assert (peaks[0], peaks[1]) == (own["openvino"]["flops_per_s"], own["openvino"]["bytes_per_s"])
