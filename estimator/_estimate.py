@@ -143,6 +143,8 @@ class BrickContribution:
     high_s: float | None = None
     predictor: str | None = None  # the model that predicted it (op type, kernel class or "*")
     far: bool = False  # predicted far from every measured brick of its model
+    # predicted: distance to the nearest brick its model was fitted on, in that model's d_ref (far beyond FAR_DISTANCE)
+    distance: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,7 +464,8 @@ def _contribution(sig: str, brick: Brick, count: int, latency: float, total_work
         halfwidth_s=(high - low) / 2 if prediction is not None else halfwidth,
         lower_bound_s=lower_bound, roofline_s=roofline, low_s=low, high_s=high,
         predictor=prediction.model if prediction is not None else None,
-        far=prediction is not None and prediction.far)
+        far=prediction is not None and prediction.far,
+        distance=prediction.distance if prediction is not None else None)
 
 
 def _warning(share: float, far: float, bricks: int) -> str | None:

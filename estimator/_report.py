@@ -28,6 +28,7 @@ from dlbricks.generators import Measurement, OrtConfig, collect_system_info
 from ._api import _decomposition, backend_name, estimate, peaks_key, store_peaks, threads_of
 from ._estimate import BrickContribution, Estimate, Peaks
 from ._evaluate import Evaluation, EvaluationRow
+from ._predict import FAR_DISTANCE
 from ._plot import (
     OpTime,
     RooflinePoint,
@@ -136,8 +137,13 @@ def brick_source(c: BrickContribution, in_context: frozenset[str] = frozenset())
     """How a brick's time was obtained, in words: measured (in the model's context, or as a
     brick), or predicted, by which model and how near the measured bricks."""
     if c.source == "predicted":
-        return f"predicted by the {c.predictor or '?'} model, " + ("far from" if c.far else "near") + \
-            " measured bricks"
+        where = "far from" if c.far else "near"
+        if c.distance is not None:
+            where += (f" measured bricks ({c.distance:.1f}x the cross-validation's distance to the nearest one; "
+                      f"far beyond {FAR_DISTANCE:g}x)")
+        else:
+            where += " measured bricks"
+        return f"predicted by the {c.predictor or '?'} model, {where}"
     return "measured in context" if c.signature in in_context else "measured"
 
 

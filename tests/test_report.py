@@ -215,7 +215,7 @@ def test_report_of_several_models_adds_the_suite_and_marks_predicted_bricks(fill
     cells = _cells(html)
     with Store.open(db, create=False, readonly=True) as store:
         ests = {m: estimate(filled[m].as_posix(), store, on_missing="predict") for m in ("cnn", "mlp", "unseen")}
-    for m, est in ests.items():
+    for est in ests.values():
         assert _value(cells, "suite", "suite", est.model, "estimated_s") == pytest.approx(est.sequential_s, rel=1e-12)
         assert _value(cells, est.model, "headline", None, "sequential_s") == pytest.approx(est.sequential_s,
                                                                                            rel=1e-12)
@@ -231,6 +231,7 @@ def test_report_of_several_models_adds_the_suite_and_marks_predicted_bricks(fill
         if c.source == "predicted":
             assert said.startswith(f"predicted by the {c.predictor} model, ")
             assert ("far from" in said) == c.far
+            assert c.distance is not None and f"({c.distance:.1f}x the cross-validation's distance" in said
         else:
             assert said.startswith("measured")
     assert html.count("<svg") == 2 + 2 * 3  # the suite's two figures, each model's two
