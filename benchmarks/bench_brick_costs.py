@@ -12,15 +12,35 @@ backend's preparation (sessions, cold copies, the brick before it), warm-up, tim
 rest of the sampling (primes, buffer moves, bookkeeping); then the totals, and the share of setup
 (wall less warm-up and sampling) in the wall time.
 
-Usage: ``python benchmarks/bench_brick_costs.py [--models resnet50_v1,bert_base] [--bricks 20]``
+``--profile`` instead runs the same steps in this process under cProfile (the brick materialized and
+serialized as the parent does, loaded, prepared by the onnxruntime backend, timed under the pilot
+budget, closed) and prints the functions that took the most time in all, in dlbricks and onnxruntime:
+where a brick's setup goes, session by session.
+
+Usage: ``python benchmarks/bench_brick_costs.py [--models resnet50_v1,bert_base] [--bricks 20] [--profile]``
 """
 
 from __future__ import annotations
 
 import argparse
 
+import cProfile
+import pstats
+import time
+
+import onnx
+
 from dlbricks import decompose, load_model
-from dlbricks.generators import PILOT_BUDGET, Budget, OrtConfig, Runner, Timing, collect_system_info
+from dlbricks.generators import (
+    PILOT_BUDGET,
+    Budget,
+    OrtConfig,
+    Runner,
+    Timing,
+    collect_system_info,
+    get_backend,
+    time_calls,
+)
 from dlbricks.model_zoo import build
 
 BEFORE = Budget(warmup_time=0.02, min_time=0.1, min_runs=10, max_time=1.0, rel_ci=0.02)
@@ -70,15 +90,44 @@ def run(items: list[object], label: str, budget: Budget) -> None:
           f"setup share {100 * totals['setup'] / max(totals['wall'], 1e-9):.0f}%")
 
 
+def profile(items: list[object], budget: Budget, top: int = 25) -> None:
+    """Each brick's steps in this process under cProfile; the costliest functions by cumulative time."""
+    backend, config = get_backend("onnxruntime"), OrtConfig()
+    profiler = cProfile.Profile()
+    start = time.perf_counter()
+    profiler.enable()
+    for item in items:
+        model = onnx.load_from_string(item.to_onnx().SerializeToString())  # type: ignore[attr-defined]
+        prepared = backend.prepare(model, config)
+        try:
+            time_calls(prepared, budget)
+        finally:
+            prepared.close()
+    profiler.disable()
+    wall = time.perf_counter() - start
+    print(f"\nprofile: {len(items)} bricks in {wall:.2f} s ({1e3 * wall / max(len(items), 1):.1f} ms a brick), "
+          f"pilot budget; cumulative seconds:")
+    stats = pstats.Stats(profiler)
+    rows = [(ct, nc, f"{fn[0].split('/site-packages/')[-1].split('/work/')[-1]}:{fn[2]}")
+            for fn, (_cc, nc, _tt, ct, _callers) in stats.stats.items()  # type: ignore[attr-defined]
+            if "dlbricks" in fn[0] or "generators" in fn[0] or "onnxruntime" in fn[0] or fn[0] == "~"]
+    for ct, nc, name in sorted(rows, reverse=True)[:top]:
+        print(f"{ct:8.2f} s {nc:>7} calls  {name}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="resnet50_v1,mobilenet_v2_1.0,bert_base")
     parser.add_argument("--bricks", type=int, default=20, help="unique bricks per model")
     parser.add_argument("--budget", choices=("before", "after", "both"), default="both")
+    parser.add_argument("--profile", action="store_true", help="the steps in this process under cProfile")
     args = parser.parse_args()
     info = collect_system_info()
     print(f"machine: {info.cpu_model}, {info.physical_cores} cores, onnxruntime {info.onnxruntime_version}, 1 thread")
     items = _items([m.strip() for m in args.models.split(",") if m.strip()], args.bricks)
+    if args.profile:
+        profile(items, PILOT_BUDGET)
+        return
     for label in ("before", "after") if args.budget == "both" else (args.budget,):
         run(items, label, BUDGETS[label])
 
