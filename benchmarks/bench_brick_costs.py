@@ -12,25 +12,23 @@ backend's preparation (sessions, cold copies, the brick before it), warm-up, tim
 rest of the sampling (primes, buffer moves, bookkeeping); then the totals, and the share of setup
 (wall less warm-up and sampling) in the wall time.
 
-``--profile`` instead runs the same steps in this process under cProfile (the brick materialized and
-serialized as the parent does, loaded, prepared by the onnxruntime backend, timed under the pilot
-budget, closed) and prints the functions that took the most time in all, in dlbricks and onnxruntime:
-where a brick's setup goes, session by session.
+``--steps`` instead runs each brick's steps in this process under the pilot budget and times each
+apart (:func:`steps`): where a brick's setup goes, step by step.
 
-Usage: ``python benchmarks/bench_brick_costs.py [--models resnet50_v1,bert_base] [--bricks 20] [--profile]``
+Usage: ``python benchmarks/bench_brick_costs.py [--models resnet50_v1,bert_base] [--bricks 20] [--steps]``
 """
 
 from __future__ import annotations
 
 import argparse
 
-import cProfile
-import pstats
 import time
+from collections.abc import Callable
 
 import onnx
 
 from dlbricks import decompose, load_model
+from dlbricks._bricks import split_previous
 from dlbricks.generators import (
     PILOT_BUDGET,
     Budget,
@@ -38,6 +36,7 @@ from dlbricks.generators import (
     Runner,
     Timing,
     collect_system_info,
+    floor_model,
     get_backend,
     time_calls,
 )
@@ -90,29 +89,40 @@ def run(items: list[object], label: str, budget: Budget) -> None:
           f"setup share {100 * totals['setup'] / max(totals['wall'], 1e-9):.0f}%")
 
 
-def profile(items: list[object], budget: Budget, top: int = 25) -> None:
-    """Each brick's steps in this process under cProfile; the costliest functions by cumulative time."""
+def steps(items: list[object], budget: Budget) -> None:
+    """Each brick's steps in this process, each timed apart: the brick materialized and serialized as
+    the parent does, loaded, its weights drawn (``split_previous`` materializes them, as the backend
+    does first), the floor's one-node model prepared, the whole preparation by the onnxruntime
+    backend (sessions and cold copies, the brick before it, the floor's model, buffers bound), the
+    harness under ``budget`` (warm-up, timed runs, the rest of sampling: primes, the floor's paired
+    runs, buffer moves), and closing."""
     backend, config = get_backend("onnxruntime"), OrtConfig()
-    profiler = cProfile.Profile()
-    start = time.perf_counter()
-    profiler.enable()
+    backend.prepare(floor_model(), config).close()  # onnxruntime's first session
+    spent: dict[str, float] = {}
+    copies = 0
+
+    def timed(step: str, call: Callable[[], object]) -> object:
+        start = time.perf_counter()
+        result = call()
+        spent[step] = spent.get(step, 0.0) + time.perf_counter() - start
+        return result
+
     for item in items:
-        model = onnx.load_from_string(item.to_onnx().SerializeToString())  # type: ignore[attr-defined]
-        prepared = backend.prepare(model, config)
-        try:
-            time_calls(prepared, budget)
-        finally:
-            prepared.close()
-    profiler.disable()
-    wall = time.perf_counter() - start
-    print(f"\nprofile: {len(items)} bricks in {wall:.2f} s ({1e3 * wall / max(len(items), 1):.1f} ms a brick), "
-          f"pilot budget; cumulative seconds:")
-    stats = pstats.Stats(profiler)
-    rows = [(ct, nc, f"{fn[0].split('/site-packages/')[-1].split('/work/')[-1]}:{fn[2]}")
-            for fn, (_cc, nc, _tt, ct, _callers) in stats.stats.items()  # type: ignore[attr-defined]
-            if "dlbricks" in fn[0] or "generators" in fn[0] or "onnxruntime" in fn[0] or fn[0] == "~"]
-    for ct, nc, name in sorted(rows, reverse=True)[:top]:
-        print(f"{ct:8.2f} s {nc:>7} calls  {name}")
+        data = timed("materialize and serialize (parent)", lambda i=item: i.to_onnx().SerializeToString())
+        model = timed("load (worker)", lambda d=data: onnx.load_from_string(d))
+        timed("  draw the weights (apart)", lambda m=model: split_previous(m))
+        timed("  prepare the floor's model (apart)", lambda: backend.prepare(floor_model(), config)).close()
+        prepared = timed("prepare", lambda m=model: backend.prepare(m, config))
+        timing = timed("harness", lambda p=prepared: time_calls(p, budget))
+        for step, seconds in (("  warm-up", timing.warmup_s), ("  timed runs", timing.timed_s),
+                              ("  primes, floor runs, buffer moves", timing.sampling_s - timing.timed_s)):
+            spent[step] = spent.get(step, 0.0) + seconds
+        copies += prepared.copies
+        timed("close", prepared.close)
+    n = max(len(items), 1)
+    print(f"\nsteps: {len(items)} bricks, {copies / n:.1f} session copies a brick, {budget}")
+    for step, seconds in spent.items():
+        print(f"{step:<38} {seconds:8.2f} s {1e3 * seconds / n:8.2f} ms a brick")
 
 
 def main() -> None:
@@ -120,13 +130,13 @@ def main() -> None:
     parser.add_argument("--models", default="resnet50_v1,mobilenet_v2_1.0,bert_base")
     parser.add_argument("--bricks", type=int, default=20, help="unique bricks per model")
     parser.add_argument("--budget", choices=("before", "after", "both"), default="both")
-    parser.add_argument("--profile", action="store_true", help="the steps in this process under cProfile")
+    parser.add_argument("--steps", action="store_true", help="each brick's steps in this process, timed apart")
     args = parser.parse_args()
     info = collect_system_info()
     print(f"machine: {info.cpu_model}, {info.physical_cores} cores, onnxruntime {info.onnxruntime_version}, 1 thread")
     items = _items([m.strip() for m in args.models.split(",") if m.strip()], args.bricks)
-    if args.profile:
-        profile(items, PILOT_BUDGET)
+    if args.steps:
+        steps(items, PILOT_BUDGET)
         return
     for label in ("before", "after") if args.budget == "both" else (args.budget,):
         run(items, label, BUDGETS[label])
