@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any
 
-from dlbricks._errors import InvalidArgumentError
+from dlbricks import InvalidArgumentError
 
 from ._rows import pid_alive
 

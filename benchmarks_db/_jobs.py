@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dlbricks._errors import InvalidArgumentError
+from dlbricks import InvalidArgumentError
 
 from ._records import ClaimStatus, RecordOutcome
 from ._store import Store

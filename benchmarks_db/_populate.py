@@ -35,8 +35,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from dlbricks._decompose import Decomposition
-from dlbricks._errors import InvalidArgumentError
+from dlbricks import Decomposition
+from dlbricks import InvalidArgumentError
 
 from ._jobs import BenchJob, BenchOptions, BenchProgress, BenchReport, Executor, lease_for
 from ._schedule import LocalRun

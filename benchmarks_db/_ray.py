@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlbricks._errors import BackendUnavailableError, DlbricksError, InvalidArgumentError
+from dlbricks import BackendUnavailableError, DlbricksError, InvalidArgumentError
 
 from ._jobs import BenchJob, BenchProgress, BenchReport, _Costs, _Task, brick_overhead
 from ._records import ClaimStatus, RecordOutcome

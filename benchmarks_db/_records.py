@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from dlbricks._graph import ModelSource
-from dlbricks._types import TensorSpec
+from dlbricks import ModelSource
+from dlbricks import TensorSpec
 
 from ._migrations import SCHEMA_VERSION
 

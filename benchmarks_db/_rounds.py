@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from dlbricks._decompose import Decomposition
+from dlbricks import Decomposition
 
 from dlbricks.generators import ROUND_PROCESSES, rounds_in_processes
 

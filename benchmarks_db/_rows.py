@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlbricks._bricks import Brick
-from dlbricks._decompose import Decomposition
-from dlbricks._errors import InvalidArgumentError
-from dlbricks._graph import ModelSource
+from dlbricks import Brick
+from dlbricks import Decomposition
+from dlbricks import InvalidArgumentError
+from dlbricks import ModelSource
 from dlbricks._names import MAX_IDENTIFIER, identifier_problem, shown
 
 from ._records import QUEUE_FIELDS, STAT_FIELDS

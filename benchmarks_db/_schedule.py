@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dlbricks._decompose import Decomposition
+from dlbricks import Decomposition
 
 from ._jobs import (
     BenchJob,

@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 import sqlite_utils
 
-from dlbricks._errors import DatabaseError
+from dlbricks import DatabaseError
 
 from ._migrations import (
     APPLICATION_ID,

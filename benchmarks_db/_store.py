@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 import networkx as nx
 import sqlite_utils
 
-from dlbricks._bricks import Brick
-from dlbricks._decompose import Decomposition, Occurrence
-from dlbricks._errors import DatabaseError, InvalidArgumentError
-from dlbricks._graph import ModelSource
+from dlbricks import Brick
+from dlbricks import Decomposition, Occurrence
+from dlbricks import DatabaseError, InvalidArgumentError
+from dlbricks import ModelSource
 from dlbricks._names import check_identifier
 from dlbricks._tempdir import sqlite_temp_error, sqlite_temp_is_culprit
 from dlbricks.benchmarks_db import _export, _rows, _sql

@@ -37,7 +37,7 @@ from dlbricks._cliutil import (
     model_options,
     parse_input_shapes,
 )
-from dlbricks._decompose import GRANULARITIES, decompose
+from dlbricks import GRANULARITIES, decompose
 from dlbricks._errors import (
     DatabaseError,
     DlbricksError,

@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from dlbricks._errors import BackendError
+from dlbricks import BackendError
 from dlbricks.generators import BackendConfig, Budget, Measurement, OrtConfig, benchmark
 
 from ._estimate import Peaks

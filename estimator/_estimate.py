@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from dlbricks import Brick, Decomposition, MissingBricksError
-from dlbricks._errors import InvalidArgumentError
+from dlbricks import InvalidArgumentError
 from dlbricks.generators import Budget, Measurement
 
 from ._compose import critical_path, sequential

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from dlbricks import ModelGraph
-from dlbricks._errors import BackendError
+from dlbricks import BackendError
 
 from ._profile import InModelTimes
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbricks import Brick, __version__
-from dlbricks._errors import InvalidArgumentError
+from dlbricks import InvalidArgumentError
 from dlbricks.benchmarks_db import Store
 from dlbricks.generators import Measurement, OrtConfig, collect_system_info
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import onnx
 
-from dlbricks._errors import InvalidArgumentError
+from dlbricks import InvalidArgumentError
 
 from ._budget import Budget
 from ._harness import Clock, measure_model

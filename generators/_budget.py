@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
-from dlbricks._errors import InvalidArgumentError
+from dlbricks import InvalidArgumentError
 
 __all__ = ["Allocation", "Budget", "BrickShare", "PILOT_BUDGET", "allocate", "model_ci", "topup_budget"]
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, ClassVar, TypeVar
 
-from dlbricks._errors import InvalidArgumentError
+from dlbricks import InvalidArgumentError
 
 __all__ = ["ConfigBase"]
 

@@ -16,10 +16,10 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from dlbricks._errors import InvalidArgumentError, ShapeInferenceError, UnrunnableBrickError
+from dlbricks import InvalidArgumentError, ShapeInferenceError, UnrunnableBrickError
 from dlbricks._graph import VALUE_RANGES_KEY, VALUE_STATISTICS_KEY
 from dlbricks._inputs import DEFAULT_INT_RANGE, random_array, statistics_array
-from dlbricks._types import ValueStatistics
+from dlbricks import ValueStatistics
 
 __all__ = [
     "DEFAULT_INT_RANGE",

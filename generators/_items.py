@@ -11,7 +11,7 @@ import onnx
 import onnx.compose
 from onnx import TensorProto, helper
 
-from dlbricks._errors import InvalidArgumentError
+from dlbricks import InvalidArgumentError
 
 __all__ = ["FLOOR_KEY", "Item", "floor_model", "resolve_item", "side_by_side"]
 

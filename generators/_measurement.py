@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from dlbricks._errors import DlbricksError, InvalidArgumentError
+from dlbricks import DlbricksError, InvalidArgumentError
 
 from ._protocols import BackendConfig
 from ._registry import get_backend

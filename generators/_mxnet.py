@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 
 from dlbricks._bricks import SIGNATURE_KEY, split_previous
-from dlbricks._errors import BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
+from dlbricks import BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
 from dlbricks._inputs import ar1_noise
 
 from ._config import ConfigBase

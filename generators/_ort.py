@@ -19,7 +19,7 @@ import onnx
 from onnx import helper
 
 from dlbricks._bricks import SIGNATURE_KEY, reuse_bytes, split_previous
-from dlbricks._errors import BackendError, BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
+from dlbricks import BackendError, BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
 
 from ._config import ConfigBase
 from ._inputs import input_specs, random_inputs, value_ranges, value_statistics

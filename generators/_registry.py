@@ -15,7 +15,7 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
-from dlbricks._errors import BackendError, InvalidArgumentError
+from dlbricks import BackendError, InvalidArgumentError
 
 from ._protocols import Backend
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from dlbricks._errors import InvalidArgumentError
+from dlbricks import InvalidArgumentError
 
 from ._budget import Budget
 from ._harness import Clock, Timing, time_calls, timing_to_measurement

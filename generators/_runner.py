@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from dlbricks._errors import BackendError, InvalidArgumentError
+from dlbricks import BackendError, InvalidArgumentError
 
 from ._budget import Budget
 from ._cache import DEFAULT_CACHE_BYTES

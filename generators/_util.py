@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from dlbricks._errors import BackendError, UnrunnableBrickError
+from dlbricks import BackendError, UnrunnableBrickError
 
 __all__ = ["CPU_ENV", "closed", "last_core", "one_line", "pin_to_core", "prepare_previous", "round_robin"]
 

@@ -167,7 +167,7 @@ def _rounds(state: _State, payload: dict[str, Any]) -> Any:
     import numpy as np
     import onnx
 
-    from dlbricks._errors import UnrunnableBrickError
+    from dlbricks import UnrunnableBrickError
 
     from ._cache import digest
     from ._rounds import time_rounds

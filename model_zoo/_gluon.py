@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from dlbricks._errors import InvalidArgumentError
-from dlbricks._graph import ModelGraph
+from dlbricks import InvalidArgumentError
+from dlbricks import ModelGraph
 
 from ._spec import ZooModel
 

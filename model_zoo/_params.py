@@ -9,7 +9,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto
 
-from dlbricks._errors import InvalidArgumentError, ModelLoadError
+from dlbricks import InvalidArgumentError, ModelLoadError
 
 __all__ = ["count_params"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import onnx
 
-from dlbricks._errors import InvalidArgumentError
+from dlbricks import InvalidArgumentError
 from dlbricks._names import shown
 from dlbricks.model_zoo import (
     _classic,

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import click
 
-from dlbricks._errors import DlbricksError
+from dlbricks import DlbricksError
 
 from ._registry import export, list_models
 from ._spec import TASKS, ZooModel

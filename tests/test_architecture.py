@@ -1,0 +1,89 @@
+"""The code's shape: the pipeline's direction, no import cycles, private modules kept private.
+
+The analysis is ``benchmarks/public_surface.py`` (which prints the figures); these tests hold the
+code to them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests._scripts import load_script
+
+#: Private modules of the core package that other packages still import, by importing package: the
+#: contracts between the core and the backends (a brick's metadata keys, its weights drawn late,
+#: synthetic inputs), the identifier checks, MXNet's frontend, the command line's helpers. Each is
+#: to become public or move; a new pair fails :func:`test_no_new_import_of_a_private_module`.
+KNOWN_PRIVATE = {
+    "dlbricks.model_zoo": {"dlbricks._mxnet_frontend", "dlbricks._mxnet_bricks", "dlbricks._names"},
+    "dlbricks.generators": {"dlbricks._graph", "dlbricks._inputs", "dlbricks._bricks", "dlbricks._mxnet_bricks",
+                            "dlbricks._mxnet_frontend", "dlbricks._errors", "dlbricks._ov_fusion", "dlbricks._fusion",
+                            "dlbricks._ortutil"},
+    "dlbricks.benchmarks_db": {"dlbricks._names", "dlbricks._tempdir", "dlbricks._cliutil", "dlbricks._errors"},
+    "dlbricks.estimator": {"dlbricks._errors", "dlbricks._names", "dlbricks._mxnet_frontend", "dlbricks._cost",
+                           "dlbricks._fusion", "dlbricks._onnx_frontend", "dlbricks._ortutil", "dlbricks._memory",
+                           "dlbricks._cliutil"},
+}
+
+
+@pytest.fixture(scope="module")
+def surface():
+    return load_script("public_surface")
+
+
+@pytest.fixture(scope="module")
+def found(surface):
+    return surface.modules()
+
+
+@pytest.fixture(scope="module")
+def found_imports(surface, found):
+    return surface.all_imports(found)
+
+
+def test_every_package_is_read(surface, found) -> None:
+    for package in surface.PACKAGES:
+        assert package in found
+    assert len(found) > 60  # every module of the five folders, not one folder's
+
+
+def test_no_module_level_import_cycle(surface, found, found_imports) -> None:
+    assert surface.import_cycles(found_imports, found) == []
+
+
+def test_a_cycle_is_found(surface, tmp_path: Path) -> None:
+    """The cycle check sees a cycle where there is one (two modules importing each other)."""
+    (tmp_path / "dlbricks").mkdir()
+    (tmp_path / "dlbricks" / "__init__.py").write_text("__all__ = []\n")
+    (tmp_path / "dlbricks" / "_a.py").write_text("from dlbricks._b import x\n")
+    (tmp_path / "dlbricks" / "_b.py").write_text("from ._a import y\n\ndef f():\n    from dlbricks import _a\n")
+    found = {name: path for name, path in surface.modules(tmp_path).items()}
+    cycles = surface.import_cycles(surface.all_imports(found), found)
+    assert sorted(cycles[0]) == ["dlbricks._a", "dlbricks._b"]
+
+
+def test_stages_import_only_stages_to_their_left(surface, found_imports) -> None:
+    wrong = surface.against_the_pipeline(found_imports)
+    assert wrong == [], [f"{i.module}:{i.line} imports {i.target}" for i in wrong]
+
+
+def test_no_new_import_of_a_private_module(surface, found_imports) -> None:
+    private = surface.private_imports(found_imports)
+    assert private  # the check sees the ones still there
+    new = sorted({(surface.package_of(i.module), i.target) for i in private
+                  if i.target not in KNOWN_PRIVATE.get(surface.package_of(i.module), set())})
+    assert new == [], f"import the package's public names instead of its private modules: {new}"
+
+
+def test_errors_come_from_the_public_package(surface, found_imports) -> None:
+    """Every error class that the core package exports is imported from it, not from ``_errors``,
+    outside the core package."""
+    import dlbricks
+
+    public = set(dlbricks.__all__)
+    offending = [f"{i.module}:{i.line}" for i in surface.private_imports(found_imports)
+                 if i.target == "dlbricks._errors" and set(i.names) <= public
+                 and i.module not in {"dlbricks.generators._openvino", "dlbricks.estimator._api"}]
+    assert offending == []
