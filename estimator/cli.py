@@ -488,6 +488,9 @@ def _print_evaluation(ev: Evaluation) -> None:
                   else "measured by an earlier run of this database: no speedup figure")
                + (f"; then {ev.rounds_s:.1f} s of rounds, each model with its bricks (what the table reads; in "
                   "neither figure)" if ev.rounds_s else ""))
+    if ev.lock_waited_s >= 1.0:
+        click.echo(f"waited {ev.lock_waited_s:.0f} s for another dlbricks process timing on this machine (in the "
+                   "elapsed time only)")
     if ev.target_ci:
         click.echo(f"precision: +-{100 * ev.target_ci:g}% asked of each estimate's bricks; widest reached "
                    f"+-{100 * (ev.worst_ci or 0):.2f}%")

@@ -33,7 +33,7 @@ from ._registry import (
     unregister_backend,
 )
 from ._rounds import PairedRounds, Rounds, RoundsBudget
-from ._runner import ROUND_PROCESSES, Runner, resolve_config, rounds_in_processes
+from ._runner import ROUND_PROCESSES, Runner, lock_waited_s, resolve_config, rounds_in_processes
 from ._stats import Summary, median_ci, summarize
 from ._system import SystemInfo, collect_system_info
 from ._util import pin_to_core
@@ -56,6 +56,7 @@ __all__ = [
     "RoundsBudget",
     "PairedRounds",
     "rounds_in_processes",
+    "lock_waited_s",
     "ROUND_PROCESSES",
     # allocating a model-level precision target
     "Allocation",

@@ -79,6 +79,8 @@ class _MachineLock:
     def __init__(self) -> None:
         self._file: Any = None
         self._told = False
+        #: Seconds this process's requests have waited for another process's, in all.
+        self.waited_s = 0.0
 
     def _open(self) -> Any:
         if self._file is None:
@@ -103,6 +105,7 @@ class _MachineLock:
         except BlockingIOError:
             waited = time.monotonic()
             fcntl.flock(lock, fcntl.LOCK_EX)
+            self.waited_s += time.monotonic() - waited
             if time.monotonic() - waited > LOCK_NOTICE_S and not self._told:
                 self._told = True
                 print(f"dlbricks: waited {time.monotonic() - waited:.0f} s for another dlbricks process timing on "
@@ -114,6 +117,13 @@ class _MachineLock:
 
 
 _MACHINE = _MachineLock()
+
+
+def lock_waited_s() -> float:
+    """Seconds this process's measurements have waited, in all, for another dlbricks process's
+    measurements on this machine (the timing lock): time that no measurement's ``wall_time_s``
+    counts."""
+    return _MACHINE.waited_s
 
 
 class _Worker:
@@ -499,6 +509,7 @@ class Runner:
         _LAST_REPLY.settle(id(self))
         start = time.perf_counter() if start is None else start
         timeout = self.budget.timeout
+        waited = _MACHINE.waited_s
         try:
             status, reply = worker.request((kind, payload), timeout)
         except WorkerTimeoutError:
@@ -512,7 +523,7 @@ class Runner:
         if status != "ok":
             return self._failure(key, "failed", str(reply), start, floor_s), None
         measurement, timing = reply
-        wall = time.perf_counter() - start
+        wall = time.perf_counter() - start - (_MACHINE.waited_s - waited)  # not the wait for another process
         return dataclasses.replace(measurement, wall_time_s=wall), timing
 
     def _replace_worker(self) -> None:

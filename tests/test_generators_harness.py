@@ -415,7 +415,7 @@ def test_public_api_is_pinned() -> None:
             "value_ranges", "random_inputs", "time_calls", "Timing", "Clock", "Summary", "summarize",
             "median_ci", "PILOT_BUDGET", "Allocation", "BrickShare", "allocate", "model_ci", "topup_budget",
             "combine", "relative_half_width", "spread_half_width", "Rounds", "RoundsBudget", "PairedRounds",
-            "rounds_in_processes", "ROUND_PROCESSES",
+            "rounds_in_processes", "ROUND_PROCESSES", "lock_waited_s",
         ]
     )  # fmt: skip
     assert all(hasattr(generators, name) for name in generators.__all__)

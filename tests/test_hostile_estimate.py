@@ -162,6 +162,29 @@ def test_a_second_process_waits_for_the_one_timing_on_this_machine(work: Path) -
     assert waited >= HOLD_S - 1.0
 
 
+def test_the_wait_for_another_process_is_in_no_measurement() -> None:
+    """A measurement that waited for another process's timing does not count the wait in its wall
+    time (the benchmarking time it adds up to); the process's wait is kept apart."""
+    from dlbricks.generators import Budget, OrtConfig, Runner, floor_model, lock_waited_s
+
+    with Runner("onnxruntime", OrtConfig(), Budget.quick()) as runner:
+        runner.floor()
+        alone = runner.measure(floor_model())
+        before = lock_waited_s()
+        holder = subprocess.Popen([sys.executable, "-c", HOLD], stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            start = time.monotonic()
+            waited = runner.measure(floor_model())
+            elapsed = time.monotonic() - start
+        finally:
+            holder.wait(timeout=30)
+    assert alone.ok and waited.ok
+    assert elapsed >= HOLD_S - 1.0  # it did wait
+    assert lock_waited_s() - before >= HOLD_S - 1.0
+    assert waited.wall_time_s < elapsed - (HOLD_S - 1.0)
+
+
 # ----------------------------------------------------------------------------------- sizes the budget cannot hold
 def _content(db: Path) -> tuple[int, int, str, list[str]]:
     """Measurements, failed ones, ``PRAGMA integrity_check`` and the models' names of a database."""
