@@ -1,0 +1,146 @@
+"""Exploratory probe for the benchmarking-cost issue: a model's bricks measured in chained rounds,
+one run of each brick a round, against the rounds of the current design.
+
+Usage::
+
+    python benchmarks/probe_chained_rounds.py MODEL [--rounds 40]
+
+One onnxruntime session per unique brick (one thread, optimizations off, no copies, no brick run
+before it, no floor model beside it), each brick's first input bound to the output buffer of the
+brick that writes it in the model, where shapes match, so that a round of the bricks in the
+model's order writes each input just before its reader reads it, as the model does, and the other
+bricks of the round pass through the caches between two runs of a brick, as the model's other
+layers do. Each round: the whole model once and each brick once (whole first or bricks first at
+random), each run timed alone with ``perf_counter_ns``, and the floor's one-node model once per
+brick (its median per round is taken off each brick's run). Printed: the time to prepare the
+sessions, the per-round ratio of the bricks' sum (each brick times its occurrences) to the whole
+run (median and its 95% interval over the rounds), and the time the bricks' runs took against the
+whole runs'. Compare the ratio with what ``dlbricks evaluate`` printed for the model ("bricks' sum
+over whole"), whose level carries every correction of the current design.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import onnxruntime as ort
+from onnx import helper
+
+import dlbricks
+from dlbricks.generators import floor_model, median_ci, random_inputs
+from dlbricks.model_zoo import build
+
+
+def _options() -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return options
+
+
+class Bound:
+    """A session with its inputs and outputs bound once (the outputs allocated from a first run)."""
+
+    def __init__(self, model: object, feeds_from: dict[str, ort.OrtValue] | None = None) -> None:
+        self.session = ort.InferenceSession(model.SerializeToString(), _options(),  # type: ignore[attr-defined]
+                                            providers=["CPUExecutionProvider"])
+        names = [i.name for i in self.session.get_inputs()]
+        arrays = random_inputs(model, names)  # type: ignore[arg-type]
+        first = self.session.run(None, arrays)
+        self.binding = self.session.io_binding()
+        self.values = {n: ort.OrtValue.ortvalue_from_numpy(a) for n, a in arrays.items()}
+        if feeds_from:
+            self.values.update(feeds_from)
+        for n, v in self.values.items():
+            self.binding.bind_ortvalue_input(n, v)
+        self.kinds = [(tuple(a.shape), a.dtype) for a in first]
+        self.outputs = [ort.OrtValue.ortvalue_from_numpy(np.empty_like(a)) for a in first]
+        for meta, v in zip(self.session.get_outputs(), self.outputs, strict=True):
+            self.binding.bind_ortvalue_output(meta.name, v)
+        self.run = lambda: self.session.run_with_iobinding(self.binding)
+
+
+def _timed(run: object) -> int:
+    t0 = time.perf_counter_ns()
+    run()  # type: ignore[operator]
+    return time.perf_counter_ns() - t0
+
+
+def _run_bricks(runs: list, empty: object, times: np.ndarray, floors: np.ndarray) -> None:
+    """Each brick once in order, timed alone, each followed by one timed run of the floor's model."""
+    clock = time.perf_counter_ns
+    for i, run in enumerate(runs):
+        t0 = clock()
+        run()
+        t1 = clock()
+        empty()  # type: ignore[operator]
+        floors[i] = clock() - t1
+        times[i] = t1 - t0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model")
+    parser.add_argument("--rounds", type=int, default=40)
+    args = parser.parse_args()
+    graph = dlbricks.load_model(build(args.model), name=args.model)
+    dec = dlbricks.decompose(graph)
+    keys = list(dict.fromkeys(o.signature for o in dec.occurrences))
+    counts = np.asarray([dec.counts()[k] for k in keys], dtype=np.float64)
+    start = time.perf_counter()
+    whole = Bound(graph.to_onnx())
+    empty = Bound(floor_model())
+    bricks: dict[str, Bound] = {}
+    chained = 0
+    for key in keys:
+        model = dec.bricks[key].to_onnx()
+        prev = dec.previous(key)
+        feeds = None
+        if prev is not None and prev.signature in bricks:
+            writer = bricks[prev.signature]
+            weights = {t.name for t in model.graph.initializer}
+            first_input = next((i for i in model.graph.input if i.name not in weights), None)
+            if first_input is not None:
+                tensor = first_input.type.tensor_type
+                kind = (tuple(d.dim_value for d in tensor.shape.dim), helper.tensor_dtype_to_np_dtype(tensor.elem_type))
+                if kind == writer.kinds[0]:
+                    feeds = {first_input.name: writer.outputs[0]}
+                    chained += 1
+        bricks[key] = Bound(model, feeds)
+    prepared = time.perf_counter() - start
+    rng = np.random.default_rng(0)
+    runs = [b.run for b in bricks.values()]
+    for r in runs:  # one untimed pass
+        r()
+    whole.run()
+    ratios, whole_ns, bricks_ns = [], [], []
+    times = np.empty(len(runs))
+    floors = np.empty(len(runs))
+    for _ in range(args.rounds):
+        if rng.random() < 0.5:
+            w = _timed(whole.run)
+            _run_bricks(runs, empty.run, times, floors)
+        else:
+            _run_bricks(runs, empty.run, times, floors)
+            w = _timed(whole.run)
+        floor = float(np.median(floors))
+        estimate = float(np.maximum(times - floor, 0.0) @ counts) + floor
+        ratios.append(estimate / w)
+        whole_ns.append(w)
+        bricks_ns.append(float(times.sum() + floors.sum()))
+    r = np.asarray(ratios)
+    ci = median_ci(r)
+    print(f"{args.model}: {len(keys)} unique bricks, {chained} chained to the brick before them; "
+          f"sessions prepared in {prepared:.2f} s ({1e3 * prepared / len(keys):.1f} ms a brick)")
+    print(f"bricks' sum over whole, per round: median {np.median(r):.3f} "
+          f"[{ci[0]:.3f}, {ci[1]:.3f}] over {args.rounds} rounds; whole {np.median(whole_ns) / 1e6:.3f} ms")
+    print(f"time in a round: bricks and floor runs {np.median(bricks_ns) / 1e6:.3f} ms against the whole run "
+          f"{np.median(whole_ns) / 1e6:.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
