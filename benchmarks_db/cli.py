@@ -72,6 +72,15 @@ _db_option = click.option("--db", "db_path", default=DEFAULT_PATH, show_default=
                           help="The brick database (SQLite).")
 
 
+def _fusion_runtime(backend: str, granularity: str) -> dict[str, str]:
+    """``decompose``'s ``runtime`` for fused bricks of ``backend``: the runtime whose kernels its fused
+    bricks are (its ``fusion_runtime``), none for layer bricks or for onnxruntime's own groups."""
+    from dlbricks.generators import get_backend
+
+    runtime = getattr(get_backend(backend), "fusion_runtime", None) if granularity == "fused" else None
+    return {"runtime": runtime} if runtime else {}
+
+
 def _budget(name: str, min_time: float | None, max_time: float | None, timeout: float | None) -> Any:
     from dlbricks.generators import Budget
 
@@ -348,7 +357,7 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
     Store.preflight(db_path)  # a bad --db fails before any model is loaded
     decompositions, graphs = [], []
     for graph in iter_models(models, zoo, batch_size, shapes):  # every model (and its name) checked before the db
-        decompositions.append(decompose(graph, granularity=granularity))
+        decompositions.append(decompose(graph, granularity=granularity, **_fusion_runtime(backend, granularity)))
         graphs.append(graph)
     loaded = chosen_backend({g.name: model_format(g) for g in graphs})  # known once loaded
     if loaded != backend:

@@ -43,6 +43,8 @@ GRANULARITIES = ("layer", "fused")
 SHARED_WEIGHT_BYTES = 4096
 #: Optimization level of the fused granularity when none is given: onnxruntime's default.
 DEFAULT_FUSION_LEVEL = "all"
+#: Runtimes whose executed kernels the fused granularity can group layers by.
+FUSION_RUNTIMES = ("onnxruntime", "openvino")
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +280,8 @@ class BrickSet:
 
 def decompose(model: ModelLike | ModelGraph, granularity: str = "layer", *, weights: str = "synthetic",
               input_shapes: Mapping[str, Sequence[int]] | None = None,
-              batch_size: int | None = None, opt_level: str | None = None) -> Decomposition:
+              batch_size: int | None = None, opt_level: str | None = None,
+              runtime: str = "onnxruntime") -> Decomposition:
     """Cut a model into bricks.
 
     Parameters
@@ -293,7 +296,12 @@ def decompose(model: ModelLike | ModelGraph, granularity: str = "layer", *, weig
         exports it) is in that layer's brick, the constant with it (see
         :func:`~dlbricks._identities.join_constant_identities`).
     opt_level : {"basic", "extended", "all"}, optional
-        For ``granularity="fused"`` (default ``"all"``).
+        For ``granularity="fused"`` with onnxruntime's groups (default ``"all"``).
+    runtime : {"onnxruntime", "openvino"}, default "onnxruntime"
+        For ``granularity="fused"``: whose kernels the groups are. ``"openvino"``: one brick per
+        kernel that OpenVINO's CPU plugin executes (one thread, f32), read from its runtime model
+        (:func:`~dlbricks._ov_fusion.openvino_fusion_groups`); the granularity is then
+        ``"fused:openvino"``, and it takes no ``opt_level``.
     weights : {"synthetic", "real"}
         ``"real"`` keeps the model's weights so bricks can reproduce its intermediate tensors.
 
@@ -323,14 +331,27 @@ def decompose(model: ModelLike | ModelGraph, granularity: str = "layer", *, weig
     graph = model if isinstance(model, ModelGraph) else load_model(
         model, input_shapes=input_shapes, batch_size=batch_size)
     if granularity == "layer":
+        if runtime != "onnxruntime":
+            raise InvalidArgumentError("'runtime' applies to granularity='fused' only.")
         if opt_level is not None:
             raise InvalidArgumentError("'opt_level' applies to granularity='fused' only.")
         groups, _ = join_constant_identities(graph, [(layer,) for layer in graph.layers])
         return _fits_memory(_decompose_groups(graph, groups, granularity, weights))
-    from dlbricks._fusion import fusion_groups
+    if runtime not in FUSION_RUNTIMES:
+        raise InvalidArgumentError(f"'runtime' must be one of {FUSION_RUNTIMES}. Got {runtime!r} instead.")
+    if runtime == "openvino":
+        if opt_level is not None:
+            raise InvalidArgumentError("'opt_level' applies to onnxruntime's fusion only; leave it out with "
+                                       "runtime='openvino'.")
+        from dlbricks._ov_fusion import openvino_fusion_groups
 
-    level = opt_level or DEFAULT_FUSION_LEVEL
-    plan = fusion_groups(graph, level)
+        plan = openvino_fusion_groups(graph)
+        level = plan.opt_level
+    else:
+        from dlbricks._fusion import fusion_groups
+
+        level = opt_level or DEFAULT_FUSION_LEVEL
+        plan = fusion_groups(graph, level)
     groups, kept = join_constant_identities(graph, plan.layer_groups(graph))
     channels_last = tuple(plan.channels_last[i] for i in kept) if plan.channels_last else ()
     dec = _decompose_groups(graph, groups, f"fused:{level}", weights, channels_last)

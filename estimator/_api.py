@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dlbricks import Brick, Decomposition, ModelGraph, decompose, load_model
-from dlbricks._errors import InvalidArgumentError
+from dlbricks._errors import DlbricksError, InvalidArgumentError
 from dlbricks._names import check_identifier
 from dlbricks.benchmarks_db import BenchOptions, Store, measure_in_rounds, model_measurements, out_of_context, populate
 from dlbricks.generators import (
@@ -60,23 +60,38 @@ def open_store(db: Store | str | os.PathLike[str]) -> Store:
     return db if isinstance(db, Store) else Store.open(db)
 
 
-def _decompose(graph: ModelGraph, granularity: str, config: OrtConfig) -> Decomposition:
-    """Layer bricks, or fused bricks of the configuration's optimization level."""
+def _decompose(graph: ModelGraph, granularity: str, config: BackendConfig) -> Decomposition:
+    """Layer bricks, or fused bricks as the configuration's runtime groups layers into kernels."""
     if granularity == "fused":
-        return decompose(graph, "fused", opt_level=_fused_level(config))
+        return decompose(graph, "fused", **fusion_options(config))
     return decompose(graph, granularity)
 
 
-def _label(granularity: str, config: OrtConfig) -> str:
-    return f"fused:{_fused_level(config)}" if granularity == "fused" else granularity
+def _label(granularity: str, config: BackendConfig) -> str:
+    if granularity != "fused":
+        return granularity
+    options = fusion_options(config)
+    return f"fused:{options.get('opt_level') or options.get('runtime')}"
 
 
-def _fused_level(config: Any) -> str:
-    """The optimization level whose groups fused bricks are: onnxruntime's only."""
-    if not isinstance(config, OrtConfig):
-        raise InvalidArgumentError("granularity 'fused' groups the layers onnxruntime fuses; models run in "
-                                   f"{backend_name(config)} take granularity 'layer'.")
-    return config.graph_optimization_level
+def fusion_options(config: Any) -> dict[str, str]:
+    """``decompose``'s keywords for the fused bricks of ``config``: the runtime whose executed kernels
+    its backend's fused bricks are (its ``fusion_runtime``, e.g. ``{"runtime": "openvino"}``), else
+    onnxruntime's groups at the configuration's optimization level (``{"opt_level": "all"}``).
+
+    Raises
+    ------
+    InvalidArgumentError
+        For a backend that neither names a fusion runtime nor has optimization levels.
+    """
+    runtime = getattr(get_backend(backend_name(config)), "fusion_runtime", None)
+    if runtime is not None:
+        return {"runtime": runtime}
+    level = getattr(config, "graph_optimization_level", None)
+    if not isinstance(config, OrtConfig) or level is None:
+        raise InvalidArgumentError(f"granularity 'fused' needs a backend that says which layers it fuses; "
+                                   f"models run in {backend_name(config)} take granularity 'layer'.")
+    return {"opt_level": level}
 
 
 def _decomposition(model: Any, store: Store, granularity: str, config: OrtConfig) -> Decomposition:
@@ -144,13 +159,21 @@ def _alternatives(store: Store, dec: Decomposition, system: Any, config: Any,
     """Measurements of the bricks under every configuration of this system with the same threads."""
     out: dict[str, list[Measurement]] = {}
     for rec in store.backends():
-        options = rec.options if isinstance(rec.options, Mapping) else {}
-        threads = options.get("intra_op_num_threads", options.get("omp_threads"))
-        if rec.config_id == config.config_id or threads != threads_of(config):
+        if rec.config_id == config.config_id or _stored_threads(rec) != threads_of(config):
             continue
         for sig, m in _lookup(store, dec, system, rec.config_id).items():
             out.setdefault(sig, []).append(m)
     return out
+
+
+def _stored_threads(record: Any) -> int | None:
+    """Threads of a stored backend configuration (its ``threads``, rebuilt by its backend), or None
+    where its backend is not installed here or cannot rebuild it."""
+    options = record.options if isinstance(record.options, Mapping) else {}
+    try:
+        return threads_of(get_backend(record.runtime).config_from_dict(options))
+    except DlbricksError:
+        return None
 
 
 def _predictor(store: Store, system: Any, config_id: str, peaks: Peaks | None = None) -> LatencyPredictor:
@@ -376,25 +399,37 @@ def view_bricks(dec: Decomposition, backend: str) -> set[str]:
     return {sig for sig, b in dec.bricks.items() if ops and set(b.op_types) <= ops}
 
 
-def _reorder_costs(dec: Decomposition, config: OrtConfig, store: Store, system: Any,
+def _reorder_costs(dec: Decomposition, config: BackendConfig, store: Store, system: Any,
                    measured: Mapping[str, Measurement]) -> tuple[dict[str, float], float]:
-    """Fused bricks at "all", from the database: what each brick's own session runs beyond its kernel
-    (layout reorders, kernels the model fuses away; measured with the brick, subtracted from its time,
-    for the lower bound too) and the model's own layout reorders (priced by size, added once). None
-    on CUDA: the NCHWc layout is the CPU provider's."""
-    at_all = isinstance(config, OrtConfig) and config.graph_optimization_level == "all"
-    if dec.granularity != "fused:all" or not at_all or device_of(config) != "cpu":
+    """What each measured brick's own run does beyond its model, from the database (layout reorders
+    at its edges, kernels the model fuses away: its backend's ``brick_overhead_s``, stored with the
+    measurement, subtracted from its time, for the lower bound too), and the model's own layout
+    reorders (``dec.reorder_bytes``, priced by size by its backend's ``calibrate_reorders``, added
+    once). Nothing on an accelerator, and nothing for a backend that has neither.
+
+    Raises
+    ------
+    InvalidArgumentError
+        Where the backend stores overheads and some measured bricks of ``dec`` have none (measured
+        by another dlbricks), or the model has reorders and the backend prices them but the database
+        holds no price.
+    """
+    backend = get_backend(backend_name(config))
+    if device_of(config) != "cpu" or not hasattr(backend, "brick_overhead_s"):
         return {}, 0.0
-    overhead = store.overheads(system, config.config_id, [s for s in dec.bricks if s in measured])
-    lacking = [s for s in dec.bricks if s in measured and s not in overhead]
-    price = store.reorder_price(system, config.config_id)
-    if lacking or (price is None and dec.reorder_bytes):
+    ran = [s for s in dec.bricks if s in measured]
+    overhead = store.overheads(system, config.config_id, ran)
+    lacking = [s for s in ran if s not in overhead]
+    priced = hasattr(backend, "calibrate_reorders") and bool(dec.reorder_bytes)
+    price = store.reorder_price(system, config.config_id) if priced else None
+    if (lacking and (overhead or dec.reorder_bytes)) or (priced and price is None):
         what = (f"{len(lacking)} of its measured bricks have no stored overhead (first {lacking[0][:12]})"
                 if lacking else "the database has no reorder price")
         raise InvalidArgumentError(
-            f"cannot estimate '{dec.model}' at fused:all from {store.path}: {what} for configuration "
-            f"{config.config_id[:12]}; measure the bricks with 'dlbricks bench {dec.model} --granularity fused "
-            f"--opt-level all' (this dlbricks), or estimate with on_missing='measure'.")
+            f"cannot estimate '{dec.model}' at {dec.granularity} from {store.path}: {what} for configuration "
+            f"{config.config_id[:12]}; measure the bricks with 'dlbricks bench {dec.model} --granularity "
+            f"{dec.granularity.split(':')[0]} --backend {backend_name(config)}' under this configuration (this "
+            "dlbricks), or estimate with on_missing='measure'.")
     extra = ReorderCost(*price).total(dec.reorder_bytes) if price is not None else 0.0
     return overhead, extra
 

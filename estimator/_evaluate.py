@@ -34,7 +34,17 @@ from dlbricks.generators import (
     pool,
 )
 
-from ._api import PAIRED_ROUNDS, TRUSTED_SWING, backend_name, estimate, open_store, peaks_key, ratio_half_width, threads_of
+from ._api import (
+    PAIRED_ROUNDS,
+    TRUSTED_SWING,
+    backend_name,
+    estimate,
+    fusion_options,
+    open_store,
+    peaks_key,
+    ratio_half_width,
+    threads_of,
+)
 from ._calibrate import calibrate_peaks, calibrated_backends, merge_peaks
 from ._estimate import paired_interval
 
@@ -342,7 +352,7 @@ def _check_granularity(granularity: str, config: Any) -> None:
     """Refuse a granularity that is not one of :data:`GRANULARITIES`, or fused bricks without fusion."""
     if granularity not in GRANULARITIES:
         raise InvalidArgumentError(f"'granularity' must be one of {GRANULARITIES}. Got {granularity!r} instead.")
-    if granularity != "layer" and (not isinstance(config, OrtConfig) or config.graph_optimization_level == "disable"):
+    if granularity != "layer" and fusion_options(config).get("opt_level") == "disable":  # raises without fusion
         raise InvalidArgumentError(f"--granularity {granularity} needs an optimization level that fuses: "
                                    "--opt-level basic, extended or all.")
 
@@ -353,11 +363,11 @@ def _decompose_suite(models: Sequence[str], store: Store, granularity: str,
     "both", the layer bricks beside them (else an empty set)."""
     from dlbricks.model_zoo import build
 
-    level = None if granularity == "layer" else config.graph_optimization_level
+    options = {} if granularity == "layer" else fusion_options(config)
     brickset, layer_set = BrickSet(), BrickSet()
     for name in models:
         graph = load_model(build(name), name=name)
-        dec = decompose(graph, "layer" if granularity == "layer" else "fused", opt_level=level)
+        dec = decompose(graph, "layer" if granularity == "layer" else "fused", **options)
         store.add_decomposition(dec, graph.source)
         brickset.add(dec)
         if granularity == "both":

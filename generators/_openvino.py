@@ -15,8 +15,10 @@ install is one line that says which extra to install.
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
 import statistics
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -25,9 +27,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 import onnx
+from onnx import compose
 
 from dlbricks._bricks import SIGNATURE_KEY, split_previous
 from dlbricks._errors import BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
+from dlbricks._ov_fusion import OPENVINO, REORDER_TYPE, RuntimeKernel, kernel_layers, runtime_kernels
 
 from ._config import ConfigBase
 from ._inputs import input_specs, random_inputs, value_statistics
@@ -45,10 +49,13 @@ PRECISIONS = ("f32", "bf16", "f16")
 EXECUTION_MODES = ("PERFORMANCE", "ACCURACY")
 #: Version of how bricks are measured, part of every :attr:`OpenvinoConfig.config_id` (as
 #: :data:`dlbricks.generators._ort.MEASUREMENT_METHOD` for onnxruntime).
-MEASUREMENT_METHOD = 1
+MEASUREMENT_METHOD = 2
 #: The op type of a kernel that the CPU plugin inserts to change a tensor's layout (no node of the
 #: model runs in it), as :meth:`OpenvinoBackend.profile_kernels` reports it.
-REORDER = "Reorder"
+REORDER = REORDER_TYPE
+#: How a brick takes its tensors (:func:`brick_channels_last`): as its ONNX model says (NCHW), with
+#: NHWC outputs, or with NHWC inputs and outputs.
+PLAIN, NHWC_OUTPUTS, NHWC_EDGES = "", "outputs", "edges"
 
 
 def installed_openvino_version() -> str:
@@ -248,6 +255,9 @@ class OpenvinoBackend:
     name = "openvino"
     #: The model formats it runs (ONNX, through OpenVINO's ONNX frontend).
     model_formats = frozenset({"onnx"})
+    #: Whose executed kernels its fused bricks are: ``decompose(graph, "fused", runtime=...)`` groups
+    #: the layers as its CPU plugin runs them (granularity ``"fused:openvino"``).
+    fusion_runtime = OPENVINO
 
     def default_config(self) -> OpenvinoConfig:
         """``OpenvinoConfig()``: CPU, one thread, one stream, latency hint, f32, cold bricks."""
@@ -320,17 +330,20 @@ class OpenvinoBackend:
         ov = _ov()
         model, before = split_previous(model)
         data = model.SerializeToString()
-        compiled = _compile(ov, data, config.properties(), model.graph.name)
+        nhwc = (brick_channels_last(ov, data, config.properties(), model.graph.name, reads_layer=before is not None)
+                if _is_brick(model) else PLAIN)
+        compiled = _compile(ov, data, config.properties(), model.graph.name, channels_last=nhwc)
         request = compiled.create_infer_request()
-        inputs = _drawn_inputs(model)
+        inputs = _channels_last_inputs(_drawn_inputs(model), nhwc)
         tensors = {name: ov.Tensor(array, shared_memory=True) for name, array in inputs.items()}
         outputs = _bind(ov, request, compiled, tensors, name=model.graph.name)
         _infer(request, model.graph.name)
         first = [np.asarray(t.data) for t in request.output_tensors]
         requests, held = [request], [compiled, inputs, tensors, outputs]
-        copies = session_copies(model, first, config) if _is_brick(model) else 1
+        internal = _internal_bytes(compiled, layouts=nhwc == PLAIN)
+        copies = session_copies(model, first + [internal], config) if _is_brick(model) else 1
         for _ in range(copies - 1):
-            copy = _compile(ov, data, config.properties(), model.graph.name)
+            copy = _compile(ov, data, config.properties(), model.graph.name, channels_last=nhwc)
             copy_request = copy.create_infer_request()
             shared = outputs if config.cache == "cold-weights" else None
             copy_outputs = _bind(ov, copy_request, copy, tensors, shared, name=model.graph.name)
@@ -344,6 +357,20 @@ class OpenvinoBackend:
         nbytes = (copies * (weight_bytes(model) + sum(a.nbytes for a in first))
                   + sum(a.nbytes for a in inputs.values()))
         return OpenvinoPrepared(requests, held, previous, empty, nbytes)
+
+    def brick_overhead_s(self, item: Any, config: Any, run_s: float) -> float | None:
+        """Seconds of a brick's own run that its model does not run, as their share of the brick's
+        profiled run (:func:`brick_overhead_share`, read from the CPU plugin's profiling counters
+        once per brick, context and process) times ``run_s``, the brick's timed median less the
+        floor: the layout reorders the plugin adds at the brick's edges, and all of a layer brick
+        that the plugin fuses into the kernel of the layer before it. None for an item that is no
+        brick."""
+        brick = getattr(item, "brick", item)
+        if not hasattr(brick, "to_bytes") or not hasattr(brick, "signature"):
+            return None
+        previous = getattr(item, "previous", None)
+        share = brick_overhead_share(brick, previous, config)
+        return share * max(run_s, 0.0)
 
     def check_brick(self, brick: Any) -> str | None:
         """None if OpenVINO's CPU plugin compiles ``brick`` (its ``to_onnx()`` model), else the reason
@@ -391,18 +418,264 @@ class OpenvinoBackend:
                 for kernel, values in times.items()]
 
 
-def _compile(ov: ModuleType, data: bytes, properties: Mapping[str, Any], name: str) -> Any:
+#: Most profiled runs that split a brick's run into kernels; fewer for slow bricks, so that they last
+#: about :data:`PROFILE_TIME_S`.
+PROFILE_RUNS = 40
+PROFILE_TIME_S = 0.05
+_PROFILE_WARMUP = 3
+
+
+def brick_overhead_share(brick: Any, previous: Any, config: OpenvinoConfig) -> float:
+    """The share of a brick's own run (its profiled kernels' medians) that its model does not run.
+
+    Where a layer before writes the brick's first input (``previous``), the two are compiled as one
+    model (``previous``'s output feeding the brick, :func:`in_context_s`) and the brick's share is
+    what its kernels take there (the kernels that run only its layers, layout reorders left out) over
+    what its own run's kernels take: a Relu that the plugin fuses into the Convolution before it has
+    no kernel of its own there (share 1); a Convolution brick that converts its input and output from
+    and to NCHW does not convert them there; a MaxPool gets the channels-last tensor, and kernel,
+    that the Convolution before it hands over. At least 0: a brick faster alone keeps its time.
+
+    Without ``previous`` (a brick that reads a model input), or where the two cannot be compiled
+    together: the layout reorders that the plugin inserts before its outputs (a model input's reorder
+    is the model's too).
+
+    Parameters
+    ----------
+    brick : dlbricks.Brick
+    previous : dlbricks.Brick or None
+        The brick that writes ``brick``'s first input in its model.
+    config : OpenvinoConfig
+    """
+    granularity = getattr(brick, "granularity", "layer")
+    key = (brick.signature, None if previous is None else previous.signature, granularity, config.config_id)
+    if key not in _SHARES:
+        _SHARES[key] = _overhead_share(brick, previous, granularity, config)
+    return _SHARES[key]
+
+
+#: :func:`brick_overhead_share` of each brick, context and configuration, in this process.
+_SHARES: dict[tuple[str, str | None, str, str], float] = {}
+
+
+def _overhead_share(brick: Any, before: Any, granularity: str, config: OpenvinoConfig) -> float:
+    model = brick.to_onnx()
+    data = model.SerializeToString()
+    nhwc = brick_channels_last(_ov(), data, config.properties(), model.graph.name, reads_layer=before is not None)
+    times, ran = _kernel_medians(model, config, channels_last=nhwc)
+    total = sum(times.values())
+    if total <= 0.0:
+        return 0.0
+    in_context = None if before is None else in_context_s(brick, before, config)
+    if in_context is not None:
+        return min(1.0, max(0.0, 1.0 - in_context / total))
+    kernels = {k.name: k for k in ran}
+    edges = sum(t for name, t in times.items() if name in kernels
+                and _edge_reorder(kernels[name], kernels, reads_layer=before is not None))
+    return min(1.0, edges / total)
+
+
+def _edge_reorder(kernel: RuntimeKernel, kernels: Mapping[str, RuntimeKernel], *, reads_layer: bool) -> bool:
+    """Whether ``kernel`` is a layout reorder at the brick's edge that its model does not run: one
+    that reads a brick input (``Input``) where a layer writes that input in the model
+    (``reads_layer``), or one whose output goes only to brick outputs (``Output``)."""
+    if kernel.layer_type not in _LAYOUT_OPS:
+        return False
+    sources = [kernels[i].layer_type for i in kernel.inputs if i in kernels]
+    if sources and all(t == "Input" for t in sources):
+        return reads_layer
+    readers = [k.layer_type for k in kernels.values() if kernel.name in k.inputs]
+    return bool(readers) and all(t == "Output" for t in readers)
+
+
+def _kernel_medians(model: onnx.ModelProto, config: OpenvinoConfig, *,
+                    channels_last: str = PLAIN) -> tuple[dict[str, float], tuple[RuntimeKernel, ...]]:
+    """Each executed kernel of ``model`` compiled under ``config`` (with NHWC edges where
+    ``channels_last``) with profiling on: its median ``real_time`` in seconds over up to
+    :data:`PROFILE_RUNS` runs after a few warm-up runs; and the ops of that compiled model's runtime
+    model (kernel names differ from one compilation to the next: the frontend numbers the ops it
+    creates)."""
+    ov = _ov()
+    compiled = _compile(ov, model.SerializeToString(), {**config.properties(), "PERF_COUNT": True},
+                        model.graph.name, channels_last=channels_last)
+    request = compiled.create_infer_request()
+    inputs = _drawn_inputs(model)
+    inputs = _channels_last_inputs(inputs, channels_last)
+    tensors = {name: ov.Tensor(array, shared_memory=True) for name, array in inputs.items()}
+    outputs = _bind(ov, request, compiled, tensors, name=model.graph.name)
+    for _ in range(_PROFILE_WARMUP):
+        _infer(request, model.graph.name)
+    start = time.perf_counter()
+    _infer(request, model.graph.name)
+    runs = int(min(PROFILE_RUNS, max(3, PROFILE_TIME_S / max(time.perf_counter() - start, 1e-9))))
+    times: dict[str, list[float]] = {}
+    for _ in range(runs):
+        _infer(request, model.graph.name)
+        for info in request.get_profiling_info():
+            if info.status == info.Status.EXECUTED:
+                times.setdefault(info.node_name, []).append(info.real_time.total_seconds())
+    del outputs
+    return {name: statistics.median(values) for name, values in times.items()}, runtime_kernels(compiled)
+
+
+def in_context_s(brick: Any, previous: Any, config: OpenvinoConfig) -> float | None:
+    """Seconds that ``brick``'s own kernels take when ``previous``'s output (the one of ``brick``'s
+    first input's shape and dtype) feeds its first input in one compiled model: the profiled medians
+    of the kernels that run only layers of ``brick`` (none where the plugin fused them into a kernel of
+    ``previous``), layout reorders left out. None where the two cannot be joined or compiled."""
+    pair = _joined(previous.to_onnx(), brick.to_onnx())
+    if pair is None:
+        return None
+    try:
+        times, kernels = _kernel_medians(pair, config)
+    except UnrunnableBrickError:
+        return None
+    runs = [k for k in kernels if k.layer_type not in ("Input", "Output", "Const") and k.layer_type not in _LAYOUT_OPS]
+    owners = kernel_layers(runs, pair)
+    return sum(times.get(kernel, 0.0) for kernel, nodes in owners.items()
+               if nodes and all(n.startswith(_SECOND) for n in nodes))
+
+
+_FIRST, _SECOND = "p_", "b_"
+
+
+def _joined(first: onnx.ModelProto, second: onnx.ModelProto) -> onnx.ModelProto | None:
+    """One model running ``first`` then ``second``, the output of ``first`` that matches the
+    shape and dtype of ``second``'s first input feeding it; node names are set (to their first
+    output's name, prefixed ``p_`` and ``b_``). None where no output matches or they cannot be
+    joined."""
+    wanted = input_specs(second)
+    if not wanted:
+        return None
+    _, shape, dtype = wanted[0]
+    source = next((name for name, out_shape, out_dtype in _output_specs(first)
+                   if tuple(out_shape) == tuple(shape) and out_dtype == dtype), None)
+    if source is None:
+        return None
+    for model in (first, second):
+        del model.metadata_props[:]
+        for node in model.graph.node:
+            node.name = node.name or (node.output[0] if node.output else node.op_type)
+    try:
+        joined = compose.merge_models(first, second, io_map=[(source, wanted[0][0])],
+                                           prefix1=_FIRST, prefix2=_SECOND)
+    except Exception:  # noqa: BLE001 - onnx.compose raises untyped errors; then nothing is fused
+        return None
+    return joined
+
+
+def _output_specs(model: onnx.ModelProto) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+    """``(name, shape, dtype)`` of each output of ``model`` of a static shape."""
+    out = []
+    for vi in model.graph.output:
+        dims = vi.type.tensor_type.shape.dim
+        if all(d.HasField("dim_value") for d in dims):
+            dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+            out.append((vi.name, tuple(d.dim_value for d in dims), dtype))
+    return out
+
+
+def _compile(ov: ModuleType, data: bytes, properties: Mapping[str, Any], name: str, *,
+             channels_last: str = PLAIN) -> Any:
     """``data`` (a serialized ONNX model) read by OpenVINO's ONNX frontend, with weights of its own,
-    compiled for the CPU plugin under ``properties``."""
+    compiled for the CPU plugin under ``properties``; with ``channels_last`` :data:`NHWC_OUTPUTS` its
+    4-D outputs, with :data:`NHWC_EDGES` its 4-D inputs and outputs are NHWC tensors
+    (``PrePostProcessor`` layouts; the model's own layout stays NCHW)."""
     try:
         frontend = ov.frontend.FrontEndManager().load_by_framework("onnx")
         read = frontend.convert(frontend.load(io.BytesIO(data)))
+        if channels_last != PLAIN:
+            read = _nhwc_edges(ov, read, inputs=channels_last == NHWC_EDGES)
     except Exception as e:  # noqa: BLE001 - the frontend raises untyped errors
         raise UnrunnableBrickError(f"openvino cannot read model {name!r}: {_ov_error(e)}") from e
     try:
         return _core().compile_model(read, "CPU", dict(properties))
     except Exception as e:  # noqa: BLE001 - the plugin raises untyped errors
         raise UnrunnableBrickError(f"openvino cannot compile model {name!r}: {_ov_error(e)}") from e
+
+
+def _nhwc_edges(ov: ModuleType, model: Any, *, inputs: bool) -> Any:
+    """``model`` (an ``openvino.Model``) with each 4-D output, and input where ``inputs``, an NHWC
+    tensor."""
+    from openvino.preprocess import PrePostProcessor
+
+    ppp = PrePostProcessor(model)
+    for i, port in enumerate(model.inputs):
+        if inputs and port.get_partial_shape().rank.get_length() == 4:
+            ppp.input(i).tensor().set_layout(ov.Layout("NHWC"))
+            ppp.input(i).model().set_layout(ov.Layout("NCHW"))
+    for i, port in enumerate(model.outputs):
+        if port.get_partial_shape().rank.get_length() == 4:
+            ppp.output(i).model().set_layout(ov.Layout("NCHW"))
+            ppp.output(i).tensor().set_layout(ov.Layout("NHWC"))
+    return ppp.build()
+
+
+#: ``layerType`` of the runtime ops that move a tensor into another layout.
+_LAYOUT_OPS = frozenset({REORDER, "Transpose"})
+
+
+def brick_channels_last(ov: ModuleType, data: bytes, properties: Mapping[str, Any], name: str, *,
+                        reads_layer: bool = True) -> str:
+    """How brick ``data`` takes its tensors (:func:`_compile`'s ``channels_last``): with NHWC outputs,
+    and NHWC inputs where a layer writes its input in its model (``reads_layer``; a model's input is
+    NCHW, and the model converts it too), where so compiled the CPU plugin spends less time in layout reorders
+    and transposes than compiled plain (:data:`PLAIN`): its kernels then take the channels-last
+    tensors they compute in as they find them inside the model (a convolution), and the brick converts
+    nothing at its edges that its model does not.
+    """
+    key = (hashlib.sha256(data).hexdigest(), tuple(sorted(properties.items())), reads_layer)
+    if key not in _CHANNELS_LAST:
+        _CHANNELS_LAST[key] = _channels_last(ov, data, properties, name, NHWC_EDGES if reads_layer else NHWC_OUTPUTS)
+    return _CHANNELS_LAST[key]
+
+
+#: :func:`brick_channels_last` of each brick (by the digest of its bytes), properties and context.
+_CHANNELS_LAST: dict[tuple[str, tuple[tuple[str, Any], ...], bool], str] = {}
+
+
+def _channels_last(ov: ModuleType, data: bytes, properties: Mapping[str, Any], name: str, nhwc: str) -> str:
+    model = onnx.load_from_string(data)
+    specs = input_specs(model) + _output_specs(model)
+    if not any(len(shape) == 4 and np.issubdtype(dtype, np.floating) for _, shape, dtype in specs):
+        return PLAIN
+    plain = _layout_kernels_run(ov, model, properties, PLAIN)
+    if not plain:
+        return PLAIN
+    try:
+        return nhwc if _layout_kernels_run(ov, model, properties, nhwc) < plain else PLAIN
+    except UnrunnableBrickError:
+        return PLAIN
+
+
+def _layout_kernels_run(ov: ModuleType, model: onnx.ModelProto, properties: Mapping[str, Any],
+                        channels_last: str) -> float:
+    """Seconds of the layout reorders and transposes that a run of ``model`` (compiled under
+    ``properties`` with ``channels_last`` edges) executes, by the CPU plugin's profiling counters (the
+    least over a few runs; a reorder that only relabels a layout is in the runtime model but does not
+    run)."""
+    compiled = _compile(ov, model.SerializeToString(), {**properties, "PERF_COUNT": True}, model.graph.name,
+                        channels_last=channels_last)
+    request = compiled.create_infer_request()
+    inputs = _channels_last_inputs(_drawn_inputs(model), channels_last)
+    tensors = {name: ov.Tensor(array, shared_memory=True) for name, array in inputs.items()}
+    outputs = _bind(ov, request, compiled, tensors, name=model.graph.name)
+    spent = []
+    for _ in range(_PROFILE_WARMUP):
+        _infer(request, model.graph.name)
+        spent.append(sum(info.real_time.total_seconds() for info in request.get_profiling_info()
+                         if info.status == info.Status.EXECUTED and info.node_type in _LAYOUT_OPS))
+    del outputs
+    return min(spent)
+
+
+def _channels_last_inputs(inputs: Mapping[str, np.ndarray], channels_last: str) -> dict[str, np.ndarray]:
+    """``inputs`` with each 4-D array in NHWC order (contiguous) where ``channels_last`` is
+    :data:`NHWC_EDGES`."""
+    if channels_last != NHWC_EDGES:
+        return dict(inputs)
+    return {name: np.ascontiguousarray(a.transpose(0, 2, 3, 1)) if a.ndim == 4 else a
+            for name, a in inputs.items()}
 
 
 def _bind(ov: ModuleType, request: Any, compiled: Any, tensors: Mapping[str, Any],
@@ -432,6 +705,27 @@ def _infer(request: Any, name: str) -> None:
         raise UnrunnableBrickError(f"openvino cannot run model {name!r}: {_ov_error(e)}") from e
 
 
+def _internal_bytes(compiled: Any, *, layouts: bool = True) -> np.ndarray:
+    """A stand-in (no memory behind it) whose ``nbytes`` are the bytes each compiled copy holds of its
+    own beyond its weights and outputs: the outputs of its kernels that no model output takes (layout
+    reorders at its edges where ``layouts``, tensors between its kernels), from the runtime model.
+    The cold copies of a brick count them, so that the copies span what they should."""
+    kernels = runtime_kernels(compiled)
+    kinds = {k.name: k.layer_type for k in kernels}
+    internal = 0
+    for kernel in kernels:
+        readers = [kinds[k.name] for k in kernels if kernel.name in k.inputs]
+        if not layouts and kernel.layer_type in _LAYOUT_OPS:
+            continue
+        if kernel.layer_type not in _NO_MEMORY and not (readers and all(r == "Output" for r in readers)):
+            internal += kernel.output_bytes
+    return np.broadcast_to(np.uint8(0), (internal,))
+
+
+#: ``layerType`` of runtime ops that hold no memory of a compiled copy's own (beyond its weights).
+_NO_MEMORY = frozenset({"Input", "Output", "Const", "Reshape"})
+
+
 def _drawn_inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     """The inputs of ``model`` as the onnxruntime backend draws them: :func:`random_inputs` (seeded,
     within the model's value ranges), an input whose statistics kept its model's values (a
@@ -452,50 +746,20 @@ def _feed_from(previous: OpenvinoPrepared | None, model: onnx.ModelProto, tensor
     specs = input_specs(model)
     if previous is None or not specs or not np.issubdtype(specs[0][2], np.floating):
         return
-    name, shape, dtype = specs[0]
+    name, _, dtype = specs[0]
+    shape = tuple(tensors[name].shape)  # NHWC where the brick runs channels-last
     request = previous.requests[0]
     for i, tensor in enumerate(request.output_tensors):
-        if tuple(tensor.shape) == tuple(shape) and np.asarray(tensor.data).dtype == dtype:
+        if tuple(tensor.shape) == shape and np.asarray(tensor.data).dtype == dtype:
             request.set_output_tensor(i, tensors[name])
             return
 
 
 def _original_nodes(compiled: Any, model: onnx.ModelProto) -> dict[str, tuple[str, ...]]:
     """Each kernel of the runtime model (by its name, as the profiling counters report it): the nodes
-    of ``model`` that it runs, by name, in the model's order.
-
-    They are read from the kernel's ``originalLayersNames``, each the name of a node, of a node's
-    output (a model output's op takes the tensor's name) or of an op a node was decomposed into
-    (``node/Suffix``). A transformation that renames what it fuses (a BatchNormalization folded into
-    the convolution before it leaves a ``Multiply_N``) loses the first node: the producer of the
-    kernel's first node's data input (input 0) is added, and its own producer, for as long as no
-    other kernel runs it and it computes from data (it has inputs and is no ``Constant``).
-    """
-    order = {node.name: i for i, node in enumerate(model.graph.node)}
-    named = {out: node.name for node in model.graph.node for out in node.output}
-    named.update({name: name for name in order})
-    found: dict[str, list[str]] = {}
-    for op in compiled.get_runtime_model().get_ordered_ops():
-        info = op.get_rt_info()
-        originals = str(info["originalLayersNames"].astype(str)) if "originalLayersNames" in info else ""
-        nodes: list[str] = []
-        for original in filter(None, originals.split(",")):
-            node = named.get(original) or named.get(original.split("/", 1)[0])
-            if node is not None and node not in nodes:
-                nodes.append(node)
-        found[op.get_friendly_name()] = nodes
-    claimed = {n for nodes in found.values() for n in nodes}
-    producers = {out: node for node in model.graph.node for out in node.output}
-    for nodes in found.values():
-        first = model.graph.node[min(order[n] for n in nodes)] if nodes else None
-        while first is not None and first.input:
-            before = producers.get(first.input[0])
-            if before is None or before.name in claimed or before.op_type == "Constant" or not before.input:
-                break
-            nodes.append(before.name)
-            claimed.add(before.name)
-            first = before
-    return {kernel: tuple(sorted(nodes, key=order.__getitem__)) for kernel, nodes in found.items()}
+    of ``model`` that it runs, by name, in the model's order (:func:`dlbricks._ov_fusion.kernel_layers`
+    of its ``originalLayersNames``)."""
+    return kernel_layers(runtime_kernels(compiled), model)
 
 
 def _is_brick(model: onnx.ModelProto) -> bool:

@@ -99,6 +99,9 @@ class Backend(Protocol):
         ``warmup``, with the names of the nodes of ``model`` it runs (several for a fused kernel, none
         for a kernel the runtime added; a layout reorder it added has op type ``"Reorder"``): the
         in-model times that ``dlbricks validate --per-brick`` sets beside each brick.
+    - ``fusion_runtime``: the runtime whose executed kernels the backend's fused bricks are
+        (``decompose(..., "fused", runtime=...)``, e.g. ``"openvino"``). Default: onnxruntime's
+        groups at the configuration's optimization level.
     """
 
     name: str

@@ -262,3 +262,98 @@ def test_calibrate_stores_openvinos_own_peaks(ov: ModuleType, tmp_path: Path) ->
     assert set(own) == {"openvino"} and own["openvino"]["flops_per_s"] > 1e8 and own["openvino"]["int_gemm"]
     assert not own["openvino"]["conv_nchwc"]  # onnxruntime's layout only
     assert (peaks[0], peaks[1]) == (own["openvino"]["flops_per_s"], own["openvino"]["bytes_per_s"])
+
+
+# ----------------------------------------------------------------------------------- accuracy
+@pytest.fixture(scope="module")
+def tiny_graph(tiny: Path) -> dlbricks.ModelGraph:
+    return dlbricks.load_model(tiny, name="tiny")
+
+
+@openvino
+def test_fused_bricks_are_the_kernels_openvino_runs(ov: ModuleType, squeezenet: dlbricks.ModelGraph,
+                                                    tiny_graph: dlbricks.ModelGraph) -> None:
+    """decompose(..., "fused", runtime="openvino") groups the layers as OpenVINO's runtime model runs
+    them: every layer in exactly one group, a Conv with its Relu (and BatchNormalization) one brick,
+    the plugin's layout reorders in no group."""
+    for graph in (tiny_graph, squeezenet):
+        dec = dlbricks.decompose(graph, "fused", runtime="openvino")
+        assert dec.granularity == "fused:openvino"
+        covered = [n for o in dec.occurrences for n in o.nodes]
+        assert sorted(covered) == sorted(layer.name for layer in graph.layers)
+        ops = {dec.bricks[o.signature].op_types for o in dec.occurrences}
+        assert not any("Reorder" in kinds for kinds in ops)
+        assert any(kinds[0] == "Conv" and kinds[-1] == "Relu" for kinds in ops), ops
+        assert all(kinds != ("Relu",) for kinds in ops if graph is squeezenet)  # every Relu is in its Conv
+    assert len(dlbricks.decompose(squeezenet, "fused", runtime="openvino").occurrences) < len(squeezenet.layers)
+    with pytest.raises(InvalidArgumentError, match="'opt_level' applies to onnxruntime's fusion only"):
+        dlbricks.decompose(tiny_graph, "fused", runtime="openvino", opt_level="all")
+    with pytest.raises(InvalidArgumentError, match="'runtime' must be one of"):
+        dlbricks.decompose(tiny_graph, "fused", runtime="tvm")
+
+
+@openvino
+def test_a_bricks_overhead_is_what_its_model_does_not_run(ov: ModuleType, squeezenet: dlbricks.ModelGraph) -> None:
+    """A Relu brick that OpenVINO fuses into the Conv before it is all overhead at layer granularity;
+    a Conv brick runs with channels-last edges (no reorder to subtract) where the plugin computes it
+    channels-last; a brick that reads the model's input keeps the reorder of that input; the share
+    scales the timed run."""
+    from dlbricks.generators._openvino import (
+        OpenvinoConfig,
+        _compile,
+        _layout_kernels_run,
+        brick_channels_last,
+        brick_overhead_share,
+    )
+    from dlbricks._ov_fusion import runtime_kernels
+
+    cfg = OpenvinoConfig()
+    backend = get_backend("openvino")
+    dec = dlbricks.decompose(squeezenet)
+    first, relu = dec.occurrences[0], dec.occurrences[1]
+    assert dec.bricks[relu.signature].op_types == ("Relu",) and dec.previous(relu.signature) is not None
+    assert brick_overhead_share(dec.bricks[relu.signature], dec.previous(relu.signature), cfg) == 1.0
+    assert backend.brick_overhead_s(dec.in_context(relu.signature), cfg, 2e-4) == pytest.approx(2e-4)
+    conv = dec.bricks[first.signature]
+    assert conv.op_types == ("Conv",) and dec.previous(first.signature) is None
+    data = conv.to_onnx().SerializeToString()
+    assert brick_channels_last(ov, data, cfg.properties(), "conv", reads_layer=True) == "edges"
+    assert brick_channels_last(ov, data, cfg.properties(), "conv", reads_layer=False) == "outputs"
+    model = conv.to_onnx()
+    assert _layout_kernels_run(ov, model, cfg.properties(), "edges") == 0.0  # its reorders only relabel
+    assert _layout_kernels_run(ov, model, cfg.properties(), "") > 0.0  # in and out: what a plain brick pays
+    kinds = [k.layer_type for k in runtime_kernels(_compile(ov, data, cfg.properties(), "conv", channels_last="edges"))]
+    assert "Convolution" in kinds
+    assert brick_overhead_share(conv, None, cfg) == 0.0  # its input's reorder is the model's too
+    assert backend.brick_overhead_s(object(), cfg, 1e-3) is None
+
+
+@openvino
+@pytest.mark.parametrize("granularity", ["layer", "fused"])
+def test_estimates_hold_against_the_whole_model(ov: ModuleType, squeezenet: dlbricks.ModelGraph,
+                                                granularity: str) -> None:
+    """Paired validation of a zoo CNN in OpenVINO (warm bricks, to keep the lane short): the estimate,
+    each brick less what its model does not run, lands within 12% of the whole model timed in the
+    same rounds, for layer bricks nearer to it than the bricks' raw sum; the lower bound stays below
+    it."""
+    from dlbricks.estimator import validate
+    from dlbricks.generators import RoundsBudget
+
+    cfg = get_backend("openvino").config_from_dict({**get_backend("openvino").default_config().to_dict(),
+                                                    "cache": "warm"})
+    with Store(":memory:") as store:
+        result = validate(squeezenet, store, config=cfg, granularity=granularity, budget=Budget.quick(),
+                          rounds=RoundsBudget(min_rounds=4, min_time=0.2, max_time=1.0, rel_ci=0.05))
+        dec = dlbricks.decompose(squeezenet, "fused", runtime="openvino") if granularity == "fused" else \
+            dlbricks.decompose(squeezenet)
+        system = collect_system_info()
+        stored = {s: store.measurement(s, system, cfg.config_id) for s in dec.bricks}
+        overheads = store.overheads(system, cfg.config_id, list(dec.bricks))
+    raw = sum(stored[o.signature].median_s - stored[o.signature].floor_s for o in dec.occurrences)
+    corrected = raw - sum(overheads.get(o.signature, 0.0) for o in dec.occurrences)
+    measured = result.measured.median_s
+    assert overheads and corrected < raw
+    assert abs(result.error) <= 0.12, (granularity, result.error)
+    if granularity == "layer":  # its Relu bricks run inside the Convolutions' kernels in the model
+        assert abs(corrected / measured - 1) < abs(raw / measured - 1), (corrected, raw, measured)
+    assert result.estimate.lower_bound_s <= measured
