@@ -8,8 +8,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dlbricks import Brick, Decomposition, ModelGraph, decompose, load_model
-from dlbricks._errors import DlbricksError, InvalidArgumentError
+from dlbricks import Brick, Decomposition, DlbricksError, InvalidArgumentError, ModelGraph, decompose, load_model
 from dlbricks._names import check_identifier
 from dlbricks.benchmarks_db import BenchOptions, Store, measure_in_rounds, model_measurements, out_of_context, populate
 from dlbricks.generators import (

@@ -29,14 +29,14 @@ import numpy as np
 import onnx
 from onnx import compose
 
-from dlbricks._bricks import SIGNATURE_KEY, split_previous
-from dlbricks._errors import BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
+from dlbricks import BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
+from dlbricks._bricks import split_previous
 from dlbricks._ov_fusion import OPENVINO, REORDER_TYPE, RuntimeKernel, kernel_layers, runtime_kernels
 
 from ._config import ConfigBase
 from ._inputs import input_specs, random_inputs, value_statistics
 from ._items import floor_model
-from ._ort import CACHE_STATES, COLD_SPANS, session_copies, weight_bytes
+from ._ort import CACHE_STATES, COLD_SPANS, _is_brick, session_copies, weight_bytes
 from ._util import closed, prepare_previous, round_robin
 
 __all__ = ["OpenvinoBackend", "OpenvinoConfig", "OpenvinoPrepared", "installed_openvino_version"]
@@ -762,9 +762,6 @@ def _original_nodes(compiled: Any, model: onnx.ModelProto) -> dict[str, tuple[st
     return kernel_layers(runtime_kernels(compiled), model)
 
 
-def _is_brick(model: onnx.ModelProto) -> bool:
-    """Whether ``model`` is a dlbricks brick (it carries its signature), not a whole model."""
-    return any(p.key == SIGNATURE_KEY for p in model.metadata_props)
 
 
 def _ov_error(error: BaseException) -> str:

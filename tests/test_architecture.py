@@ -19,10 +19,10 @@ from tests._scripts import load_script
 KNOWN_PRIVATE = {
     "dlbricks.model_zoo": {"dlbricks._mxnet_frontend", "dlbricks._mxnet_bricks", "dlbricks._names"},
     "dlbricks.generators": {"dlbricks._graph", "dlbricks._inputs", "dlbricks._bricks", "dlbricks._mxnet_bricks",
-                            "dlbricks._mxnet_frontend", "dlbricks._errors", "dlbricks._ov_fusion", "dlbricks._fusion",
+                            "dlbricks._mxnet_frontend", "dlbricks._ov_fusion", "dlbricks._fusion",
                             "dlbricks._ortutil"},
     "dlbricks.benchmarks_db": {"dlbricks._names", "dlbricks._tempdir", "dlbricks._cliutil", "dlbricks._errors"},
-    "dlbricks.estimator": {"dlbricks._errors", "dlbricks._names", "dlbricks._mxnet_frontend", "dlbricks._cost",
+    "dlbricks.estimator": {"dlbricks._names", "dlbricks._mxnet_frontend", "dlbricks._cost",
                            "dlbricks._fusion", "dlbricks._onnx_frontend", "dlbricks._ortutil", "dlbricks._memory",
                            "dlbricks._cliutil"},
 }
@@ -84,6 +84,5 @@ def test_errors_come_from_the_public_package(surface, found_imports) -> None:
 
     public = set(dlbricks.__all__)
     offending = [f"{i.module}:{i.line}" for i in surface.private_imports(found_imports)
-                 if i.target == "dlbricks._errors" and set(i.names) <= public
-                 and i.module not in {"dlbricks.generators._openvino", "dlbricks.estimator._api"}]
+                 if i.target == "dlbricks._errors" and set(i.names) <= public]
     assert offending == []
