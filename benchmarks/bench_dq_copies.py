@@ -19,8 +19,7 @@ from pathlib import Path
 import dlbricks
 import dlbricks._onnx_frontend as frontend
 from dlbricks.benchmarks_db import BenchOptions, Store, populate
-from dlbricks.estimator import estimate
-from dlbricks.estimator._evaluate import measure_whole
+from dlbricks.estimator import estimate, measure_whole
 from dlbricks.generators import Budget, OrtConfig
 
 WHOLE_BUDGET = Budget(min_time=0.5, max_time=2.0)

@@ -18,8 +18,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from dlbricks.estimator import evaluate
-from dlbricks.estimator._evaluate import DEFAULT_TARGET_CI, Evaluation, suite_models
+from dlbricks.estimator import Evaluation, evaluate
+from dlbricks.estimator._evaluate import DEFAULT_TARGET_CI, suite_models
 from dlbricks.generators import OrtConfig
 
 

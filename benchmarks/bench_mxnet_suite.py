@@ -26,8 +26,8 @@ from dataclasses import dataclass, replace
 
 from dlbricks import BrickSet, decompose
 from dlbricks.estimator import estimate_decomposition
-from dlbricks.generators import Budget, Measurement, benchmark, collect_system_info
-from dlbricks.generators._mxnet import ENGINES, MxnetConfig
+from dlbricks.generators import Budget, Measurement, MxnetConfig, benchmark, collect_system_info
+from dlbricks.generators._mxnet import ENGINES
 from dlbricks.model_zoo._gluon import GLUON_MODELS, GLUON_PREFIX, build_gluon
 
 DEFAULT_SUITE = ("resnet18_v1", "resnet50_v1", "resnet50_v2", "mobilenet1.0", "mobilenetv2_1.0",

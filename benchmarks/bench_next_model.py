@@ -24,7 +24,8 @@ from dataclasses import replace
 
 from dlbricks import decompose, load_model
 from dlbricks.benchmarks_db import Store
-from dlbricks.estimator._evaluate import DEFAULT_SUITE, EVALUATE_BUDGET
+from dlbricks.estimator import DEFAULT_SUITE
+from dlbricks.estimator._evaluate import EVALUATE_BUDGET
 from dlbricks.generators import OrtConfig, Runner
 from dlbricks.model_zoo import build, list_models
 

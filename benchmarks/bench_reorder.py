@@ -20,8 +20,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from dlbricks._fusion import NCHWC_DOMAIN
-from dlbricks.generators import Budget, OrtBackend, OrtConfig, collect_system_info
-from dlbricks.generators._floor import measure_floor
+from dlbricks.generators import Budget, OrtBackend, OrtConfig, collect_system_info, measure_floor
 from dlbricks.generators._harness import measure_model
 
 #: (channels, height and width) of typical activations: ResNet-50 stages, MobileNet, VGG.

@@ -56,11 +56,12 @@ from dlbricks.estimator import (
     evaluate,
     last_level_cache,
     matvec_rates,
+    measure_whole,
     memory_rate,
     merge_peaks,
     with_composition,
 )
-from dlbricks.estimator._evaluate import measure_whole, suite_models
+from dlbricks.estimator._evaluate import suite_models
 from dlbricks.generators import Budget, Measurement, OrtConfig, collect_system_info, get_backend, pool
 from dlbricks.model_zoo import build, get_model
 

@@ -19,7 +19,7 @@ all alike:
 and prints each brick less the floor beside its layer's cost in the model, and the bricks' sum plus
 one floor against the whole model.
 
-Usage: ``python benchmarks/probe_small_model.py [--model ncf_ml20m] [--calls 3000] [--prefixes | --regions 8,62]``
+Usage: ``python benchmarks/probes/probe_small_model.py [--model ncf_ml20m] [--calls 3000] [--prefixes | --regions 8,62]``
 """
 
 from __future__ import annotations

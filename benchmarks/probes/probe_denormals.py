@@ -6,7 +6,7 @@ dynamic dimensions 1), and the script prints each tensor holding nonzero values 
 float32's least normal number, then the total. A brick fed synthetic values would run faster than
 its layer inside a model whose activations are denormal.
 
-Usage: ``python benchmarks/probe_denormals.py MODEL.onnx [MODEL.onnx ...]``
+Usage: ``python benchmarks/probes/probe_denormals.py MODEL.onnx [MODEL.onnx ...]``
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/probe_worker_bias.py MODEL [--workers 6]
+    python benchmarks/probes/probe_worker_bias.py MODEL [--workers 6]
 
 The zoo model and all its bricks are timed in rounds (``dlbricks.estimator.PAIRED_ROUNDS``) in
 ``--workers`` fresh worker processes, one after another; printed per worker: its rounds, the whole

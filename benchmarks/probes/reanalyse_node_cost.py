@@ -2,12 +2,12 @@
 
 Each stored floor calibration keeps its one-node time (``floor_s + node_s``); ``--ratio`` sets its
 cost of a further node to that share of it (the paired calibration's, as
-``python benchmarks/probe_floor_pairing.py`` measures it) and its floor to the rest. A copy of the
+``python benchmarks/probes/probe_floor_pairing.py`` measures it) and its floor to the rest. A copy of the
 database is rewritten so, and every model with a whole-model measurement is estimated from both,
 against that measurement: per model the error both ways, then the mean |error| and the counts within
 +-5% and +-10%.
 
-Usage: ``python benchmarks/reanalyse_node_cost.py --db full.db --ratio 0.089 [--work DIR]``
+Usage: ``python benchmarks/probes/reanalyse_node_cost.py --db full.db --ratio 0.089 [--work DIR]``
 """
 
 from __future__ import annotations

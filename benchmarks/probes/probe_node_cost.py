@@ -15,7 +15,7 @@ with raw onnxruntime sessions and IOBinding (1 thread, optimizations off, tensor
 
 and prints each brick less the zero-node floor beside the chain's cost per node.
 
-Usage: ``python benchmarks/probe_node_cost.py [--size 64] [--calls 5000]``
+Usage: ``python benchmarks/probes/probe_node_cost.py [--size 64] [--calls 5000]``
 """
 
 from __future__ import annotations

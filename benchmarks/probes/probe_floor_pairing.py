@@ -8,7 +8,7 @@ beside it. Prints each round's one-node median, node cost and floor both ways, t
 median and the spread (min-max) of the node cost, and the node cost of the calibration that a
 Runner would keep by the lowest floor (the rule before pairing) and by the fastest one-node model.
 
-Usage: ``python benchmarks/probe_floor_pairing.py [--rounds 12] [--budget quick|default]``
+Usage: ``python benchmarks/probes/probe_floor_pairing.py [--rounds 12] [--budget quick|default]``
 """
 
 from __future__ import annotations

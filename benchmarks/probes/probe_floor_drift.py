@@ -9,7 +9,7 @@ per model the range (largest over smallest) of each over the runs and the median
 
 With ``--framework mxnet`` (the mxnet environment) the models are Gluon zoo models measured in MXNet.
 
-Usage: ``python benchmarks/probe_floor_drift.py [--models ncf_ml20m,dlrm_criteo_kaggle] [--runs 4]
+Usage: ``python benchmarks/probes/probe_floor_drift.py [--models ncf_ml20m,dlrm_criteo_kaggle] [--runs 4]
 [--framework onnxruntime|mxnet]``
 """
 

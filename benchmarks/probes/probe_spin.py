@@ -9,7 +9,7 @@ in another. This probe measures both sides of that:
    right after a short run of another worker at the same threads: with the pause a Runner leaves
    (the backend's ``idle_spin_s``) and without it, interleaved.
 
-Usage: ``python benchmarks/probe_spin.py [--model squeezenet1_1] [--threads 2] [--rounds 10]``
+Usage: ``python benchmarks/probes/probe_spin.py [--model squeezenet1_1] [--threads 2] [--rounds 10]``
 """
 
 from __future__ import annotations

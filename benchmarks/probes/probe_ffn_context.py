@@ -16,7 +16,7 @@ times the down-projection:
 Each variant is timed in rounds taken in turn, so that the machine's drift meets all alike, and
 the medians are printed as ratios to the in-region time.
 
-Usage: ``python benchmarks/probe_ffn_context.py [--rounds 7] [--runs 200]``
+Usage: ``python benchmarks/probes/probe_ffn_context.py [--rounds 7] [--runs 200]``
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ single-threaded, optimizations off; medians over the rounds. The predictor charg
 weights fit in the last-level cache at the calibrated matrix-vector rate of their size
 (``LatencyPredictor.fit(step_rates=...)``); this probe shows how close that loop is.
 
-Usage: ``python benchmarks/probe_recurrent_step.py [--hidden 256,650,1024,1500] [--rounds 9]``
+Usage: ``python benchmarks/probes/probe_recurrent_step.py [--hidden 256,650,1024,1500] [--rounds 9]``
 """
 
 from __future__ import annotations

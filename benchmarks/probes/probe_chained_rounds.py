@@ -3,7 +3,7 @@ one run of each brick a round, against the rounds of the current design.
 
 Usage::
 
-    python benchmarks/probe_chained_rounds.py MODEL [--rounds 40]
+    python benchmarks/probes/probe_chained_rounds.py MODEL [--rounds 40]
 
 One onnxruntime session per unique brick (one thread, optimizations off, no copies, no brick run
 before it, no floor model beside it), each brick's first input bound to the output buffer of the

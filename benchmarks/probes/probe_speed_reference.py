@@ -8,7 +8,7 @@ percentile) beside the spread of its time divided by each reference and by their
 and the correlation of the logarithms. A reference that tracks the machine narrows the spread; one
 that does not leaves it or widens it.
 
-Usage: ``python benchmarks/probe_speed_reference.py [--seconds 120] [--models mobilenet_v2_1.0,resnet18_v1]``
+Usage: ``python benchmarks/probes/probe_speed_reference.py [--seconds 120] [--models mobilenet_v2_1.0,resnet18_v1]``
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ time, then the range of each over the probe. On a quiet dedicated machine both s
 percent; on a shared one they move together when neighbours load the memory system. This is why
 ``dlbricks evaluate`` samples each model while its bricks are measured (a paired design).
 
-Usage: ``python benchmarks/probe_drift.py [--seconds 60]``
+Usage: ``python benchmarks/probes/probe_drift.py [--seconds 60]``
 """
 
 from __future__ import annotations
