@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/bench_steady.py [--runs 5] [--opt-level disable|all] [--granularity layer|fused]
-        [--suite default|full|a,b,c] [--out DIR]
+        [--suite default|full|a,b,c] [--rounds bursts|chained] [--out DIR]
 
 Each run is ``dlbricks evaluate`` as a user types it (a subprocess, the default budget and precision
 target), into ``DIR/steady-K.db``; its output is kept beside it (``steady-K.txt``). Printed: each
@@ -56,11 +56,13 @@ def main() -> int:
     parser.add_argument("--opt-level", default="disable")
     parser.add_argument("--granularity", default="layer")
     parser.add_argument("--suite", default="default")
+    parser.add_argument("--rounds", default=None, help="evaluate's --rounds (default: evaluate's own).")
     parser.add_argument("--out", type=Path, default=None, help="Where the databases and outputs go (a temp dir).")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="steady-"))
     out.mkdir(parents=True, exist_ok=True)
-    extra = ["--suite", args.suite, "--opt-level", args.opt_level, "--granularity", args.granularity]
+    extra = ["--suite", args.suite, "--opt-level", args.opt_level, "--granularity", args.granularity,
+             *(["--rounds", args.rounds] if args.rounds else [])]
     runs: list[dict[str, float]] = []
     summaries: list[str] = []
     inside: dict[tuple[int, str], tuple[bool, float]] = {}

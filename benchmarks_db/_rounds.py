@@ -51,6 +51,10 @@ def model_measurements(store: Store, dec: Decomposition, system: Any, config_id:
     return found
 
 
+def _measured(m: Measurement | None) -> bool:
+    return m is not None and m.ok
+
+
 def _with_queue_times(measured: Measurement, stored: Measurement | None) -> Measurement:
     if stored is None:
         return measured
@@ -59,16 +63,19 @@ def _with_queue_times(measured: Measurement, stored: Measurement | None) -> Meas
 
 def measure_in_rounds(store: Store, dec: Decomposition, runner: Any, whole: Any, system: Any, *,
                       budget: Any = None, rounds: RoundsBudget | None = None, processes: int = ROUND_PROCESSES,
-                      seed: int | None = None) -> PairedRounds | None:
+                      seed: int | None = None, all_bricks: bool = False) -> PairedRounds | None:
     """Time ``whole`` (``dec``'s model) with each of its bricks that has an ok stored measurement in
     interleaved rounds, in ``processes`` worker processes of ``runner`` one after another (its
     current one, then fresh ones: :func:`~dlbricks.generators.rounds_in_processes`; ``rounds`` the
     budget in each, default :class:`~dlbricks.generators.RoundsBudget`), and store each brick's runs
     over the rounds as its measurement in the model's context (the model must be stored; ``budget`` is
-    stored with each row). Returns the rounds as measurements (the whole model's is the caller's to
-    store), or None where the rounds failed: what was stored stands."""
+    stored with each row). With ``all_bricks``, every brick of the model joins the rounds, measured
+    or not, and a brick with no measurement of its own outside a model's context gets its runs over
+    the rounds as that too (the rounds are then how the bricks are measured: chained rounds). Returns
+    the rounds as measurements (the whole model's is the caller's to store), or None where the
+    rounds failed: what was stored stands."""
     stored = {k: m for k, m in model_measurements(store, dec, system, runner.config.config_id).items() if m.ok}
-    keys = [sig for sig in round_order(dec) if sig in stored]
+    keys = [sig for sig in round_order(dec) if all_bricks or sig in stored]
     if not keys:
         return None
     counts = dec.counts()
@@ -80,4 +87,6 @@ def measure_in_rounds(store: Store, dec: Decomposition, runner: Any, whole: Any,
     for sig, m in bricks.items():
         store.record(m, system, budget=budget, rule="replace", context=dec.in_context(sig).context,
                      model=dec.model_key)
+        if all_bricks and not _measured(store.measurement(sig, system, runner.config.config_id)):
+            store.record(m, system, budget=budget, rule="replace", context=dec.in_context(sig).context)
     return dataclasses.replace(paired, bricks=bricks)

@@ -13,8 +13,10 @@ too. :meth:`Brick.without_weights` keeps fewer still: see :mod:`dlbricks._no_wei
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -523,11 +525,39 @@ def synthetic_array(spec: TensorSpec, kind: str, seed: int) -> np.ndarray:
         return rng.integers(low, min(info.max, 1023), size=spec.shape, dtype=dtype, endpoint=True)
     if not np.issubdtype(dtype, np.floating):
         return np.zeros(spec.shape, dtype=dtype)
-    if kind == "positive":
-        values = rng.random(size=spec.shape, dtype=np.float32) + np.float32(0.5)
-    else:
-        values = rng.standard_normal(size=spec.shape, dtype=np.float32) * np.float32(0.05)
+    values = _pooled(kind == "positive", math.prod(spec.shape), rng).reshape(spec.shape)
     return values.astype(dtype, copy=False)
+
+
+#: Values in each pool of synthetic float weights (:func:`_pooled`): 16 MiB of float32.
+POOL_SIZE = 1 << 22
+
+
+@functools.cache
+def _pool(positive: bool) -> np.ndarray:
+    """The process's pool of synthetic float32 weights, drawn once: normal with scale 0.05, or
+    uniform over [0.5, 1.5) (``positive``)."""
+    rng = np.random.default_rng(0x5EED)
+    if positive:
+        return rng.random(size=POOL_SIZE, dtype=np.float32) + np.float32(0.5)
+    return rng.standard_normal(size=POOL_SIZE, dtype=np.float32) * np.float32(0.05)
+
+
+def _pooled(positive: bool, count: int, rng: np.random.Generator) -> np.ndarray:
+    """``count`` float32 values copied from the pool at an offset drawn from ``rng``: the same
+    distribution as drawing them, without drawing them (see CHANGELOG.md for what it saves); a
+    tensor larger than the pool wraps around it."""
+    pool = _pool(positive)
+    if count <= len(pool):
+        start = int(rng.integers(0, len(pool) - count + 1))
+        return pool[start:start + count].copy()
+    out = np.empty(count, dtype=np.float32)
+    start, done = int(rng.integers(0, len(pool))), 0
+    while done < count:
+        n = min(count - done, len(pool) - start)
+        out[done:done + n] = pool[start:start + n]
+        done, start = done + n, 0
+    return out
 
 
 #: Two contexts of a brick whose cold spans differ by less than this factor measure alike

@@ -41,7 +41,7 @@ from ._predict import LatencyPredictor, brick_call_s
 from ._profile import InModelTimes, in_model_times
 from ._runs import check_runs, stop_on_failure
 
-__all__ = ["PAIRED_ROUNDS", "TRUSTED_SWING", "estimate", "composition_references", "validate", "plan", "Validation", "open_store"]
+__all__ = ["CHAINED_ROUNDS", "PAIRED_ROUNDS", "ROUND_DESIGNS", "TRUSTED_SWING", "estimate", "composition_references", "validate", "plan", "Validation", "open_store"]
 
 #: The rounds of a paired validation and of each model of ``evaluate``, in each of its
 #: :data:`~dlbricks.generators.ROUND_PROCESSES` worker processes
@@ -49,6 +49,11 @@ __all__ = ["PAIRED_ROUNDS", "TRUSTED_SWING", "estimate", "composition_references
 #: model's bricks a round, until the ratio of their sums holds to +-1% (95%), 6 rounds and half a second
 #: at least, 4 s at most (a model of seconds gets its 6 rounds all the same).
 PAIRED_ROUNDS = RoundsBudget(min_rounds=6, min_time=0.5, max_time=4.0, rel_ci=0.02)
+#: Rounds of single calls on bricks prepared as a chain (``RoundsBudget.chained``): a round costs
+#: about one run of the model's unique bricks, so more rounds fit in the same time.
+CHAINED_ROUNDS = RoundsBudget(min_rounds=20, min_time=0.2, max_time=4.0, rel_ci=0.02, chained=True)
+#: The rounds ``evaluate --rounds`` chooses among.
+ROUND_DESIGNS = {"bursts": PAIRED_ROUNDS, "chained": CHAINED_ROUNDS}
 #: Relative half-width that the machine's swing may leave in an estimate (the 95% interval of the
 #: ratio of a model's bricks to its whole runs over their rounds) before its figure is said not to be
 #: trusted.
@@ -153,12 +158,15 @@ def other_contexts(store: Store, dec: Decomposition, system: Any, config: Any) -
     return out_of_context(store, dec, system, config.config_id, cache or last_level_cache_bytes())
 
 
-def _alternatives(store: Store, dec: Decomposition, system: Any, config: Any,
+def _alternatives(store: Store, dec: Decomposition, system: Any, config: Any, *, same_runtime: bool = False,
                   ) -> dict[str, list[Measurement]]:
-    """Measurements of the bricks under every configuration of this system with the same threads."""
+    """Measurements of the bricks under every configuration of this system with the same threads (with
+    ``same_runtime``, of ``config``'s runtime only)."""
     out: dict[str, list[Measurement]] = {}
     for rec in store.backends():
         if rec.config_id == config.config_id or _stored_threads(rec) != threads_of(config):
+            continue
+        if same_runtime and rec.runtime != backend_name(config):
             continue
         for sig, m in _lookup(store, dec, system, rec.config_id).items():
             out.setdefault(sig, []).append(m)
@@ -357,8 +365,10 @@ def composition_references(store: Store, *, system: Any = None, config: OrtConfi
 
 
 def _estimate_decomposition(dec: Decomposition, store: Store, system: Any, cfg: OrtConfig, on_missing: str,
-                            budget: Budget | None, peaks: Peaks | None, launch_queue: bool) -> Estimate:
-    """:func:`estimate` of a decomposition, its interval from its bricks alone."""
+                            budget: Budget | None, peaks: Peaks | None, launch_queue: bool, *,
+                            same_runtime: bool = False) -> Estimate:
+    """:func:`estimate` of a decomposition, its interval from its bricks alone; with ``same_runtime``,
+    its lower bound from the configurations of ``cfg``'s runtime alone."""
     measured = _lookup(store, dec, system, cfg.config_id)
 
     def measure(bricks: Sequence[Brick]) -> dict[str, Measurement]:
@@ -386,7 +396,7 @@ def _estimate_decomposition(dec: Decomposition, store: Store, system: Any, cfg: 
     overhead, extra = _reorder_costs(dec, cfg, store, system, measured)
     return estimate_decomposition(
         dec, measured, config_id=cfg.config_id, on_missing=on_missing, predictor=predictor,
-        measure=measure, alternatives=_alternatives(store, dec, system, cfg), peaks=peaks,
+        measure=measure, alternatives=_alternatives(store, dec, system, cfg, same_runtime=same_runtime), peaks=peaks,
         brick_overhead_s=overhead, model_extra_s=extra, views=view_bricks(dec, backend_name(cfg)),
         launch_queue=launch_queue)
 

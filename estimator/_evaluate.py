@@ -25,6 +25,7 @@ from dlbricks.generators import (
     Measurement,
     OrtConfig,
     PairedRounds,
+    RoundsBudget,
     Runner,
     SystemInfo,
     benchmark,
@@ -160,6 +161,7 @@ class Evaluation:
     target_ci: float | None = None  # relative 95% half-width asked of each model's estimate
     worst_ci: float | None = None  # the largest that the bricks' allocation reached for a model
     rounds_s: float = 0.0  # seconds of the rounds that set each model beside its bricks (validation)
+    bricks_in_rounds: bool = False  # the rounds measured the bricks (chained); their side is brick_time_s
     lock_waited_s: float = 0.0  # seconds waited for another dlbricks process's timing (in no time above)
 
     @property
@@ -219,7 +221,8 @@ def measure_whole(graph: ModelGraph, config: Any, budget: Budget, workers: int =
 def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, config: Any = None,
              budget: Budget | None = None, lower_bound_sweep: bool = True,
              granularity: str = "layer", say: Callable[[str], object] = lambda s: None,
-             target_ci: float | None = None, algorithm_sweep: bool = False) -> Evaluation:
+             target_ci: float | None = None, algorithm_sweep: bool = False,
+             rounds: RoundsBudget | None = None) -> Evaluation:
     """Run the main job over zoo models (names) and return the table.
 
     Bricks are measured once each in the estimate's configuration, and (``lower_bound_sweep``) once
@@ -247,6 +250,9 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     (:data:`ALGORITHM_OPS`) are measured once more in each configuration of
     :func:`algorithm_configs` (pilot budget): the lower bound takes each at its fastest, and each row
     gets the gap between the estimate's kernels and the best ones found.
+
+    ``rounds`` is the rounds' budget (default :data:`PAIRED_ROUNDS`; :data:`CHAINED_ROUNDS` for
+    rounds of single calls on bricks prepared as a chain).
     """
     start, waited = time.perf_counter(), lock_waited_s()
     store = open_store(db)
@@ -267,7 +273,10 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     configs = [config] + ([replace(config, cache="warm")] if lower_bound_sweep and not queued else [])
     turns = [_Turns(brickset, configs, target_ci)] + (
         [_Turns(layer_set, [config], target_ci)] if granularity == "both" else [])
-    whole_time, rounds_s, paired = _measure_suite(models, brickset, turns, store, system, config, budget, say)
+    rounds = rounds or PAIRED_ROUNDS
+    bricks_in_rounds = _bricks_in_rounds(rounds, config)
+    whole_time, rounds_s, paired = _measure_suite(models, brickset, turns, store, system, config, budget, say,
+                                                    rounds)
     if sweep:
         _sweep_algorithms(brickset, sweep, store, system, backend_name(config), say)
     brick_records = store.measurements(system=system, config_id=config.config_id, signatures=list(brickset.bricks))
@@ -278,7 +287,8 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
                 for r in rows]
     return Evaluation(rows=tuple(rows), op_times=tuple(sorted(op_times.items(), key=lambda kv: -kv[1])),
                       layers=summary.layers, unique_bricks=summary.unique_bricks,
-                      brick_time_s=sum(r.wall_time_s or 0.0 for r in brick_records), whole_time_s=whole_time,
+                      brick_time_s=(sum(t.setup_s + t.timed_s for t in turns) if bricks_in_rounds
+                                    else sum(r.wall_time_s or 0.0 for r in brick_records)), whole_time_s=whole_time,
                       model_latency_s=sum(r.measured_s for r in rows),
                       unique_brick_latency_s=sum(r.median_s or 0.0 for r in brick_records if r.ok),
                       system=system, config=config, elapsed_s=time.perf_counter() - start,
@@ -286,7 +296,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
                       layer_unique_bricks=layer_set.summary().unique_bricks if granularity == "both" else None,
                       brick_setup_s=turns[0].setup_s, brick_timed_s=turns[0].timed_s, target_ci=target_ci,
                       worst_ci=max(turns[0].cis) if turns[0].cis else None, rounds_s=rounds_s,
-                      lock_waited_s=lock_waited_s() - waited)
+                      lock_waited_s=lock_waited_s() - waited, bricks_in_rounds=bricks_in_rounds)
 
 
 #: Ops whose kernels a library chooses among algorithms (cuDNN's convolution search, cuBLAS with or
@@ -377,6 +387,14 @@ def _decompose_suite(models: Sequence[str], store: Store, granularity: str,
     return brickset, layer_set
 
 
+def _bricks_in_rounds(rounds: RoundsBudget, config: Any) -> bool:
+    """Whether the rounds measure the bricks themselves: chained rounds on a CPU, with a backend that
+    prepares a chain (each brick once a round, no copies; the populate pass and the warm sweep are
+    left out, and the bricks' benchmarking time is what their side of the rounds took)."""
+    return (rounds.chained and getattr(config, "device", "cpu") == "cpu"
+            and hasattr(get_backend(backend_name(config)), "prepare_chain"))
+
+
 def _calibrate_once(store: Store, system: SystemInfo, config: Any, say: Callable[[str], object]) -> None:
     """Calibrate and store the peaks of ``config``'s backend and device unless the system has them."""
     stored = store.peaks(system)
@@ -391,7 +409,7 @@ def _calibrate_once(store: Store, system: SystemInfo, config: Any, say: Callable
 
 def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_Turns], store: Store,
                    system: SystemInfo, config: Any, budget: Budget, say: Callable[[str], object],
-                   ) -> tuple[float, float, dict[str, PairedRounds]]:
+                   rounds: RoundsBudget = PAIRED_ROUNDS) -> tuple[float, float, dict[str, PairedRounds]]:
     """Measure the suite model by model; returns the whole models' benchmarking time, the rounds'
     time and each model's rounds.
 
@@ -404,6 +422,7 @@ def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_T
     from dlbricks.model_zoo import build
 
     backend = backend_name(config)
+    chained = _bricks_in_rounds(rounds, config)
     whole_time = rounds_time = 0.0
     paired: dict[str, PairedRounds] = {}
     workers = _KeptRunners(repeat_for=config.config_id)
@@ -417,16 +436,23 @@ def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_T
             if not _measured(store.measurement(dec.model_key, system, config.config_id, kind="model")):
                 say(f"{name}: whole model")
                 first = runner.measure(graph)
+            in_rounds = chained and first is not None and first.ok
             for turn in turns:
+                if in_rounds:  # the rounds measure the bricks; the warm sweep's state is their fastest call
+                    continue
                 turn.measure(name, store, workers, backend, budget, system, say)
             if first is None:
                 continue
             whole = first
             if first.ok:
                 for k, turn in enumerate(turns):
-                    result = _in_rounds(store, turn.brickset.models[name], runner, graph, system, budget, seed, say)
+                    result = _in_rounds(store, turn.brickset.models[name], runner, graph, system, budget, seed, say,
+                                        rounds)
                     if result is None:
                         continue
+                    if in_rounds:
+                        turn.setup_s += result.rounds.prepare_s
+                        turn.timed_s += result.rounds.bricks_timed_s()
                     rounds_time += result.rounds.elapsed_s
                     if k == 0:
                         paired[name] = result
@@ -439,11 +465,13 @@ def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_T
 
 
 def _in_rounds(store: Store, dec: Decomposition, runner: Runner, graph: ModelGraph, system: SystemInfo,
-               budget: Budget, seed: int, say: Callable[[str], object]) -> PairedRounds | None:
+               budget: Budget, seed: int, say: Callable[[str], object],
+               rounds: RoundsBudget = PAIRED_ROUNDS) -> PairedRounds | None:
     """``dec``'s model and its bricks in rounds (:data:`PAIRED_ROUNDS` in each of
     :data:`~dlbricks.generators.ROUND_PROCESSES` workers of ``runner``: the one that measured the
     model's new bricks, then fresh ones); None where they failed."""
-    result = measure_in_rounds(store, dec, runner, graph, system, budget=budget, rounds=PAIRED_ROUNDS, seed=seed)
+    result = measure_in_rounds(store, dec, runner, graph, system, budget=budget, rounds=rounds, seed=seed,
+                               all_bricks=_bricks_in_rounds(rounds, runner.config))
     if result is None:
         say(f"{dec.model}: its rounds failed; its bricks as first measured, its whole model apart")
         return None

@@ -16,6 +16,7 @@ from dlbricks.benchmarks_db import Store
 from dlbricks.generators import Budget, OrtConfig, collect_system_info, get_backend
 
 from dlbricks._cliutil import (
+    BackendName,
     backend_config,
     backend_formats,
     backend_option,
@@ -32,7 +33,8 @@ from dlbricks._cliutil import (
     parse_shape_sweep,
 )
 
-from ._api import TRUSTED_SWING, backend_name, device_of, estimate, open_store, peaks_key, plan, threads_of, validate
+from ._across import RuntimeComparison, compare_bricks, compare_ops, compare_runtimes
+from ._api import ROUND_DESIGNS, TRUSTED_SWING, backend_name, device_of, estimate, open_store, peaks_key, plan, threads_of, validate
 from ._calibrate import calibrate_peaks, merge_peaks
 from ._estimate import ON_MISSING, Estimate
 from ._sweep import SweepPoint, SweepShape, estimate_sweep, validate_sweep
@@ -86,6 +88,11 @@ _target_ci_option = click.option(
     help="Relative 95% half-width wanted of each model's estimate: bricks get a short pilot, then the timed "
          "runs an allocation gives them by weight and noise; whole models are measured to the same "
          "half-width. 0: every brick under --budget instead.")
+_rounds_option = click.option(
+    "--rounds", "round_design", type=click.Choice(tuple(ROUND_DESIGNS)), default="bursts", show_default=True,
+    help="How a model and its bricks are timed together: bursts (a millisecond or two of each brick a round, on "
+         "its cold copies) or chained (one call of each brick a round on bricks chained as in the model, which "
+         "measures them; onnxruntime on a CPU, bursts elsewhere).")
 _budget_option = click.option("--budget", "budget_name", type=click.Choice(tuple(_BUDGETS)), default="default",
                               show_default=True, help="Stopping rule for bricks and whole models.")
 
@@ -358,10 +365,11 @@ def plan_cmd(model: str, db: str, threads: int | None, opt_level: str | None, de
 @_granularity_option
 @backend_option
 @_budget_option
+@_rounds_option
 @handle_errors
 def validate_cmd(models: tuple[str, ...], db: str, threads: int | None, opt_level: str | None, device: str | None,
                  batch_size: str | None, input_shape: tuple[str, ...], per_brick: bool,
-                 top: int, paired: bool, granularity: str, budget_name: str) -> None:
+                 top: int, paired: bool, granularity: str, budget_name: str, round_design: str) -> None:
     rows, validations = [], []
     sweep = _sweep_shapes(batch_size, input_shape)
     Store.preflight(db)
@@ -386,7 +394,8 @@ def validate_cmd(models: tuple[str, ...], db: str, threads: int | None, opt_leve
     with Store.open(db) as store:
         for model in targets:
             v = validate(model, store, config=config, granularity=granularity,
-                         budget=_BUDGETS[budget_name](), per_brick=per_brick, paired=paired)
+                         budget=_BUDGETS[budget_name](), per_brick=per_brick, paired=paired,
+                         rounds=ROUND_DESIGNS[round_design])
             validations.append(v)
             rows.append([v.estimate.model, _ms(v.measured.median_s), _ms(v.estimate.sequential_s),
                          f"{100 * v.error:+.1f}", f"{_ms(v.estimate.ci_low_s)}-{_ms(v.estimate.ci_high_s)}",
@@ -486,12 +495,15 @@ def _print_evaluation(ev: Evaluation) -> None:
                f"runs {ev.brick_timed_s:.1f} s), whole models "
                + (f"{ev.whole_time_s:.1f} s: wall speedup {ev.speedup:.2f}x{rule}" if ev.whole_time_s
                   else "measured by an earlier run of this database: no speedup figure")
-               + (f"; then {ev.rounds_s:.1f} s of rounds, each model with its bricks (what the table reads; in "
+               + (f"; the bricks measured in {ev.rounds_s:.1f} s of chained rounds, each model with its bricks "
+                  "(their side of the rounds is the bricks' time; the whole model's side in neither figure)"
+                  if ev.rounds_s and ev.bricks_in_rounds else
+                  f"; then {ev.rounds_s:.1f} s of rounds, each model with its bricks (what the table reads; in "
                   "neither figure)" if ev.rounds_s else ""))
     if ev.lock_waited_s >= 1.0:
         click.echo(f"waited {ev.lock_waited_s:.0f} s for another dlbricks process timing on this machine (in the "
                    "elapsed time only)")
-    if ev.target_ci:
+    if ev.target_ci and not ev.bricks_in_rounds:
         click.echo(f"precision: +-{100 * ev.target_ci:g}% asked of each estimate's bricks; widest reached "
                    f"+-{100 * (ev.worst_ci or 0):.2f}%")
     _print_swing(ev.rows)
@@ -561,10 +573,11 @@ def _name(row: Any) -> str:
 @click.option("--sweep", "algorithm_sweep", is_flag=True,
               help="CUDA: measure convolutions and matrix products again under each cuDNN algorithm search and "
                    "with TF32 off; the lower bound takes the fastest, and each model shows the gap.")
+@_rounds_option
 @handle_errors
 def evaluate_cmd(suite: str, db: str, threads: int | None, opt_level: str | None, device: str | None,
                  plot_dir: Path | None, report_path: Path | None, quiet: bool, granularity: str, budget_name: str,
-                 target_ci: float | None, algorithm_sweep: bool) -> None:
+                 target_ci: float | None, algorithm_sweep: bool, round_design: str) -> None:
     """The main job: benchmark the suite's unique bricks, estimate every model, validate.
 
     Prints, per model, layers, unique bricks, measured and estimated latency, error, parallel
@@ -588,7 +601,7 @@ def evaluate_cmd(suite: str, db: str, threads: int | None, opt_level: str | None
     with open_store(db) as store:
         ev = evaluate(models, store, config=config, budget=_BUDGETS[budget_name](),
                       granularity=granularity, say=say, target_ci=target_ci or None,
-                      algorithm_sweep=algorithm_sweep)
+                      algorithm_sweep=algorithm_sweep, rounds=ROUND_DESIGNS[round_design])
         _print_evaluation(ev)
         if report_path is not None:
             from ._report import model_report, write_report
@@ -643,4 +656,107 @@ def report_cmd(models: tuple[str, ...], output: Path, db: str, threads: int | No
     click.echo(f"wrote {write_report(output, reports, top=top, database=db)}")
 
 
-COMMANDS = (estimate_cmd, plan_cmd, validate_cmd, calibrate_cmd, evaluate_cmd, report_cmd)
+@click.command("compare", help=f"""Compare runtimes brick by brick, and bound MODELs with each brick at its fastest
+    runtime (Benanza's comparison).
+
+    {model_help()} Each runtime (--backend, repeatable; default: every runtime the database holds) at
+    the configuration that 'dlbricks bench --backend NAME --threads N' measures, on layer bricks. Per
+    model: each runtime's estimate, its own lower bound and its measured latency where one is stored
+    ('validate', or 'bench --whole-model'), beside the lower bound across runtimes (each brick at its
+    fastest runtime, plus the smallest floor). Then, over all the models: per op type, each runtime's
+    time in its lower bound, the ratio of the next runtime's to the fastest's and which is faster;
+    and the bricks on which the fastest runtime saves most. A model that some runtime lacks bricks of
+    is named and left out. Reads the database only.
+    """)
+@click.argument("models", nargs=-1)
+@click.option("--suite", default=None, help="Instead of MODELs: default, full (every zoo model), or a comma-separated "
+                                            "list of zoo models.")
+@click.option("--db", "db", default="dlbricks.db", show_default=True, type=click.Path(dir_okay=False),
+              help="The brick database.")
+@click.option("--backend", "backends", type=BackendName(), multiple=True,
+              help="A runtime to compare (repeatable, at least two). Default: every runtime in the database.")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="Threads of every runtime's configuration. Default 1.")
+@_shape_options
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Bricks to list, those on which the fastest runtime saves most.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_system_id_option
+@handle_errors
+def compare_cmd(models: tuple[str, ...], suite: str | None, db: str, backends: tuple[str, ...], threads: int | None,
+                batch_size: int | None, input_shape: tuple[str, ...], top: int, as_json: bool,
+                system_id: str | None) -> None:
+    system_id = _checked_system_id(system_id)
+    if bool(models) == bool(suite):
+        raise click.UsageError("give MODELs or --suite (one of the two).")
+    names = list(models) if models else suite_models(suite or "default")
+    checked_names(names, "The model name" if models else "The --suite model name")
+    if not os.path.isfile(db):
+        raise InvalidArgumentError(f"no database at {db!r}: give the file that 'dlbricks bench' filled (--db).")
+    targets = [_model_arg(m, batch_size, parse_input_shapes(input_shape)) for m in names]
+    with Store.open(db, create=False, readonly=True) as store:
+        runtimes = list(dict.fromkeys(backends)) or sorted({b.runtime for b in store.backends()})
+        configs = [backend_config(name, threads=threads) for name in runtimes]
+        compared, left_out = [], []
+        for name, target in zip(names, targets, strict=True):
+            try:
+                compared.append(compare_runtimes(target, store, configs, system=system_id))
+            except MissingBricksError as e:
+                if len(targets) == 1:
+                    raise
+                left_out.append(f"{name}: {str(e).rstrip('.')}")
+    if not compared:
+        raise MissingBricksError(f"no model has its bricks measured in every runtime: {left_out[0]}", 0)
+    if as_json:
+        click.echo(json.dumps({"models": [c.to_dict() for c in compared], "left_out": left_out}, indent=2))
+        return
+    _print_comparison(compared, top)
+    for line in left_out:
+        click.echo(f"left out: {line}")
+
+
+def _print_comparison(compared: Sequence[RuntimeComparison], top: int) -> None:
+    """Per model each runtime's bounds beside the bound across runtimes; per op type and per brick,
+    where one runtime beats the others, over all the models."""
+    names = compared[0].names
+    rows = []
+    for c in compared:
+        rows += [[c.model, r.runtime, _ms(r.estimate_s), _ms(r.lower_bound_s), _ms(r.lower_bound_parallel_s),
+                  _ms(r.measured_s), "-" if r.measured_s is None else ("yes" if r.lower_bound_s <= r.measured_s
+                                                                         else "NO")] for r in c.runtimes]
+        holds = c.bound_holds
+        rows.append([c.model, "fastest of each", "-", _ms(c.lower_bound_s), _ms(c.lower_bound_parallel_s), "-",
+                     "-" if holds is None else ("yes" if holds else "NO")])
+    click.echo(format_table(["model", "runtime", "estimate ms", "lower bound ms", "parallel ms", "measured ms",
+                             "bound holds"], rows, right={2, 3, 4, 5}))
+    judged = [c for c in compared if c.bound_holds is not None]
+    click.echo(f"lower bound across {', '.join(names)}: each brick at its fastest runtime plus the smallest floor; "
+               + (f"at or below every runtime's measured latency for {sum(bool(c.bound_holds) for c in judged)}/"
+                  f"{len(judged)} models measured whole" if judged else "no model measured whole to hold it against")
+               + "\n")
+    bricks = compare_bricks(c.bricks for c in compared)
+    ops = compare_ops(bricks)
+    n = len(names)
+    click.echo(format_table(
+        ["op", "bricks", "occurrences", *(f"{name} ms" for name in names), "ratio", "faster", "won"],
+        [[o.op_type, str(o.bricks), str(o.occurrences), *(_ms(t) for t in o.total_s), _ratio(o.ratio),
+          names[o.best], "/".join(str(w) for w in o.wins)] for o in ops],
+        right={1, 2, *range(3, n + 4), n + 5}))
+    click.echo(f"ms: each runtime's lower bound of the op's occurrences (fastest runs, floor-corrected) per run, "
+               f"summed over {len(compared)} model(s); ratio: the next runtime's time over the faster's (inf: the "
+               "faster spends no time of its own on it, e.g. fused into the kernel before it); won: bricks on which "
+               f"each runtime is the faster, {'/'.join(names)}\n")
+    click.echo(format_table(
+        ["signature", "op", "count", *(f"{name} us" for name in names), "ratio", "faster", "saves ms"],
+        [[b.signature[:12], b.op_type, str(b.count), *(f"{1e6 * t:.1f}" for t in b.fastest_s), _ratio(b.ratio),
+          names[b.best], _ms(b.difference_s)] for b in bricks[:top]],
+        right={2, *range(3, n + 4), n + 5}))
+    click.echo(f"the {min(top, len(bricks))} of {len(bricks)} bricks on which the faster runtime saves most per run "
+               "(us: one occurrence; saves: over its occurrences)")
+
+
+def _ratio(value: float) -> str:
+    return "inf" if value == float("inf") else f"{value:.2f}x"
+
+
+COMMANDS = (estimate_cmd, plan_cmd, validate_cmd, calibrate_cmd, evaluate_cmd, report_cmd, compare_cmd)

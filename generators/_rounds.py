@@ -55,6 +55,12 @@ class RoundsBudget:
     (a 3 MB Relu of SqueezeNet ran in 103 us so, in 52 us in the harness and inside its model) and
     takes several calls to reach the state a layer meets inside its model; a millisecond of calls
     reaches it.
+
+    ``chained``: each brick's turn is one call, then one call of its own floor model (its ``empty``),
+    on bricks prepared as a chain (the onnxruntime backend's ``prepare_chain``: one session each, no
+    copies, each input written by the brick before it, outputs in shared buffers in turn), so that
+    a round costs about what one run of the model's unique bricks costs; without a chain-preparing
+    backend (or off the CPU) the bricks' turns are bursts as above.
     """
 
     min_rounds: int = 12
@@ -65,6 +71,7 @@ class RoundsBudget:
     warm_whole: bool = True
     brick_warmup: float = 0.001
     brick_time: float = 0.002
+    chained: bool = False
 
     def __post_init__(self) -> None:
         for name in ("min_rounds", "max_rounds"):
@@ -100,6 +107,8 @@ class Rounds:
         Per brick, its fastest call over every round (a lower bound keeps it).
     process : tuple of int
         The worker process each round ran in (:func:`merge_paired`); empty for rounds of one process.
+    prepare_s : float
+        Seconds the worker spent preparing the bricks it did not keep (every process's, merged).
     converged : bool
         Whether the ratio's CI met the budget's ``rel_ci`` before ``max_rounds`` or ``max_time``.
     elapsed_s : float
@@ -114,11 +123,19 @@ class Rounds:
     elapsed_s: float
     bricks_min_s: tuple[float, ...] = ()
     process: tuple[int, ...] = ()
+    prepare_s: float = 0.0
 
     @property
     def count(self) -> int:
         """Rounds done."""
         return len(self.whole_s)
+
+    def bricks_timed_s(self) -> float:
+        """Seconds of the bricks' calls and their floor models' calls over every round: what timing
+        the bricks cost, beside :attr:`prepare_s`."""
+        calls = sum(sum(row) for row in self.bricks_s)
+        floors = sum(sum(row) for row in self.empties_s if row is not None)
+        return float(calls + floors)
 
     def sums(self, counts: Sequence[int]) -> np.ndarray:
         """Per round, the bricks' times weighted by ``counts`` (occurrences per brick) and summed."""
@@ -222,8 +239,9 @@ def time_rounds(whole: Any, bricks: Sequence[Any], counts: Sequence[int], budget
     each once a round with ``counts`` its occurrences) in interleaved rounds under ``budget``.
 
     Each brick's turn is a short measurement of the harness (:func:`brick_budget`: its prime before
-    each call, and the floor's one-node model paired with its calls where it has one). Whether the
-    whole model comes first is drawn from ``rng`` each round.
+    each call, and the floor's one-node model paired with its calls where it has one), or with
+    ``budget.chained`` one call and one call of its ``empty``. Whether the whole model comes first is
+    drawn from ``rng`` each round.
     """
     budget = budget or RoundsBudget()
     rng = rng or np.random.default_rng()
@@ -248,8 +266,20 @@ def time_rounds(whole: Any, bricks: Sequence[Any], counts: Sequence[int], budget
         return _timed(whole_run, clock)
 
     fastest = [math.inf] * len(bricks)
+    singles = [(b.run, getattr(b, "empty", None)) for b in bricks]
+
+    def run_singles() -> tuple[list[float], list[float]]:
+        times, empties = [], []
+        for i, (run, empty) in enumerate(singles):
+            t = _timed(run, clock) / 1e9
+            times.append(t)
+            fastest[i] = min(fastest[i], t)
+            empties.append(_timed(empty, clock) / 1e9 if empty is not None else math.nan)
+        return times, empties
 
     def run_bricks() -> tuple[list[float], list[float]]:
+        if budget.chained:
+            return run_singles()
         times, empties = [], []
         for i, brick in enumerate(bricks):
             timing = time_calls(brick, burst, clock, warmed=True)
@@ -370,6 +400,7 @@ def merge_paired(parts: Sequence[PairedRounds]) -> PairedRounds:
         bricks_min_s=tuple(min(r.bricks_min_s[i] if r.bricks_min_s else math.inf for r in rounds)
                            for i in range(len(keys))),
         process=tuple(p for r in rounds for p in r.process),
+        prepare_s=sum(r.prepare_s for r in rounds),
     )
     whole = parts[0].whole
     floors = [p.whole.floor_s for p in parts if p.whole.floor_s is not None]

@@ -410,7 +410,8 @@ class Runner:
         _LAST_REPLY.replied(id(self), self._idle_spin_s)
         if status != "ok":
             return None
-        timed, included, _prepare_s = reply
+        timed, included, prepare_s = reply
+        timed = dataclasses.replace(timed, prepare_s=prepare_s)
         keys = [resolved[i].key for i in included]
         return rounds_measurements(timed, whole_key, keys, [counts[i] for i in included], self.backend.name,
                                    self.config, floor_s=floor_s, node_s=node_s, keep_samples=self.keep_samples)

@@ -159,7 +159,8 @@ def _again(state: _State, payload: dict[str, Any]) -> Any:
 def _rounds(state: _State, payload: dict[str, Any]) -> Any:
     """Time a held whole model and its bricks in interleaved rounds
     (:func:`~dlbricks.generators._rounds.time_rounds`). Each brick is taken from the kept items or
-    prepared (and each of its copies run once); a brick that cannot be prepared is left out. Returns
+    prepared (and each of its copies run once), or, for chained rounds on a CPU, all prepared as a
+    chain by the backend (``prepare_chain``) and closed after; a brick that cannot be prepared is left out. Returns
     ``(Rounds, included brick positions, seconds spent preparing)``; the bricks are kept again after
     (closed on an accelerator)."""
     import time
@@ -170,6 +171,8 @@ def _rounds(state: _State, payload: dict[str, Any]) -> Any:
     from dlbricks import UnrunnableBrickError
 
     from ._cache import digest
+    from dataclasses import replace
+
     from ._rounds import time_rounds
 
     if payload["whole"] not in state.held:
@@ -181,7 +184,15 @@ def _rounds(state: _State, payload: dict[str, Any]) -> Any:
     prepared: list[tuple[int, str, Any, bool]] = []  # position, cache key, prepared, taken from the cache
     rounds = None
     try:
-        for position, model_bytes in enumerate(payload["bricks"]):
+        chain = payload["budget"].chained and getattr(config, "device", "cpu") == "cpu" and hasattr(backend, "prepare_chain")
+        if chain:
+            models = [onnx.load_from_string(b) for b in payload["bricks"]]
+            for position, item in enumerate(backend.prepare_chain(models, config)):
+                if item is not None:
+                    item.run()
+                    item.empty()
+                    prepared.append((position, "", item, False))
+        for position, model_bytes in enumerate(() if chain else payload["bricks"]):
             key = digest(model_bytes, config.config_id)
             item = state.kept.take(key)
             kept = item is not None
@@ -195,12 +206,14 @@ def _rounds(state: _State, payload: dict[str, Any]) -> Any:
             prepared.append((position, key, item, kept))
         prepare_s = time.perf_counter() - start
         counts = [payload["counts"][p] for p, _, _, _ in prepared]
-        rounds = time_rounds(whole, [p[2] for p in prepared], counts, payload["budget"],
+        budget = payload["budget"] if chain or not payload["budget"].chained else \
+            replace(payload["budget"], chained=False)  # no chain here (another backend, a GPU): bursts
+        rounds = time_rounds(whole, [p[2] for p in prepared], counts, budget,
                              rng=np.random.default_rng(payload.get("seed")))
     finally:
         on_device = getattr(config, "device", "cpu") != "cpu"
         for i, (_, key, item, _) in enumerate(prepared):
-            if on_device:
+            if on_device or not key:  # a chain's sessions are its own: closed with it
                 item.close()
             else:
                 value = float(np.median(rounds.bricks_s[i])) if rounds is not None else 0.0

@@ -164,3 +164,37 @@ def test_time_rounds_needs_a_count_per_brick() -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+class FakeSingle(FakeRun):
+    """A brick of a chain: a first call in a round pays ``cold_us`` more (the session state that its
+    floor model, run right after it, pays as well); a call right after another of the same brick
+    does not."""
+
+    def __init__(self, clock: PhasedClock, base_us: float, cold_us: float, empty_us: float) -> None:
+        super().__init__(clock, base_us)
+        self.cold_ns, self.empty_ns = cold_us * 1e3, empty_us * 1e3
+        self.empty = lambda: clock.run_for(self.empty_ns + self.cold_ns)
+
+    def run(self) -> None:
+        self.clock.run_for(self.base_ns + self.cold_ns)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_chained_rounds_take_one_call_and_its_own_floor_call_a_brick(seed: int) -> None:
+    """Chained rounds: each brick runs once a round and its floor model once right after it, so a
+    brick's call less its floor's holds the brick's own time within 1% whatever the phases, and the
+    whole model's ratio holds as in the rounds of bursts."""
+    clock = PhasedClock(seed)
+    cold, empty = 8.0, 2.0
+    bricks = [FakeSingle(clock, us, cold, empty) for us in BRICKS_US]
+    budget = RoundsBudget(min_rounds=30, max_time=12.0, chained=True)
+    whole = FakeRun(clock, WHOLE_US)
+    rounds = time_rounds(whole, bricks, COUNTS, budget, clock=clock, rng=np.random.default_rng(seed))
+    assert rounds.count >= 30
+    calls, floors = np.asarray(rounds.bricks_s), np.asarray(rounds.empties_s)
+    assert calls.shape == floors.shape == (len(BRICKS_US), rounds.count)  # one call and one floor call a round
+    own = np.asarray(COUNTS) @ (calls - floors)  # per round: the bricks' own time, the cold session's taken off
+    expected = sum(c * (us - empty) for c, us in zip(COUNTS, BRICKS_US, strict=True)) / WHOLE_US
+    assert float(np.median(own / np.asarray(rounds.whole_s))) == pytest.approx(expected, rel=0.01)
+    assert paired_ratio(rounds, COUNTS)[0] > expected  # the calls alone carry the cold session's cost

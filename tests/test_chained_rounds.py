@@ -1,0 +1,103 @@
+"""Chained rounds on real onnxruntime sessions: the bricks of a model prepared as a chain, and
+``evaluate --rounds chained`` through the library and the command line."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+
+import dlbricks
+from dlbricks.cli import main
+from dlbricks.generators import OrtBackend, OrtConfig
+from tests._models import resnet_like
+
+
+def _chain() -> tuple[dlbricks.Decomposition, list[str], list]:
+    dec = dlbricks.decompose(dlbricks.load_model(resnet_like(blocks=2, channels=8), batch_size=1, name="r2"))
+    keys = list(dict.fromkeys(o.signature for o in dec.occurrences))
+    models = [dec.in_context(k).to_onnx() for k in keys]
+    return dec, keys, OrtBackend().prepare_chain(models, OrtConfig())
+
+
+def _alone(brick: dlbricks.Brick, first: np.ndarray) -> np.ndarray:
+    """The brick run in a session of its own on ``first``, its one input."""
+    model = brick.to_onnx()
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: first})[0]
+
+
+def test_a_chain_feeds_each_brick_what_the_brick_before_it_wrote() -> None:
+    """Run in the model's order, each chained brick reads the output the brick before it just wrote
+    and computes what the brick computes alone on it; a Relu writes over its input, as inside the
+    model, and every other brick writes a buffer apart from the one it reads."""
+    dec, keys, chain = _chain()
+    assert all(p is not None and p.copies == 1 for p in chain)  # no copies, one session a brick
+    assert all(p.empty is not None for p in chain)  # each with a floor model of its own
+    index = {k: i for i, k in enumerate(keys)}
+    fed = in_place = 0
+    for i, key in enumerate(keys):
+        before = dec.previous(key)
+        if before is None or before.signature not in index or index[before.signature] > i:
+            continue
+        writer, reader = chain[index[before.signature]], chain[i]
+        if len(reader.session.get_inputs()) > 1:  # its other inputs read what other bricks wrote last
+            continue
+        writer.run()
+        written = writer.outputs()[0].copy()
+        if written.shape != reader._inputs[reader.session.get_inputs()[0].name].shape:
+            continue
+        reader.run()
+        got = reader.outputs()[0]
+        np.testing.assert_allclose(got, _alone(dec.bricks[key], written), rtol=1e-5, atol=1e-5)
+        fed += 1
+        if dec.bricks[key].op_types == ("Relu",):
+            np.testing.assert_array_equal(writer.outputs()[0], got)  # the writer's buffer, overwritten
+            in_place += 1
+        else:
+            np.testing.assert_array_equal(writer.outputs()[0], written)  # left as the writer wrote it
+    assert fed >= 4 and in_place >= 1
+    for p in chain:
+        p.close()
+
+
+def test_a_chain_is_for_the_cpu() -> None:
+    with pytest.raises(dlbricks.InvalidArgumentError, match="CPU only"):
+        OrtBackend().prepare_chain([], OrtConfig(device="cuda"))
+
+
+def test_evaluate_with_chained_rounds_through_the_command_line(with_peaks) -> None:
+    """``dlbricks evaluate --rounds chained`` on a small model: its table, with the rounds' line
+    saying how many rounds of single calls it took."""
+    db = with_peaks("c.db")
+    result = CliRunner().invoke(main, ["evaluate", "--suite", "squeezenet1_1", "--db", str(db), "--budget", "quick",
+                                       "--rounds", "chained"])
+    assert result.exit_code == 0, result.output
+    assert "squeezenet1_1" in result.output and "rounds of the whole model" in result.output
+    row = next(line for line in result.output.splitlines() if line.startswith("squeezenet1_1 "))
+    error = float(row.split()[5])
+    assert abs(error) < 25.0  # a quick budget on a shared machine: the level, not the accuracy
+
+
+def test_evaluate_refuses_an_unknown_round_design(tmp_path) -> None:
+    result = CliRunner().invoke(main, ["evaluate", "--suite", "squeezenet1_1", "--db", str(tmp_path / "x.db"),
+                                       "--rounds", "sometimes"])
+    assert result.exit_code == 2 and "sometimes" in result.output and not (tmp_path / "x.db").exists()
+
+
+def test_bench_then_validate_with_chained_rounds(with_peaks, tmp_path) -> None:
+    """``bench`` then ``validate --rounds chained`` on a user's own ONNX file: the model and its stored
+    bricks timed in chained rounds, the row printed with its interval."""
+    import onnx
+
+    path = tmp_path / "r1.onnx"
+    onnx.save(resnet_like(blocks=1, channels=8, batch=1), path)
+    db = with_peaks("v.db")
+    runner = CliRunner()
+    bench = runner.invoke(main, ["bench", str(path), "--db", str(db), "--budget", "quick"])
+    assert bench.exit_code == 0, bench.output
+    result = runner.invoke(main, ["validate", str(path), "--db", str(db), "--budget", "quick", "--rounds", "chained"])
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.output.splitlines() if line.startswith("r1 "))
+    assert "-" in row.split()[4]  # the interval
