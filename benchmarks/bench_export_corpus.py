@@ -4,6 +4,7 @@ Usage (a corpus built by ``benchmarks/export_corpus.py``)::
 
     python benchmarks/bench_export_corpus.py --corpus DIR [--db-dir DIR] [--opt-level disable|all]
         [--only a,b,c] [--budget quick|default|thorough] [--db-per-model] [--per-brick] [--unpaired]
+        [--rounds bursts|chained]
 
 For each model of ``DIR/corpus.json`` the command line runs exactly as a user types it, each command a
 subprocess (at ``--opt-level all`` both with ``--opt-level all --granularity fused``)::
@@ -12,7 +13,8 @@ subprocess (at ``--opt-level all`` both with ``--opt-level all --granularity fus
     dlbricks validate FILE --db DB --budget B [--opt-level all --granularity fused] [--per-brick] [--unpaired]
 
 ``validate`` times each model with its bricks in interleaved rounds, so that both meet the same state
-of a machine whose speed swings; ``--unpaired`` (``validate --unpaired``) measures it whole apart.
+of a machine whose speed swings; ``--unpaired`` (``validate --unpaired``) measures it whole apart;
+``--rounds chained`` passes that design of rounds on (``validate --rounds chained``).
 
 One database per opt-level for the whole corpus (``DB-DIR/corpus-OPT.db``, as a user fills one; it is
 calibrated first, for the roofline), or one per model with ``--db-per-model``. ``validate``'s output is
@@ -74,7 +76,7 @@ def opt_flags(opt_level: str) -> list[str]:
 
 
 def measure_model(entry: dict[str, object], corpus: Path, db: Path, opt_level: str, budget: str,
-                  per_brick: bool, keep: Path, exe: list[str], paired: bool = True) -> Row:
+                  per_brick: bool, keep: Path, exe: list[str], paired: bool = True, rounds: str | None = None) -> Row:
     """Bench then validate one model of the corpus through the command line, as a user types them."""
     row = Row(name=str(entry["name"]), exporter=str(entry["exporter"]), kind=str(entry["kind"]))
     path = corpus / str(entry["file"])
@@ -82,7 +84,7 @@ def measure_model(entry: dict[str, object], corpus: Path, db: Path, opt_level: s
     try:
         _, bench_s = _run([*exe, "bench", str(path), *flags])
         text, validate_s = _run([*exe, "validate", str(path), *flags, *(["--per-brick"] if per_brick else []),
-                                 *([] if paired else ["--unpaired"])])
+                                 *([] if paired else ["--unpaired"]), *(["--rounds", rounds] if rounds else [])])
     except RuntimeError as e:
         row.failed = str(e)
         return row
@@ -135,6 +137,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--per-brick", action="store_true", help="validate with --per-brick (kept in its output)")
     parser.add_argument("--unpaired", action="store_true", help="validate with --unpaired (the whole model measured "
                         "apart from its bricks)")
+    parser.add_argument("--rounds", choices=("bursts", "chained"), default=None, help="validate's --rounds")
     args = parser.parse_args(argv)
     entries = json.loads((args.corpus / "corpus.json").read_text())
     if args.only:
@@ -152,7 +155,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
         if not db.exists():  # peaks for the roofline
             _run([*exe, "calibrate", "--db", str(db), *(["--opt-level", args.opt_level])])
         rows.append(measure_model(entry, args.corpus, db, args.opt_level, args.budget, args.per_brick, folder, exe,
-                                  not args.unpaired))
+                                  not args.unpaired, args.rounds))
         r = rows[-1]
         print(f"{r.name}: " + (r.failed or f"{r.measured_ms} ms measured, {r.estimate_ms} ms estimated, "
                                 f"bounds {'hold' if r.bounds_hold else 'FAIL'}, {r.wall_s:.0f} s"), flush=True)
