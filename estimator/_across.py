@@ -21,6 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from dlbricks import Decomposition, InvalidArgumentError, MissingBricksError
 from dlbricks.benchmarks_db import Store
 
@@ -59,18 +61,17 @@ class BrickComparison:
     @property
     def best(self) -> int:
         """The index of the fastest runtime (the first of equals)."""
-        return min(range(len(self.fastest_s)), key=lambda i: self.fastest_s[i])
+        return _lead(self.fastest_s)[0]
 
     @property
     def runner_up_s(self) -> float:
         """The time of the fastest of the other runtimes (one occurrence)."""
-        return min(t for i, t in enumerate(self.fastest_s) if i != self.best)
+        return _lead(self.fastest_s)[1]
 
     @property
     def ratio(self) -> float:
         """How many times faster the fastest runtime is than the next (inf where it takes no time)."""
-        best = self.fastest_s[self.best]
-        return self.runner_up_s / best if best > 0 else (1.0 if self.runner_up_s == 0 else float("inf"))
+        return _lead(self.fastest_s)[2]
 
     @property
     def difference_s(self) -> float:
@@ -92,14 +93,22 @@ class OpComparison:
     @property
     def best(self) -> int:
         """The index of the runtime with the smallest total (the first of equals)."""
-        return min(range(len(self.total_s)), key=lambda i: self.total_s[i])
+        return _lead(self.total_s)[0]
 
     @property
     def ratio(self) -> float:
         """The next runtime's total over the fastest one's (inf where the fastest takes no time)."""
-        best = self.total_s[self.best]
-        other = min(t for i, t in enumerate(self.total_s) if i != self.best)
-        return other / best if best > 0 else (1.0 if other == 0 else float("inf"))
+        return _lead(self.total_s)[2]
+
+
+def _lead(times: Sequence[float]) -> tuple[int, float, float]:
+    """Of one time per runtime: the index of the fastest (the first of equals), the next fastest's
+    time, and how many times the fastest's that is (inf where the fastest takes no time, 1 where
+    neither does)."""
+    best = int(np.argmin(times))
+    other = min(t for i, t in enumerate(times) if i != best)
+    first = times[best]
+    return best, other, other / first if first > 0 else (1.0 if other == 0 else float("inf"))
 
 
 @dataclass(frozen=True, slots=True)

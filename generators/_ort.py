@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import onnx
@@ -688,11 +688,12 @@ def prepare_chain(backend: OrtBackend, models: Sequence[onnx.ModelProto],
     return chain
 
 
-class _Written(tuple):
+class _Written(NamedTuple):
     """A chain brick's first output: its ``OrtValue``, the array it is over, and its slot."""
 
-    def __new__(cls, value: Any, array: np.ndarray, slot: int) -> _Written:
-        return super().__new__(cls, (value, array, slot))
+    value: Any
+    array: np.ndarray
+    slot: int
 
 
 def _in_place(model: onnx.ModelProto, prepared: OrtPrepared, read: np.ndarray) -> bool:
