@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import takewhile
 
 import networkx as nx
@@ -78,6 +78,7 @@ class Decomposition:
     occurrences: tuple[Occurrence, ...]
     dag: nx.DiGraph
     instances: tuple[Brick, ...] | None = None  # one brick per occurrence, with weights="real"
+    _memo: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
     reorder_bytes: tuple[int, ...] = ()  # fused at "all": bytes of each layout reorder of the model
 
     @property
@@ -107,7 +108,9 @@ class Decomposition:
         bytes alive at once (a tensor lives from the occurrence that writes it, or the start for
         model inputs, to the last that reads it), as the runtime's memory planner reuses the space
         of dead tensors."""
-        return self._weight_bytes(self.occurrences) + self._activation_peak()
+        if "footprint" not in self._memo:
+            self._memo["footprint"] = self._weight_bytes(self.occurrences) + self._activation_peak()
+        return self._memo["footprint"]
 
     def weight_bytes(self) -> int:
         """Bytes of weights one run of the model reads: every occurrence's constants, weights that
@@ -129,7 +132,9 @@ class Decomposition:
             return footprint
         forward = self.occurrences[first.index + 1:] + self.occurrences[:first.index]
         gaps = (list(takewhile(lambda o: not mine & set(o.weights), order)) for order in (forward, forward[::-1]))
-        return min(footprint, min(self._weight_bytes(gap) for gap in gaps) + self._activation_peak())
+        if "peak" not in self._memo:
+            self._memo["peak"] = self._activation_peak()
+        return min(footprint, min(self._weight_bytes(gap) for gap in gaps) + self._memo["peak"])
 
     def _weight_bytes(self, occurrences: Sequence[Occurrence]) -> int:
         """Weight bytes of ``occurrences``, an occurrence whose weights an earlier one of them read

@@ -47,7 +47,9 @@ def main() -> int:
     while True:
         request = read_message_blocking(stdin)
         if request is None or request[0] == "exit":
-            return 0
+            out.flush()
+            sys.stderr.flush()
+            os._exit(0)  # no teardown of sessions and arrays that the parent would wait for
         write_message(out, _answer(state, request))
 
 
