@@ -302,6 +302,11 @@ class OrtPrepared:
         #: before it when it owns it): what a worker's cache of prepared items counts.
         self.nbytes = (self.copies * (weight_bytes + outputs) + sum(a.nbytes for a in inputs.values())
                        + int(getattr(previous, "nbytes", 0)))
+        #: Whether one cycle of its copies (weights and outputs) fits the last-level cache: then a copy
+        #: untouched since the last round is colder than one a cycle ago, the state its copies
+        #: emulate, and a short measurement in a round warms a whole cycle first.
+        self.cycle_fits_cache = (self.copies > 1 and config.device == "cpu"
+                                 and self.copies * (weight_bytes + outputs) < last_level_cache_bytes())
 
     def relocate(self) -> None:
         """Bind fresh copies of the inputs and fresh outputs: the same run at other addresses.
