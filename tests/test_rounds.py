@@ -198,3 +198,44 @@ def test_chained_rounds_take_one_call_and_its_own_floor_call_a_brick(seed: int) 
     expected = sum(c * (us - empty) for c, us in zip(COUNTS, BRICKS_US, strict=True)) / WHOLE_US
     assert float(np.median(own / np.asarray(rounds.whole_s))) == pytest.approx(expected, rel=0.01)
     assert paired_ratio(rounds, COUNTS)[0] > expected  # the calls alone carry the cold session's cost
+
+
+class SteadyClock(PhasedClock):
+    """A machine that holds its speed."""
+
+    def factor(self) -> float:
+        return 1.0
+
+
+class FakeCopies:
+    """A brick of ``copies`` session copies run round-robin: a copy last called more than 5 ms ago
+    (before the rest of a round, not one cycle of its copies) runs 1.3x as slow, its weights gone
+    from the cache."""
+
+    def __init__(self, clock: PhasedClock, base_us: float, copies: int, fits: bool) -> None:
+        self.clock, self.base_ns, self.copies, self.cycle_fits_cache = clock, base_us * 1e3, copies, fits
+        self._last = [-(10 ** 12)] * copies
+        self._next = 0
+
+    def run(self) -> None:
+        k, self._next = self._next, (self._next + 1) % self.copies
+        cold = self.clock.now - self._last[k] > 5e6
+        self.clock.run_for(self.base_ns * (1.3 if cold else 1.0))
+        self._last[k] = self.clock.now
+
+
+@pytest.mark.parametrize("fits", [True, False])
+def test_a_brick_whose_copies_cycle_in_the_cache_warms_a_cycle_in_each_round(fits: bool) -> None:
+    """30 copies of a 100 us brick cycle in 3 ms, longer than a round's warm-up of 1 ms: where the
+    cycle fits the cache, each round warms every copy first and times the cycle's state (100 us);
+    without it the timed calls reach copies left since the last round (130 us) in most rounds (not
+    where one round's bricks came last and the next round's first)."""
+    clock = SteadyClock()
+    brick = FakeCopies(clock, 100.0, copies=30, fits=fits)
+    rounds = time_rounds(FakeRun(clock, 20_000.0), [brick], (1,), RoundsBudget(min_rounds=6, max_rounds=6),
+                         clock=clock, rng=np.random.default_rng(0))
+    medians = np.asarray(rounds.bricks_s[0])
+    if fits:
+        assert medians == pytest.approx(100e-6, rel=0.01)
+    else:
+        assert np.median(medians) > 1.25 * 100e-6
