@@ -37,7 +37,7 @@ from ._estimate import (
     with_composition,
 )
 from ._evaluate import DEFAULT_SUITE, Evaluation, EvaluationRow, evaluate, measure_whole
-from ._predict import LatencyPredictor, OpModel, Prediction, floor_drift_s
+from ._predict import LatencyPredictor, OpModel, Prediction, Predictor, floor_drift_s
 from ._profile import InModelTimes, in_model_times
 from ._report import ModelReport, model_report, render_report, write_report
 from ._queue import QueueTimes, queue_critical_path, queue_latency
@@ -94,6 +94,7 @@ __all__ = [
     "LatencyPredictor",
     "OpModel",
     "Prediction",
+    "Predictor",
     "sequential",
     "critical_path",
     "queue_latency",

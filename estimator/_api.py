@@ -37,7 +37,7 @@ from ._estimate import (
     plan_decomposition,
     with_composition,
 )
-from ._predict import LatencyPredictor, brick_call_s
+from ._predict import LatencyPredictor, Predictor, brick_call_s
 from ._profile import InModelTimes, in_model_times
 from ._runs import check_runs, stop_on_failure
 
@@ -245,7 +245,7 @@ def cache_capacity(store: Any, system: Any) -> int | None:
 def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = None,
              config: OrtConfig | None = None, granularity: str = "layer", on_missing: str = "error",
              budget: Budget | None = None, peaks: Peaks | None = None, launch_queue: bool = True,
-             composition: bool = True) -> Estimate:
+             composition: bool = True, predictor: Predictor | None = None) -> Estimate:
     """Estimate a model's latency from the brick database.
 
     Parameters
@@ -274,7 +274,16 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
         in latency, landed from their whole runs (:func:`composition_references`,
         :func:`~dlbricks.estimator.composition_error`): the bricks' own intervals do not hold the
         error of composing them. Unchanged where the database has no such model.
+    predictor : Predictor, optional
+        For ``on_missing="predict"``: what predicts the missing bricks (any :class:`Predictor`);
+        default: a :class:`LatencyPredictor` fitted on the database's measured bricks.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If ``predictor`` is not a :class:`Predictor`, or is given without ``on_missing="predict"``.
     """
+    _check_predictor(predictor, on_missing)
     store = open_store(db)
     system = _system_key(system)
     cfg = config or OrtConfig()
@@ -286,7 +295,8 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
             if measure:
                 _check_storable(dec, system)
             check_runs(dec, _graph_of(model, store), cfg, backend_name(cfg), budget, probe=measure)
-    est = _estimate_decomposition(dec, store, system, cfg, on_missing, budget, peaks, launch_queue)
+    est = _estimate_decomposition(dec, store, system, cfg, on_missing, budget, peaks, launch_queue,
+                                  predictor=predictor)
     est = replace(est, swing=bricks_swing(est, _lookup(store, dec, system, cfg.config_id)))
     if not composition:
         return est
@@ -295,6 +305,18 @@ def estimate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     if not references:
         return est
     return with_composition(est, composition_error(references, est.sequential_s), len(references))
+
+
+def _check_predictor(predictor: Any, on_missing: str) -> None:
+    """Refuse a ``predictor`` that is not a :class:`Predictor`, or one given where nothing is predicted."""
+    if predictor is None:
+        return
+    if not isinstance(predictor, Predictor):
+        raise InvalidArgumentError(f"'predictor' must have with_peaks(peaks) and prediction(brick) (a Predictor). "
+                                   f"Got {type(predictor).__name__} instead.")
+    if on_missing != "predict":
+        raise InvalidArgumentError(f"a predictor predicts missing bricks: pass on_missing='predict' with it. "
+                                   f"Got on_missing={on_missing!r} instead.")
 
 
 def _check_storable(dec: Decomposition, system: Any) -> None:
@@ -366,9 +388,10 @@ def composition_references(store: Store, *, system: Any = None, config: OrtConfi
 
 def _estimate_decomposition(dec: Decomposition, store: Store, system: Any, cfg: OrtConfig, on_missing: str,
                             budget: Budget | None, peaks: Peaks | None, launch_queue: bool, *,
-                            same_runtime: bool = False) -> Estimate:
+                            same_runtime: bool = False, predictor: Predictor | None = None) -> Estimate:
     """:func:`estimate` of a decomposition, its interval from its bricks alone; with ``same_runtime``,
-    its lower bound from the configurations of ``cfg``'s runtime alone."""
+    its lower bound from the configurations of ``cfg``'s runtime alone; ``predictor`` (default: one
+    fitted on the database) for ``on_missing="predict"``."""
     measured = _lookup(store, dec, system, cfg.config_id)
 
     def measure(bricks: Sequence[Brick]) -> dict[str, Measurement]:
@@ -387,8 +410,8 @@ def _estimate_decomposition(dec: Decomposition, store: Store, system: Any, cfg: 
     missing = [s for s in dec.bricks if s not in measured or not measured[s].ok]  # failed ones too
     if peaks is None:
         peaks = store_peaks(store, system, peaks_key(cfg))
-    predictor = (_predictor(store, system, cfg.config_id, peaks) if missing and on_missing == "predict"
-                 else None)
+    if predictor is None and missing and on_missing == "predict":
+        predictor = _predictor(store, system, cfg.config_id, peaks)
     if peaks is not None and ":" not in peaks_key(cfg):  # a CPU's caches keep a small model's weights
         peaks = peaks.for_model(dec.weight_bytes(), cache_capacity(store, system))
     if on_missing == "measure" and (missing or other_contexts(store, dec, system, cfg)):

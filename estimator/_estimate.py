@@ -29,6 +29,7 @@ from ._predict import (
     ALPHA,
     LatencyPredictor,
     Prediction,
+    Predictor,
     computes_on_8bit,
     conformal_quantile,
     floor_drift_s,
@@ -248,7 +249,7 @@ def estimate_decomposition(
     config_id: str,
     floor_s: float | None = None,
     on_missing: str = "error",
-    predictor: LatencyPredictor | None = None,
+    predictor: Predictor | None = None,
     measure: Callable[[Sequence[Brick]], Mapping[str, Measurement]] | None = None,
     alternatives: Mapping[str, Sequence[Measurement]] | None = None,
     peaks: Peaks | None = None,
@@ -270,9 +271,10 @@ def estimate_decomposition(
         Per-call floor of the configuration; default: the measurements' own ``floor_s``.
     on_missing : {"error", "predict", "measure"}
         What to do with bricks that have no ok measurement.
-    predictor : LatencyPredictor, optional
-        A fitted predictor, for ``on_missing="predict"``; fitted again with ``peaks`` where it was
-        fitted without (see :meth:`LatencyPredictor.with_peaks`).
+    predictor : Predictor, optional
+        A fitted predictor (a :class:`LatencyPredictor` or any :class:`Predictor`), for
+        ``on_missing="predict"``; given ``peaks`` through its ``with_peaks`` (a
+        :class:`LatencyPredictor` fitted without them is fitted again with them).
     measure : callable, optional
         Measures bricks now, for ``on_missing="measure"``.
     alternatives : mapping of signature to measurements, optional

@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import onnx
@@ -446,6 +446,24 @@ class Prediction:
     def far(self) -> bool:
         """Whether the brick lies far from every brick the model was fitted on."""
         return self.distance > FAR_DISTANCE
+
+
+@runtime_checkable
+class Predictor(Protocol):
+    """What :func:`~dlbricks.estimator.estimate` asks of a predictor of bricks the database never
+    measured (``on_missing="predict"``, ``predictor=``): :class:`LatencyPredictor` is one; a model of
+    one's own (a learned cost model, a vendor's tables) is another.
+    """
+
+    def with_peaks(self, peaks: Any) -> Predictor:
+        """The predictor to use on a machine with the calibrated ``peaks`` (None: none calibrated);
+        itself where they change nothing."""
+        ...
+
+    def prediction(self, brick: Brick) -> Prediction | None:
+        """``brick``'s own time in seconds, the per-call floor left out, with its interval; None where
+        it cannot tell (the estimate then refuses the model in one line)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

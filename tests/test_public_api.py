@@ -28,7 +28,7 @@ def test_errors_share_one_root() -> None:
 
 ESTIMATOR = {
     "BrickContribution", "Calibration", "DEFAULT_SUITE", "Estimate", "Evaluation", "EvaluationRow", "InModelTimes",
-    "LatencyPredictor", "MissingBrick", "ON_MISSING", "OpModel", "Peaks", "Plan", "Prediction", "Validation",
+    "LatencyPredictor", "MissingBrick", "ON_MISSING", "OpModel", "Peaks", "Plan", "Prediction", "Predictor", "Validation",
     "calibrate_peaks", "combined_halfwidth", "critical_path", "estimate", "estimate_decomposition", "evaluate",
     "in_model_times", "measure_whole", "open_store", "plan", "plan_decomposition", "sequential", "validate",
     "estimate_sweep", "validate_sweep", "SweepShape", "SweepPoint", "last_level_cache", "cache_capacity", "memory_rate", "matvec_rates",
