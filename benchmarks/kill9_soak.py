@@ -44,7 +44,7 @@ def _scalar(db: Path, sql: str, default: object) -> object:
 
 
 def _bench(db: Path, model: str) -> list[str]:
-    return [sys.executable, "-m", "dlbricks.benchmarks_db", "bench", model, "--db", str(db), "--budget", "quick"]
+    return [sys.executable, "-m", "dlbricks", "bench", model, "--db", str(db), "--budget", "quick"]
 
 
 def soak(kills: int, model: str, seed: int, folder: Path) -> int:

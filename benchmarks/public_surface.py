@@ -4,16 +4,19 @@ Usage::
 
     python benchmarks/public_surface.py [--list]
 
-Reads the source (``ast``, nothing imported) of the five packages (``dlbricks``, its stages
-``generators``, ``benchmarks_db``, ``estimator`` and the ``model_zoo``) and prints:
+Reads the source (``ast``, nothing imported) of the six packages (``dlbricks``, its stages
+``model_zoo``, ``generators``, ``benchmarks_db``, ``estimator``, and the command line ``cli``, the
+layer above every stage) and prints:
 
 - each package's public names (its ``__all__``) and their total;
 - the imports of another package's private module (``from dlbricks._errors import ...`` in
   ``generators``), per pair of packages, and the private names they take (``--list``: each one);
+  the command line's own on a line of their own;
 - the cycles among module-level imports (``networkx.simple_cycles``; ``if TYPE_CHECKING`` blocks
   and imports inside functions left out);
-- imports against the pipeline's direction: a stage that imports a stage to its right (the command
-  line's modules, which sit above every stage, left out).
+- imports against the pipeline's direction: a stage that imports a stage to its right, or the
+  command line (``python -m dlbricks``'s script, never imported, left out);
+- imports of the command line by a stage or the core (none may: the layer sits above them).
 
 ``tests/test_architecture.py`` holds the code to these figures.
 """
@@ -30,11 +33,14 @@ from pathlib import Path
 import networkx as nx
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The command line: the layer above every stage. It may import any of them (their private modules
+#: too, for now); none of them imports it.
+CLI = "dlbricks.cli"
 #: Source folder of each package, in the pipeline's order: a package imports only those before it.
 PACKAGES = {"dlbricks": "dlbricks", "dlbricks.model_zoo": "model_zoo", "dlbricks.generators": "generators",
-            "dlbricks.benchmarks_db": "benchmarks_db", "dlbricks.estimator": "estimator"}
-#: Modules of the command line: above every stage, whichever folder holds them.
-CLI_MODULES = frozenset({"cli", "_cliutil", "__main__"})
+            "dlbricks.benchmarks_db": "benchmarks_db", "dlbricks.estimator": "estimator", CLI: "cli"}
+#: Modules run as scripts (``python -m dlbricks``), never imported: they may import the command line.
+SCRIPTS = frozenset({"dlbricks.__main__"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +55,7 @@ class Import:
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:
-    """Every module of the five packages by its dotted name."""
+    """Every module of the six packages by its dotted name."""
     found = {}
     for package, folder in PACKAGES.items():
         for path in sorted((root / folder).glob("*.py")):
@@ -104,10 +110,20 @@ def is_private_module(target: str) -> bool:
     return rest.startswith("_")
 
 
-def private_imports(found_imports: list[Import]) -> list[Import]:
-    """Imports of another package's private module."""
+def _imports_of_private_modules(found_imports: list[Import]) -> list[Import]:
     return [imp for imp in found_imports
             if package_of(imp.module) != package_of(imp.target) and is_private_module(imp.target)]
+
+
+def private_imports(found_imports: list[Import]) -> list[Import]:
+    """Imports of another package's private module by the core and the stages (the command line's:
+    :func:`cli_private_imports`)."""
+    return [imp for imp in _imports_of_private_modules(found_imports) if package_of(imp.module) != CLI]
+
+
+def cli_private_imports(found_imports: list[Import]) -> list[Import]:
+    """The command line's imports of the core's and the stages' private modules."""
+    return [imp for imp in _imports_of_private_modules(found_imports) if package_of(imp.module) == CLI]
 
 
 def import_cycles(found_imports: list[Import], found: dict[str, Path]) -> list[list[str]]:
@@ -124,12 +140,19 @@ def import_cycles(found_imports: list[Import], found: dict[str, Path]) -> list[l
 
 
 def against_the_pipeline(found_imports: list[Import]) -> list[Import]:
-    """Imports of a stage to the importing module's right in :data:`PACKAGES` (command-line modules
-    left out)."""
+    """Imports of a package to the importing module's right in :data:`PACKAGES` (the command line is
+    the rightmost; :data:`SCRIPTS` left out)."""
     order = list(PACKAGES)
     return [imp for imp in found_imports
-            if imp.module.rpartition(".")[2] not in CLI_MODULES
+            if imp.module not in SCRIPTS
             and order.index(package_of(imp.target)) > order.index(package_of(imp.module))]
+
+
+def imports_of_the_cli(found_imports: list[Import]) -> list[Import]:
+    """Imports of the command line (:data:`CLI`) by a module of the core or of a stage, anywhere in
+    it (in a function too; :data:`SCRIPTS` left out)."""
+    return [imp for imp in found_imports
+            if package_of(imp.target) == CLI and package_of(imp.module) != CLI and imp.module not in SCRIPTS]
 
 
 def public_names(found: dict[str, Path]) -> dict[str, int]:
@@ -145,6 +168,17 @@ def public_names(found: dict[str, Path]) -> dict[str, int]:
     return counts
 
 
+def _print_private(private: list[Import], title: str, found: dict[str, Path], each: bool) -> None:
+    """One line of ``private``'s figures per pair of packages (``each``: then one line per import)."""
+    pairs = Counter((package_of(i.module), package_of(i.target)) for i in private)
+    taken = {(package_of(i.module), f"{i.target}.{n}") for i in private for n in i.names}
+    print(f"{title}: {len(private)}, {len(taken)} names; "
+          + ", ".join(f"{a} -> {b} {n}" for (a, b), n in pairs.most_common()))
+    if each:
+        for imp in private:
+            print(f"  {found[imp.module].relative_to(ROOT)}:{imp.line} {imp.target} {', '.join(imp.names)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--list", action="store_true", help="print each private import")
@@ -154,18 +188,17 @@ def main() -> None:
     counts = public_names(found)
     print("public names: " + ", ".join(f"{p} {n}" for p, n in counts.items()) + f"; {sum(counts.values())} in all")
     private = private_imports(found_imports)
-    pairs = Counter((package_of(i.module), package_of(i.target)) for i in private)
-    taken = {(package_of(i.module), f"{i.target}.{n}") for i in private for n in i.names}
-    print(f"imports of another package's private module: {len(private)}, {len(taken)} names; "
-          + ", ".join(f"{a} -> {b} {n}" for (a, b), n in pairs.most_common()))
-    if args.list:
-        for imp in private:
-            print(f"  {found[imp.module].relative_to(ROOT)}:{imp.line} {imp.target} {', '.join(imp.names)}")
+    _print_private(private, "imports of another package's private module", found, args.list)
+    _print_private(cli_private_imports(found_imports), "the command line's imports of a private module", found,
+                   args.list)
     cycles = import_cycles(found_imports, found)
     print(f"module-level import cycles: {len(cycles)}" + "".join(f"\n  {' -> '.join(c)}" for c in cycles))
     wrong = against_the_pipeline(found_imports)
     print(f"imports against the pipeline's direction: {len(wrong)}"
           + "".join(f"\n  {found[i.module].relative_to(ROOT)}:{i.line} {i.target}" for i in wrong))
+    up = imports_of_the_cli(found_imports)
+    print(f"imports of the command line by a stage or the core: {len(up)}"
+          + "".join(f"\n  {found[i.module].relative_to(ROOT)}:{i.line} {i.target}" for i in up))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 import dlbricks
 from dlbricks.benchmarks_db import BenchOptions, ClaimStatus, Store, dominant_bricks, populate
-from dlbricks.benchmarks_db.cli import bench, cli, db
+from dlbricks.cli._db import bench, cli, db
 from tests._models import unrunnable_model
 from tests.test_db_support import config, decompositions, measurement, system_info, write_models
 

@@ -69,8 +69,8 @@ def write_models(folder: Path) -> dict[str, Path]:
 
 
 def bench_command(db: Path, *models: Path, extra: tuple[str, ...] = ()) -> list[str]:
-    """``python -m dlbricks.benchmarks_db bench`` with a small budget."""
-    return [sys.executable, "-m", "dlbricks.benchmarks_db", "bench", *map(str, models), "--batch-size",
+    """``python -m dlbricks bench`` with a small budget."""
+    return [sys.executable, "-m", "dlbricks", "bench", *map(str, models), "--batch-size",
             "1", "--db", str(db), "--budget", "quick", *extra]
 
 

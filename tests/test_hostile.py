@@ -218,7 +218,7 @@ COMMANDS = ("estimate", "estimate by name", "stats", "ops", "export", "bench", "
                                            if case != "blob" or command in BLOB_READERS])
 def test_damaged_databases_get_one_line_and_stay_as_they_were(work: Path, case: str, command: str,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("dlbricks.estimator.cli.calibrate_peaks", _no_measuring)
+    monkeypatch.setattr("dlbricks.cli._estimator.calibrate_peaks", _no_measuring)
     db = work / f"{case}.db"
     before = _digest(db)
     line = _one_line_error(*invoke(*_commands(work, db)[command]))
@@ -352,7 +352,7 @@ def test_ctrl_c_in_any_command_exits_130(work: Path, monkeypatch: pytest.MonkeyP
     def interrupt(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("dlbricks.estimator.cli.estimate", interrupt)
+    monkeypatch.setattr("dlbricks.cli._estimator.estimate", interrupt)
     output, code = invoke("estimate", str(work / "good.onnx"), "--batch-size", "1", "--db", str(work / "good.db"))
     assert code == 130 and output.strip() == "Interrupted.", output
 

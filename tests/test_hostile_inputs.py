@@ -162,8 +162,8 @@ def test_a_huge_batch_in_a_real_process(work: Path) -> None:
 
 
 def test_a_memory_failure_is_not_blamed_on_the_framework() -> None:
-    from dlbricks._cliutil import (
-        failed_run_hint,  # for bench's message (benchmarks_db/cli.py)
+    from dlbricks.cli._util import (
+        failed_run_hint,  # for bench's message (cli/_db.py)
     )
 
     hint = failed_run_hint("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Failed to allocate memory for "

@@ -25,7 +25,7 @@ from dlbricks.model_zoo import (
     get_model,
     list_models,
 )
-from dlbricks.model_zoo.cli import zoo
+from dlbricks.cli._zoo import zoo
 from onnx import TensorProto, helper
 
 from dlbricks import DlbricksError, InvalidArgumentError, ModelLoadError, model_zoo

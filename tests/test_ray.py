@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 import dlbricks
 from dlbricks.benchmarks_db import BenchOptions, RayExecutor, Store, populate
-from dlbricks.benchmarks_db.cli import cli
+from dlbricks.cli._db import cli
 from dlbricks.generators import Budget, collect_system_info
 from tests._models import resnet_like
 from tests.test_db_support import bench_command, env, rows, run, write_models

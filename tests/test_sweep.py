@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 import dlbricks
-from dlbricks._cliutil import parse_shape_sweep
+from dlbricks.cli._util import parse_shape_sweep
 from dlbricks.benchmarks_db import Store
 from dlbricks.cli import main
 from dlbricks.estimator import SweepShape, estimate_sweep

@@ -1,4 +1,7 @@
-"""CLI commands of the estimator: estimate, validate, calibrate, evaluate (the main job)."""
+"""The estimator's commands: estimate, plan, validate, calibrate, evaluate (the main job), report, compare.
+
+Thin click layers over :mod:`dlbricks.estimator`; ``dlbricks.cli.main`` attaches :data:`COMMANDS`.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +14,31 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
+
 from dlbricks import InvalidArgumentError, MissingBricksError
 from dlbricks.benchmarks_db import Store
+from dlbricks.estimator import (
+    ON_MISSING,
+    Estimate,
+    Evaluation,
+    SweepPoint,
+    SweepShape,
+    calibrate_peaks,
+    estimate,
+    estimate_sweep,
+    evaluate,
+    merge_peaks,
+    open_store,
+    plan,
+    validate,
+    validate_sweep,
+)
+from dlbricks.estimator._across import RuntimeComparison, compare_bricks, compare_ops, compare_runtimes
+from dlbricks.estimator._api import ROUND_DESIGNS, TRUSTED_SWING, backend_name, device_of, peaks_key, threads_of
+from dlbricks.estimator._evaluate import DEFAULT_TARGET_CI, EVALUATE_BUDGET, GRANULARITIES, suite_models
 from dlbricks.generators import Budget, OrtConfig, collect_system_info, get_backend
 
-from dlbricks._cliutil import (
+from ._util import (
     BackendName,
     backend_config,
     backend_formats,
@@ -31,20 +54,6 @@ from dlbricks._cliutil import (
     model_help,
     parse_input_shapes,
     parse_shape_sweep,
-)
-
-from ._across import RuntimeComparison, compare_bricks, compare_ops, compare_runtimes
-from ._api import ROUND_DESIGNS, TRUSTED_SWING, backend_name, device_of, estimate, open_store, peaks_key, plan, threads_of, validate
-from ._calibrate import calibrate_peaks, merge_peaks
-from ._estimate import ON_MISSING, Estimate
-from ._sweep import SweepPoint, SweepShape, estimate_sweep, validate_sweep
-from ._evaluate import (
-    DEFAULT_TARGET_CI,
-    EVALUATE_BUDGET,
-    GRANULARITIES,
-    Evaluation,
-    evaluate,
-    suite_models,
 )
 
 __all__ = ["COMMANDS"]
@@ -591,8 +600,8 @@ def evaluate_cmd(suite: str, db: str, threads: int | None, opt_level: str | None
     checked_names(models, "The --suite model name", "give zoo model names, as 'dlbricks zoo list' lists them")
     say = (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
     if plot_dir is not None or report_path is not None:  # before the minutes of measuring
-        from ._plot import require_matplotlib
-        from ._report import check_report_path
+        from dlbricks.estimator._plot import require_matplotlib
+        from dlbricks.estimator._report import check_report_path
 
         require_matplotlib()
         if report_path is not None:
@@ -604,13 +613,13 @@ def evaluate_cmd(suite: str, db: str, threads: int | None, opt_level: str | None
                       algorithm_sweep=algorithm_sweep, rounds=ROUND_DESIGNS[round_design])
         _print_evaluation(ev)
         if report_path is not None:
-            from ._report import model_report, write_report
+            from dlbricks.estimator import model_report, write_report
 
             reports = [model_report(r.model, store, config=config, system=ev.system,
                                     granularity="layer" if granularity == "layer" else "fused") for r in ev.rows]
             click.echo(f"wrote {write_report(report_path, reports, ev, title='dlbricks evaluate', database=db)}")
     if plot_dir is not None:
-        from ._plot import plot_evaluation
+        from dlbricks.estimator._plot import plot_evaluation
 
         for path in plot_evaluation(ev, plot_dir, dict(ev.op_times)):
             click.echo(f"wrote {path}")
@@ -640,8 +649,9 @@ def evaluate_cmd(suite: str, db: str, threads: int | None, opt_level: str | None
 def report_cmd(models: tuple[str, ...], output: Path, db: str, threads: int | None, opt_level: str | None,
                device: str | None, batch_size: int | None, input_shape: tuple[str, ...], granularity: str,
                on_missing: str, top: int, system_id: str | None) -> None:
-    from ._plot import require_matplotlib
-    from ._report import check_report_path, model_report, write_report
+    from dlbricks.estimator._plot import require_matplotlib
+    from dlbricks.estimator import model_report, write_report
+    from dlbricks.estimator._report import check_report_path
 
     require_matplotlib()
     check_report_path(output, db)

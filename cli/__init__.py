@@ -1,7 +1,10 @@
-"""The ``dlbricks`` command line: a thin layer over the library.
+"""The ``dlbricks`` command line: a thin layer over the library, above every stage of the pipeline.
 
 Each command opens what it needs, calls public functions, and turns a :class:`DlbricksError` into a
-one-line message with exit code 2.
+one-line message with exit code 2. The layer may import every stage; no stage imports it. Its
+modules: ``_util`` (what every command shares), ``_zoo`` (``zoo``), ``_db`` (``bench``, ``db``),
+``_estimator`` (``estimate``, ``validate``, ``evaluate``, ...); this one holds the group
+:func:`main` and ``decompose``.
 """
 
 from __future__ import annotations
@@ -14,8 +17,14 @@ from typing import Any
 
 import click
 
-from dlbricks._bricks import Brick, write_bricks
-from dlbricks._cliutil import (
+from dlbricks import GRANULARITIES, Brick, BrickSet, InvalidArgumentError, decompose
+from dlbricks._bricks import write_bricks
+from dlbricks._mxnet_bricks import check_mxnet_runnable
+from dlbricks._no_weights import KEPT_VALUES
+
+from ._db import bench, db
+from ._estimator import COMMANDS
+from ._util import (
     DlbricksGroup,
     backend_option,
     chosen_backend,
@@ -27,10 +36,7 @@ from dlbricks._cliutil import (
     model_options,
     parse_input_shapes,
 )
-from dlbricks._decompose import GRANULARITIES, BrickSet, decompose
-from dlbricks._errors import InvalidArgumentError
-from dlbricks._mxnet_bricks import check_mxnet_runnable
-from dlbricks._no_weights import KEPT_VALUES
+from ._zoo import zoo
 
 __all__ = ["main"]
 
@@ -159,14 +165,5 @@ def _print_tables(bs: BrickSet, problems: dict[str, str], checked: bool) -> None
                f"{summary.shared_across_models}")
 
 
-def _attach_stage_commands() -> None:
-    """Attach the commands of the later stages; each stage owns its commands, the CLI gathers them."""
-    from dlbricks.benchmarks_db.cli import bench, db
-    from dlbricks.estimator.cli import COMMANDS
-    from dlbricks.model_zoo.cli import zoo
-
-    for command in (zoo, bench, db, *COMMANDS):
-        main.add_command(command)
-
-
-_attach_stage_commands()
+for _command in (zoo, bench, db, *COMMANDS):  # the stages' commands
+    main.add_command(_command)

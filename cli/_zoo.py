@@ -1,8 +1,8 @@
 """``dlbricks zoo``: list and export the models of the built-in zoo.
 
-The group is attached to the main ``dlbricks`` command; it can also run alone::
+The group is attached to the main ``dlbricks`` command::
 
-    python -m dlbricks.model_zoo.cli list --task language
+    dlbricks zoo list --task language
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ import click
 
 from dlbricks import DlbricksError
 
-from ._registry import export, list_models
-from ._spec import TASKS, ZooModel
+from dlbricks.model_zoo import TASKS, ZooModel, export, list_models
 
 __all__ = ["zoo", "ZooCliError"]
 
@@ -105,6 +104,3 @@ def export_command(names: tuple[str, ...], out_dir: str, batch_size: int) -> Non
     for path in paths:
         click.echo(str(path))
 
-
-if __name__ == "__main__":  # pragma: no cover
-    zoo()

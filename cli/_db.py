@@ -1,7 +1,7 @@
 """The ``bench`` command and the ``db`` group: thin click layers over :mod:`dlbricks.benchmarks_db`.
 
-``dlbricks.cli.main`` attaches :data:`bench` and :data:`db`; :data:`cli` groups both for
-``python -m dlbricks.benchmarks_db``. Library errors become one-line messages with exit code 2;
+``dlbricks.cli.main`` attaches :data:`bench` and :data:`db`; :data:`cli` groups both on their own.
+Library errors become one-line messages with exit code 2;
 an interrupted ``bench`` exits with code 130 after saying how to resume.
 """
 
@@ -20,7 +20,24 @@ from typing import Any
 
 import click
 
-from dlbricks._cliutil import (
+from dlbricks import GRANULARITIES, DatabaseError, DlbricksError, InvalidArgumentError, decompose
+from dlbricks._errors import TempDirError
+from dlbricks.benchmarks_db import (
+    CONTEXT_RULES,
+    DEFAULT_PATH,
+    DOMINANT_SHARE,
+    BenchOptions,
+    BenchProgress,
+    BenchReport,
+    ClaimStatus,
+    Store,
+    populate,
+)
+from dlbricks.benchmarks_db._export import FORMATS, check_output, remove_stale_scratch, scratch_path
+from dlbricks.benchmarks_db._ray import import_ray
+from dlbricks.benchmarks_db._sql import EXPORT_QUERIES
+
+from ._util import (
     EXIT_INTERRUPTED,
     backend_config,
     backend_option,
@@ -37,27 +54,11 @@ from dlbricks._cliutil import (
     model_options,
     parse_input_shapes,
 )
-from dlbricks import GRANULARITIES, decompose
-from dlbricks._errors import (
-    DatabaseError,
-    DlbricksError,
-    InvalidArgumentError,
-    TempDirError,
-)
-
-from ._export import FORMATS, check_output, remove_stale_scratch, scratch_path
-from ._jobs import CONTEXT_RULES, BenchOptions, BenchProgress, BenchReport
-from ._populate import populate
-from ._ray import import_ray
-from ._records import ClaimStatus
-from ._schedule import DOMINANT_SHARE
-from ._sql import EXPORT_QUERIES
-from ._store import DEFAULT_PATH, Store
 
 __all__ = ["EXIT_INTERRUPTED", "bench", "cli", "db"]
 
 #: ``--sweep`` keys that are the command's own options: each point's configuration is built from them
-#: by the backend (:func:`~dlbricks._cliutil.backend_config`), whatever its fields are called.
+#: by the backend (:func:`~dlbricks.cli._util.backend_config`), whatever its fields are called.
 OPTION_KEYS = {"threads": "threads", "opt-level": "opt_level", "opt_level": "opt_level", "device": "device"}
 #: Shorter ``--sweep`` names of onnxruntime's fields (any field name works too), used where the
 #: backend's configuration has no field of the name given.
@@ -414,7 +415,7 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
 
 def _ray_executor(address: str | None, each_node: bool, progress: _Progress) -> Any:
     """A :class:`RayExecutor` whose node events are lines on stderr between progress lines."""
-    from ._ray import RayExecutor
+    from dlbricks.benchmarks_db import RayExecutor
 
     def log(line: str) -> None:
         progress.finish()
@@ -674,8 +675,3 @@ cli.add_command(bench)
 cli.add_command(db)
 finite_floats(cli)
 
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """Run :data:`cli` as ``python -m dlbricks.benchmarks_db``."""
-    cli.main(args=list(argv) if argv is not None else sys.argv[1:],
-             prog_name="python -m dlbricks.benchmarks_db")

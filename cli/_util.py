@@ -17,10 +17,8 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from dlbricks._errors import DlbricksError, InvalidArgumentError
-from dlbricks._graph import ModelGraph
+from dlbricks import DlbricksError, InvalidArgumentError, ModelGraph, load_model
 from dlbricks._names import check_identifier, shown
-from dlbricks._onnx_frontend import load_model
 
 __all__ = [
     "COUNT",
