@@ -107,7 +107,7 @@ class Decomposition:
         weights that an earlier occurrence read already are counted once) and the most activation
         bytes alive at once (a tensor lives from the occurrence that writes it, or the start for
         model inputs, to the last that reads it), as the runtime's memory planner reuses the space
-        of dead tensors."""
+        of dead tensors. Computed once."""
         if "footprint" not in self._memo:
             self._memo["footprint"] = self._weight_bytes(self.occurrences) + self._activation_peak()
         return self._memo["footprint"]
@@ -132,9 +132,7 @@ class Decomposition:
             return footprint
         forward = self.occurrences[first.index + 1:] + self.occurrences[:first.index]
         gaps = (list(takewhile(lambda o: not mine & set(o.weights), order)) for order in (forward, forward[::-1]))
-        if "peak" not in self._memo:
-            self._memo["peak"] = self._activation_peak()
-        return min(footprint, min(self._weight_bytes(gap) for gap in gaps) + self._memo["peak"])
+        return min(footprint, min(self._weight_bytes(gap) for gap in gaps) + self._activation_peak())
 
     def _weight_bytes(self, occurrences: Sequence[Occurrence]) -> int:
         """Weight bytes of ``occurrences``, an occurrence whose weights an earlier one of them read
@@ -148,7 +146,10 @@ class Decomposition:
         return total
 
     def _activation_peak(self) -> int:
-        """The most activation bytes alive at once in one run (see :meth:`footprint_bytes`)."""
+        """The most activation bytes alive at once in one run (see :meth:`footprint_bytes`), computed
+        once."""
+        if "peak" in self._memo:
+            return self._memo["peak"]
         born: dict[str, int] = {}
         died: dict[str, int] = {}
         size: dict[str, int] = {}
@@ -166,7 +167,8 @@ class Decomposition:
         for name, start in born.items():
             change[start] += size[name]
             change[max(died[name], start) + 1] -= size[name]
-        return int(np.cumsum(change).max() if len(change) else 0)
+        self._memo["peak"] = int(np.cumsum(change).max() if len(change) else 0)
+        return self._memo["peak"]
 
     def in_context(self, signature: str) -> BrickInContext:
         """The brick ``signature`` as an item to benchmark with :meth:`previous` riding along and
