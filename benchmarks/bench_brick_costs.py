@@ -5,7 +5,7 @@ and measures the first ``--bricks`` unique bricks of each in one worker under tw
 
 - ``before``: the main job's former fixed budget (every brick at least 0.1 s of timed runs);
 - ``after``: the pilot budget that :func:`dlbricks.benchmarks_db.populate` gives every brick before
-  the allocation (:data:`dlbricks.generators.PILOT_BUDGET`).
+  the allocation (:data:`dlbricks.generators.budget.PILOT_BUDGET`).
 
 Per brick it prints the session copies, the wall time seen by the parent (request to reply), the
 backend's preparation (sessions, cold copies, the brick before it), warm-up, timed runs and the
@@ -21,25 +21,18 @@ Usage: ``python benchmarks/bench_brick_costs.py [--models resnet50_v1,bert_base]
 from __future__ import annotations
 
 import argparse
-
 import time
 from collections.abc import Callable
 
 import onnx
 
 from dlbricks import decompose, load_model
-from dlbricks._bricks import split_previous
-from dlbricks.generators import (
-    PILOT_BUDGET,
-    Budget,
-    OrtConfig,
-    Runner,
-    Timing,
-    collect_system_info,
-    floor_model,
-    get_backend,
-    time_calls,
-)
+from dlbricks.bricks import split_previous
+from dlbricks.generators import Budget, OrtConfig, collect_system_info, get_backend
+from dlbricks.generators.budget import PILOT_BUDGET
+from dlbricks.generators.harness import Timing, time_calls
+from dlbricks.generators.items import floor_model
+from dlbricks.generators.runner import Runner
 from dlbricks.model_zoo import build
 
 BEFORE = Budget(warmup_time=0.02, min_time=0.1, min_runs=10, max_time=1.0, rel_ci=0.02)

@@ -23,7 +23,9 @@ from pathlib import Path
 
 import dlbricks
 from dlbricks.benchmarks_db import Store
-from dlbricks.generators import Budget, Measurement, OrtConfig, Runner, SystemInfo
+from dlbricks.generators import Budget, Measurement, OrtConfig
+from dlbricks.generators.runner import Runner
+from dlbricks.generators.system import SystemInfo
 
 BATCH = 5_000
 

@@ -2,7 +2,7 @@
 from one database, with the whole model measured between the estimates.
 
 onnxruntime copies every DequantizeLinear once per further reader at every optimization level
-(``EnsureUniqueDQForNodeUnit``); :func:`dlbricks._onnx_frontend.unique_dequantize` makes the same
+(``EnsureUniqueDQForNodeUnit``); :func:`dlbricks.onnx_frontend.unique_dequantize` makes the same
 copies when a model is loaded. This script loads the model both ways, benches the bricks of both
 decompositions into one database (shared bricks once), and then, round after round, measures the
 whole model and prints both estimates against it.
@@ -17,9 +17,10 @@ import tempfile
 from pathlib import Path
 
 import dlbricks
-import dlbricks._onnx_frontend as frontend
+import dlbricks.onnx_frontend as frontend
 from dlbricks.benchmarks_db import BenchOptions, Store, populate
-from dlbricks.estimator import estimate, measure_whole
+from dlbricks.estimator import estimate
+from dlbricks.estimator.evaluation import measure_whole
 from dlbricks.generators import Budget, OrtConfig
 
 WHOLE_BUDGET = Budget(min_time=0.5, max_time=2.0)

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from dlbricks.estimator import Evaluation, evaluate
-from dlbricks.estimator._evaluate import DEFAULT_TARGET_CI, suite_models
+from dlbricks.estimator.evaluation import DEFAULT_TARGET_CI, suite_models
 from dlbricks.generators import OrtConfig
 
 

@@ -20,27 +20,21 @@ Usage: ``python benchmarks/bench_harness.py [--quick] [--threads N]``
 
 from __future__ import annotations
 
-from typing import Any
-
 import argparse
 import statistics
 import time
+from typing import Any
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from dlbricks.generators import (
-    VALUE_RANGES_KEY,
-    Budget,
-    Measurement,
-    OrtBackend,
-    OrtConfig,
-    Runner,
-    collect_system_info,
-    floor_model,
-)
-from dlbricks.generators._harness import measure_prepared
+from dlbricks.generators import Budget, Measurement, OrtConfig, collect_system_info
+from dlbricks.generators.harness import measure_prepared
+from dlbricks.generators.inputs import VALUE_RANGES_KEY
+from dlbricks.generators.items import floor_model
+from dlbricks.generators.ort import OrtBackend
+from dlbricks.generators.runner import Runner
 
 AGREE = 0.03
 RNG = np.random.default_rng(0)

@@ -1,7 +1,7 @@
 """What a worker that keeps prepared bricks saves, and that it changes no measurement.
 
 Two runners measure the same bricks in turn (which goes first alternates): one keeps what it
-prepared (the default, :class:`~dlbricks.generators.Runner` ``keep_bytes``), one keeps nothing.
+prepared (the default, :class:`~dlbricks.generators.runner.Runner` ``keep_bytes``), one keeps nothing.
 Every layer brick of each model is measured in its model's context, in the model's order, then the
 model's heaviest bricks are measured again (as the allocation and the drift moments do). Per model
 it prints the ratio of the two runners' sums (occurrences x median), and the wall time each spent on
@@ -17,7 +17,8 @@ import argparse
 import numpy as np
 
 from dlbricks import decompose, load_model
-from dlbricks.generators import Budget, OrtConfig, Runner
+from dlbricks.generators import Budget, OrtConfig
+from dlbricks.generators.runner import Runner
 from dlbricks.model_zoo import build
 
 BUDGET = Budget(warmup_time=0.005, min_time=0.03, min_runs=8, max_time=0.3, rel_ci=0.05, placements=2)

@@ -4,7 +4,7 @@ For a suite of Gluon vision models (random weights, batch 1): load each into a M
 it into layer bricks, benchmark every unique brick once with the MXNet backend (worker subprocess,
 single-threaded, cold-weight bricks), measure every model whole with the same harness and budget
 (in several worker processes, median of their medians), and estimate each model from its bricks
-(floor-corrected sum, :func:`dlbricks.estimator.estimate_decomposition`). Prints per model: layers,
+(floor-corrected sum, :func:`dlbricks.estimator.estimation.estimate_decomposition`). Prints per model: layers,
 unique bricks, measured, estimated, error, and the spread of the whole model's medians over its
 worker processes (when it is wide, the machine is busy and the errors are noise too); then the suite's
 mean and max absolute error (target: every model within +-5%) and the benchmarking time of bricks
@@ -25,10 +25,10 @@ import time
 from dataclasses import dataclass, replace
 
 from dlbricks import BrickSet, decompose
-from dlbricks.estimator import estimate_decomposition
-from dlbricks.generators import Budget, Measurement, MxnetConfig, benchmark, collect_system_info
-from dlbricks.generators._mxnet import ENGINES
-from dlbricks.model_zoo._gluon import GLUON_MODELS, GLUON_PREFIX, build_gluon
+from dlbricks.estimator.estimation import estimate_decomposition
+from dlbricks.generators import Budget, Measurement, benchmark, collect_system_info
+from dlbricks.generators.mxnet import ENGINES, MxnetConfig
+from dlbricks.model_zoo.gluon import GLUON_MODELS, GLUON_PREFIX, build_gluon
 
 DEFAULT_SUITE = ("resnet18_v1", "resnet50_v1", "resnet50_v2", "mobilenet1.0", "mobilenetv2_1.0",
                  "squeezenet1.1", "densenet121", "inceptionv3", "alexnet")

@@ -6,7 +6,7 @@ optimizations off, layer bricks). For each model of the suite, its *new* bricks 
 other model uses: what a database holding the others' bricks would still have to measure. The others
 are every other zoo model (``--others full``, the default: the zoo is decomposed, not measured) or
 the other models of the default suite (``--others default``). Their cost is the wall time stored with their measurements (pilot, further runs and moments
-summed: :func:`dlbricks.generators.combine` adds up wall times). The model whole is then measured
+summed: :func:`dlbricks.generators.measurement.combine` adds up wall times). The model whole is then measured
 here, in a fresh worker, under the main job's budget for whole models at the same target
 (``rel_ci = 2 T``), and its wall time (session, warm-up, sampling) is the baseline. The script
 prints, per model, the new bricks, both times and their ratio, then the median ratio over the suite
@@ -24,9 +24,9 @@ from dataclasses import replace
 
 from dlbricks import decompose, load_model
 from dlbricks.benchmarks_db import Store
-from dlbricks.estimator import DEFAULT_SUITE
-from dlbricks.estimator._evaluate import EVALUATE_BUDGET
-from dlbricks.generators import OrtConfig, Runner
+from dlbricks.estimator.evaluation import DEFAULT_SUITE, EVALUATE_BUDGET
+from dlbricks.generators import OrtConfig
+from dlbricks.generators.runner import Runner
 from dlbricks.model_zoo import build, list_models
 
 

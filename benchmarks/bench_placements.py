@@ -15,7 +15,9 @@ import statistics
 
 from bench_harness import zoo_bricks
 
-from dlbricks.generators import Budget, OrtBackend, OrtConfig, collect_system_info, time_calls
+from dlbricks.generators import Budget, OrtConfig, collect_system_info
+from dlbricks.generators.harness import time_calls
+from dlbricks.generators.ort import OrtBackend
 
 BRICKS = (3, 26, 10, 15)  # BatchNormalization, Relu, Clip, Conv in zoo_bricks() order
 PLACEMENTS = (1, 4, 16)

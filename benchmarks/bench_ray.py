@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import dlbricks
-from dlbricks.benchmarks_db import BenchOptions, RayExecutor, Store, populate
+from dlbricks.benchmarks_db import BenchOptions, Store, populate
+from dlbricks.benchmarks_db.ray import RayExecutor
 from dlbricks.generators import Budget
 
 DEFAULT_MODELS = ("mobilenet_v2_0.5", "squeezenet1_1", "resnet18_v1", "shufflenet_v2_x0_5")

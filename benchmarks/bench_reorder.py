@@ -2,7 +2,7 @@
 
 At ``graph_optimization_level="all"`` onnxruntime's CPU provider runs convolutions and pools in the
 blocked NCHWc layout and inserts ReorderInput (NCHW -> NCHWc) and ReorderOutput (NCHWc -> NCHW)
-nodes where the blocked region of a model begins and ends. ``dlbricks._fusion.fusion_groups``
+nodes where the blocked region of a model begins and ends. ``dlbricks.fusion.fusion_groups``
 counts them per model (``FusionPlan.reorders``, ``FusionPlan.reorder_tensors``): their cost belongs
 to the model, once per run, not to any brick. This script measures that cost with the project's harness, on
 one-node models in the ``com.microsoft.nchwc`` domain over the activation sizes of typical CNNs, and
@@ -19,9 +19,11 @@ import argparse
 import onnx
 from onnx import TensorProto, helper
 
-from dlbricks._fusion import NCHWC_DOMAIN
-from dlbricks.generators import Budget, OrtBackend, OrtConfig, collect_system_info, measure_floor
-from dlbricks.generators._harness import measure_model
+from dlbricks.fusion import NCHWC_DOMAIN
+from dlbricks.generators import Budget, OrtConfig, collect_system_info
+from dlbricks.generators.floor import measure_floor
+from dlbricks.generators.harness import measure_model
+from dlbricks.generators.ort import OrtBackend
 
 #: (channels, height and width) of typical activations: ResNet-50 stages, MobileNet, VGG.
 SHAPES = ((64, 112), (256, 56), (512, 28), (1024, 14), (2048, 7), (32, 112), (96, 56), (512, 14))

@@ -45,24 +45,20 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dlbricks
 from dlbricks.benchmarks_db import BenchOptions, Store, populate
-from dlbricks.estimator import (
+from dlbricks.estimator import Estimate, calibrate_peaks, evaluate
+from dlbricks.estimator.api import last_level_cache, matvec_rates, memory_rate
+from dlbricks.estimator.calibrate import merge_peaks
+from dlbricks.estimator.estimation import (
     CompositionReference,
-    Estimate,
-    LatencyPredictor,
     Peaks,
-    calibrate_peaks,
     composition_error,
     estimate_decomposition,
-    evaluate,
-    last_level_cache,
-    matvec_rates,
-    measure_whole,
-    memory_rate,
-    merge_peaks,
     with_composition,
 )
-from dlbricks.estimator._evaluate import suite_models
-from dlbricks.generators import Budget, Measurement, OrtConfig, collect_system_info, get_backend, pool
+from dlbricks.estimator.evaluation import measure_whole, suite_models
+from dlbricks.estimator.predict import LatencyPredictor
+from dlbricks.generators import Budget, Measurement, OrtConfig, collect_system_info, get_backend
+from dlbricks.generators.measurement import pool
 from dlbricks.model_zoo import build, get_model
 
 WHOLE_BUDGET = Budget(warmup_time=0.05, min_time=0.3, min_runs=5, max_time=1.5, rel_ci=0.02)

@@ -11,7 +11,7 @@ run this by hand, then ``dlbricks evaluate --device cuda`` for the main job ther
 
 Last run on an H100 80GB HBM3 (onnxruntime-gpu 1.31.1, CUDA 13): before bricks ran as one session on
 CUDA, its ten bricks took 116-4308 us each against 0.98 ms for the whole ResNet-18 (each of 128 cold
-copies with its own provider; see ``CUDA_COPIES`` in ``dlbricks.generators._ort``).
+copies with its own provider; see ``CUDA_COPIES`` in ``dlbricks.generators.ort``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from __future__ import annotations
 import onnxruntime as ort
 
 import dlbricks
-from dlbricks.generators import Budget, OrtBackend, OrtConfig, benchmark, calibrate_floor, collect_system_info
+from dlbricks.generators import Budget, OrtConfig, benchmark, collect_system_info
+from dlbricks.generators.api import calibrate_floor
+from dlbricks.generators.ort import OrtBackend
 from dlbricks.model_zoo import build
 
 

@@ -2,8 +2,8 @@
 
 Nothing is measured. For each model measured whole in the database, the estimate is taken apart:
 each occurrence's launch-queue times as the estimator composes them (the host's issue time,
-:func:`dlbricks.estimator.issue_time`, and the kernels' time after a run of themselves), the sum of
-each, the queue's result (:func:`dlbricks.estimator.queue_latency`, checked equal to
+:func:`dlbricks.estimator.estimation.issue_time`, and the kernels' time after a run of themselves), the sum of
+each, the queue's result (:func:`dlbricks.estimator.queue.queue_latency`, checked equal to
 :func:`dlbricks.estimator.estimate`'s), the whole model's stored median and fastest run, and the
 error. Then, per op type, where the host's and the device's time go; and what the estimate would be
 
@@ -46,8 +46,11 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from dlbricks.benchmarks_db import Store, model_measurements
-from dlbricks.estimator import QueueTimes, estimate, estimate_decomposition, issue_time, queue_latency
+from dlbricks.benchmarks_db import Store
+from dlbricks.benchmarks_db.rounds import model_measurements
+from dlbricks.estimator import estimate
+from dlbricks.estimator.estimation import estimate_decomposition, issue_time
+from dlbricks.estimator.queue import QueueTimes, queue_latency
 from dlbricks.generators import OrtConfig, get_backend
 
 #: The models that issue 48 lists, flagged by default.
@@ -193,7 +196,7 @@ def copies_merged(model: Any, copies: int = COPIES, *, disabled: Sequence[str] =
     import onnx
     import onnxruntime as ort
 
-    from dlbricks.generators._items import side_by_side
+    from dlbricks.generators.items import side_by_side
 
     def nodes(proto: Any) -> int:
         with tempfile.TemporaryDirectory(prefix="dlbricks-cse-") as folder:

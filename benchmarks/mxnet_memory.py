@@ -40,7 +40,7 @@ if name.startswith("gluoncv:"):
     net.export(os.path.join(out, bare.replace(".", "_")))
     print(os.path.join(out, bare.replace(".", "_") + "-symbol.json"))
 else:
-    from dlbricks.model_zoo._gluon import export_gluon
+    from dlbricks.model_zoo.gluon import export_gluon
     print(export_gluon(name, out))
 """
 
@@ -49,7 +49,7 @@ import json, os, sys, time
 os.environ.setdefault("MXNET_SUBGRAPH_BACKEND", "NONE")
 import mxnet  # its own memory (the library) is not the model's
 import dlbricks
-from dlbricks import _mxnet_frontend as fe
+from dlbricks import mxnet_frontend as fe
 
 def hwm():
     with open("/proc/self/status") as f:

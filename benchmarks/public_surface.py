@@ -9,7 +9,9 @@ Reads the source (``ast``, nothing imported) of the six packages (``dlbricks``, 
 layer above every stage) and prints:
 
 - each package's public names (its ``__all__``) and their total;
-- the imports of another package's private module (``from dlbricks._errors import ...`` in
+- each package's public submodules (a module whose name does not start with ``_``: what a user may
+  import besides the package's names) and their total;
+- the imports of another package's private module (``from dlbricks.errors import ...`` in
   ``generators``), per pair of packages, and the private names they take (``--list``: each one);
   the command line's own on a line of their own;
 - the cycles among module-level imports (``networkx.simple_cycles``; ``if TYPE_CHECKING`` blocks
@@ -33,8 +35,8 @@ from pathlib import Path
 import networkx as nx
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The command line: the layer above every stage. It may import any of them (their private modules
-#: too, for now); none of them imports it.
+#: The command line: the layer above every stage. It may import any of them (their public names and
+#: public submodules, as every package does); none of them imports it.
 CLI = "dlbricks.cli"
 #: Source folder of each package, in the pipeline's order: a package imports only those before it.
 PACKAGES = {"dlbricks": "dlbricks", "dlbricks.model_zoo": "model_zoo", "dlbricks.generators": "generators",
@@ -168,6 +170,18 @@ def public_names(found: dict[str, Path]) -> dict[str, int]:
     return counts
 
 
+def public_submodules(found: dict[str, Path]) -> dict[str, list[str]]:
+    """Each package's public submodules (their names after the package's): the modules whose name
+    does not start with ``_`` (the package itself and :data:`SCRIPTS` left out)."""
+    subs: dict[str, list[str]] = {package: [] for package in PACKAGES}
+    for name in found:
+        package = package_of(name)
+        rest = name[len(package):].lstrip(".")
+        if rest and not rest.startswith("_") and name not in SCRIPTS:
+            subs[package].append(rest)
+    return {package: sorted(names) for package, names in subs.items()}
+
+
 def _print_private(private: list[Import], title: str, found: dict[str, Path], each: bool) -> None:
     """One line of ``private``'s figures per pair of packages (``each``: then one line per import)."""
     pairs = Counter((package_of(i.module), package_of(i.target)) for i in private)
@@ -187,6 +201,12 @@ def main() -> None:
     found_imports = all_imports(found)
     counts = public_names(found)
     print("public names: " + ", ".join(f"{p} {n}" for p, n in counts.items()) + f"; {sum(counts.values())} in all")
+    subs = public_submodules(found)
+    print("public submodules: " + ", ".join(f"{p} {len(n)}" for p, n in subs.items())
+          + f"; {sum(map(len, subs.values()))} in all")
+    for package, names in subs.items():
+        if names:
+            print(f"  {package}: {', '.join(names)}")
     private = private_imports(found_imports)
     _print_private(private, "imports of another package's private module", found, args.list)
     _print_private(cli_private_imports(found_imports), "the command line's imports of a private module", found,

@@ -14,16 +14,16 @@ times, round robin, and the runs are pooled (median of their medians, like a who
 several processes), the pooled measurement replacing the first.
 
 With ``target_ci`` (a relative 95% half-width wanted of each model's estimate), every new brick is
-first measured briefly (its pilot, :data:`~dlbricks.generators.PILOT_BUDGET`); then, model by model,
+first measured briefly (its pilot, :data:`~dlbricks.generators.budget.PILOT_BUDGET`); then, model by model,
 the pilots' medians and noise give each brick's weight in the model, and
-:func:`~dlbricks.generators.allocate` says which bricks need more timed runs for the model's
+:func:`~dlbricks.generators.budget.allocate` says which bricks need more timed runs for the model's
 estimate to reach the target (a brick of 0.01% of its model keeps its pilot; a dominant one is
 measured again). With ``moments > 1``, a brick is also measured at as many moments as its share
 needs for the model's estimate to average the machine's drift (:func:`drift_moments`). The further
-runs are combined with the pilot (:func:`~dlbricks.generators.combine`), so the stored CI is what
+runs are combined with the pilot (:func:`~dlbricks.generators.measurement.combine`), so the stored CI is what
 was done.
 
-With an ``executor`` (:class:`~dlbricks.benchmarks_db.RayExecutor`), the bricks are measured
+With an ``executor`` (:class:`~dlbricks.benchmarks_db.ray.RayExecutor`), the bricks are measured
 elsewhere: :func:`populate` prepares a :class:`BenchJob` (configurations, unique bricks, claims and
 recording), and the executor measures its tasks on its nodes while this process, the only writer,
 claims and records each of them as above.
@@ -35,12 +35,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from dlbricks import Decomposition
-from dlbricks import InvalidArgumentError
+from dlbricks import Decomposition, InvalidArgumentError
 
-from ._jobs import BenchJob, BenchOptions, BenchProgress, BenchReport, Executor, lease_for
-from ._schedule import LocalRun
-from ._store import Store
+from .jobs import BenchJob, BenchOptions, BenchProgress, BenchReport, Executor, lease_for
+from .schedule import LocalRun
+from .store import Store
 
 __all__ = ["populate"]
 
@@ -68,11 +67,11 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
     executor : Executor, optional
         Measure elsewhere, e.g. ``RayExecutor()`` on the nodes of a Ray cluster, each node under its
         own system; this process still claims and records every item. Default: here, one item at a
-        time (:class:`~dlbricks.benchmarks_db._schedule.LocalRun`). ``system``, ``system_id``,
+        time (:class:`~dlbricks.benchmarks_db.schedule.LocalRun`). ``system``, ``system_id``,
         ``runner_factory``, ``moments > 1`` and ``target_ci`` are for local runs only.
     runner_factory : callable, optional
         ``runner_factory(backend, config, budget, keep_samples)`` returning an object with
-        ``measure(item)`` and ``close()``; default ``dlbricks.generators.Runner`` (tests pass fakes).
+        ``measure(item)`` and ``close()``; default ``dlbricks.generators.runner.Runner`` (tests pass fakes).
     progress : callable, optional
         Called with a :class:`BenchProgress` after each item.
     should_stop : callable, optional
@@ -82,7 +81,8 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
     -------
     BenchReport
     """
-    from dlbricks.generators import Budget, collect_system_info, get_backend, resolve_config
+    from dlbricks.generators import Budget, collect_system_info, get_backend
+    from dlbricks.generators.runner import resolve_config
 
     options = options or BenchOptions()
     started = time.monotonic()
@@ -153,6 +153,6 @@ def _check_executor_args(system: Any, system_id: str | None, runner_factory: Any
 
 
 def _default_runner(backend: str, config: Any, budget: Any, keep_samples: bool) -> Any:
-    from dlbricks.generators import Runner
+    from dlbricks.generators.runner import Runner
 
     return Runner(backend, config, budget, keep_samples=keep_samples)

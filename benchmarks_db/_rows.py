@@ -11,13 +11,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlbricks import Brick
-from dlbricks import Decomposition
-from dlbricks import InvalidArgumentError
-from dlbricks import ModelSource
-from dlbricks._names import MAX_IDENTIFIER, identifier_problem, shown
+from dlbricks import Brick, Decomposition, InvalidArgumentError
+from dlbricks.graph import ModelSource
+from dlbricks.names import MAX_IDENTIFIER, identifier_problem, shown
 
-from ._records import QUEUE_FIELDS, STAT_FIELDS
+from .records import QUEUE_FIELDS, STAT_FIELDS
 
 if TYPE_CHECKING:
     from dlbricks.generators import Measurement

@@ -17,10 +17,11 @@ from typing import Any
 
 import click
 
-from dlbricks import GRANULARITIES, Brick, BrickSet, InvalidArgumentError, decompose
-from dlbricks._bricks import write_bricks
-from dlbricks._mxnet_bricks import check_mxnet_runnable
-from dlbricks._no_weights import KEPT_VALUES
+from dlbricks import Brick, BrickSet, InvalidArgumentError, decompose
+from dlbricks.bricks import write_bricks
+from dlbricks.decomposition import GRANULARITIES
+from dlbricks.mxnet_bricks import check_mxnet_runnable
+from dlbricks.no_weights import KEPT_VALUES
 
 from ._db import bench, db
 from ._estimator import COMMANDS

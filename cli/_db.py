@@ -20,22 +20,17 @@ from typing import Any
 
 import click
 
-from dlbricks import GRANULARITIES, DatabaseError, DlbricksError, InvalidArgumentError, decompose
-from dlbricks._errors import TempDirError
-from dlbricks.benchmarks_db import (
-    CONTEXT_RULES,
-    DEFAULT_PATH,
-    DOMINANT_SHARE,
-    BenchOptions,
-    BenchProgress,
-    BenchReport,
-    ClaimStatus,
-    Store,
-    populate,
-)
-from dlbricks.benchmarks_db._export import FORMATS, check_output, remove_stale_scratch, scratch_path
-from dlbricks.benchmarks_db._ray import import_ray
-from dlbricks.benchmarks_db._sql import EXPORT_QUERIES
+from dlbricks import DlbricksError, InvalidArgumentError, decompose
+from dlbricks.benchmarks_db import BenchOptions, Store, populate
+from dlbricks.benchmarks_db.export import FORMATS, check_output, remove_stale_scratch, scratch_path
+from dlbricks.benchmarks_db.jobs import CONTEXT_RULES, BenchProgress, BenchReport
+from dlbricks.benchmarks_db.ray import import_ray
+from dlbricks.benchmarks_db.records import ClaimStatus
+from dlbricks.benchmarks_db.schedule import DOMINANT_SHARE
+from dlbricks.benchmarks_db.sql import EXPORT_QUERIES
+from dlbricks.benchmarks_db.store import DEFAULT_PATH
+from dlbricks.decomposition import GRANULARITIES
+from dlbricks.errors import DatabaseError, TempDirError
 
 from ._util import (
     EXIT_INTERRUPTED,
@@ -415,7 +410,7 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
 
 def _ray_executor(address: str | None, each_node: bool, progress: _Progress) -> Any:
     """A :class:`RayExecutor` whose node events are lines on stderr between progress lines."""
-    from dlbricks.benchmarks_db import RayExecutor
+    from dlbricks.benchmarks_db.ray import RayExecutor
 
     def log(line: str) -> None:
         progress.finish()

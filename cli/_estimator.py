@@ -9,33 +9,29 @@ import json
 import math
 import os
 import platform
-from pathlib import Path
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
 from dlbricks import InvalidArgumentError, MissingBricksError
 from dlbricks.benchmarks_db import Store
-from dlbricks.estimator import (
-    ON_MISSING,
-    Estimate,
-    Evaluation,
-    SweepPoint,
-    SweepShape,
-    calibrate_peaks,
-    estimate,
-    estimate_sweep,
-    evaluate,
-    merge_peaks,
+from dlbricks.estimator import Estimate, Evaluation, calibrate_peaks, estimate, evaluate, plan, validate
+from dlbricks.estimator.across import RuntimeComparison, compare_bricks, compare_ops, compare_runtimes
+from dlbricks.estimator.api import (
+    ROUND_DESIGNS,
+    TRUSTED_SWING,
+    backend_name,
+    device_of,
     open_store,
-    plan,
-    validate,
-    validate_sweep,
+    peaks_key,
+    threads_of,
 )
-from dlbricks.estimator._across import RuntimeComparison, compare_bricks, compare_ops, compare_runtimes
-from dlbricks.estimator._api import ROUND_DESIGNS, TRUSTED_SWING, backend_name, device_of, peaks_key, threads_of
-from dlbricks.estimator._evaluate import DEFAULT_TARGET_CI, EVALUATE_BUDGET, GRANULARITIES, suite_models
+from dlbricks.estimator.calibrate import merge_peaks
+from dlbricks.estimator.estimation import ON_MISSING
+from dlbricks.estimator.evaluation import DEFAULT_TARGET_CI, EVALUATE_BUDGET, GRANULARITIES, suite_models
+from dlbricks.estimator.sweep import SweepPoint, SweepShape, estimate_sweep, validate_sweep
 from dlbricks.generators import Budget, OrtConfig, collect_system_info, get_backend
 
 from ._util import (
@@ -600,8 +596,8 @@ def evaluate_cmd(suite: str, db: str, threads: int | None, opt_level: str | None
     checked_names(models, "The --suite model name", "give zoo model names, as 'dlbricks zoo list' lists them")
     say = (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
     if plot_dir is not None or report_path is not None:  # before the minutes of measuring
-        from dlbricks.estimator._plot import require_matplotlib
-        from dlbricks.estimator._report import check_report_path
+        from dlbricks.estimator.plot import require_matplotlib
+        from dlbricks.estimator.report import check_report_path
 
         require_matplotlib()
         if report_path is not None:
@@ -619,7 +615,7 @@ def evaluate_cmd(suite: str, db: str, threads: int | None, opt_level: str | None
                                     granularity="layer" if granularity == "layer" else "fused") for r in ev.rows]
             click.echo(f"wrote {write_report(report_path, reports, ev, title='dlbricks evaluate', database=db)}")
     if plot_dir is not None:
-        from dlbricks.estimator._plot import plot_evaluation
+        from dlbricks.estimator.plot import plot_evaluation
 
         for path in plot_evaluation(ev, plot_dir, dict(ev.op_times)):
             click.echo(f"wrote {path}")
@@ -649,9 +645,9 @@ def evaluate_cmd(suite: str, db: str, threads: int | None, opt_level: str | None
 def report_cmd(models: tuple[str, ...], output: Path, db: str, threads: int | None, opt_level: str | None,
                device: str | None, batch_size: int | None, input_shape: tuple[str, ...], granularity: str,
                on_missing: str, top: int, system_id: str | None) -> None:
-    from dlbricks.estimator._plot import require_matplotlib
     from dlbricks.estimator import model_report, write_report
-    from dlbricks.estimator._report import check_report_path
+    from dlbricks.estimator.plot import require_matplotlib
+    from dlbricks.estimator.report import check_report_path
 
     require_matplotlib()
     check_report_path(output, db)

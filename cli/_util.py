@@ -18,7 +18,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from dlbricks import DlbricksError, InvalidArgumentError, ModelGraph, load_model
-from dlbricks._names import check_identifier, shown
+from dlbricks.names import check_identifier, shown
 
 __all__ = [
     "COUNT",

@@ -14,8 +14,9 @@ from contextlib import contextmanager
 import click
 
 from dlbricks import DlbricksError
-
-from dlbricks.model_zoo import TASKS, ZooModel, export, list_models
+from dlbricks.model_zoo import list_models
+from dlbricks.model_zoo.registry import export
+from dlbricks.model_zoo.spec import TASKS, ZooModel
 
 __all__ = ["zoo", "ZooCliError"]
 

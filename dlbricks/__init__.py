@@ -2,33 +2,26 @@
 
 The processor stage: load a model (:func:`load_model`), cut it into bricks (:func:`decompose`),
 collect the unique bricks of many models (:class:`BrickSet`).
+
+The names below are what a user needs first. The public submodules hold the rest, for the stages
+and for scripts: ``errors`` (every error class), ``decomposition`` (occurrences, granularities),
+``bricks`` (a brick's metadata and contexts), ``graph`` and ``types`` (the model's records),
+``onnx_frontend`` and ``mxnet_frontend`` (loading), ``inputs`` (synthetic inputs), ``fusion`` and
+``ov_fusion`` (runtime kernels), ``cost``, ``memory``, ``names``, ``no_weights``, ``ortutil``,
+``tempdir``, ``mxnet_bricks``. Modules whose names start with ``_`` are private.
 """
 
-from dlbricks._bricks import Brick, BrickContext, BrickInContext, ConstantSpec
-from dlbricks._canonical import SIGNATURE_VERSION
-from dlbricks._decompose import (
-    GRANULARITIES,
-    BrickSet,
-    BrickSetSummary,
-    Decomposition,
-    Occurrence,
-    decompose,
-)
-from dlbricks._errors import (
+from dlbricks.bricks import Brick
+from dlbricks.decomposition import BrickSet, Decomposition, decompose
+from dlbricks.errors import (
     BackendError,
-    BackendUnavailableError,
-    DatabaseError,
     DlbricksError,
     InvalidArgumentError,
     MissingBricksError,
     ModelLoadError,
-    ShapeInferenceError,
-    UnrunnableBrickError,
 )
-from dlbricks._graph import LayerNode, ModelGraph, ModelSource
-from dlbricks._inputs import random_inputs
-from dlbricks._onnx_frontend import load_model
-from dlbricks._types import TensorSpec, ValueStatistics
+from dlbricks.graph import ModelGraph
+from dlbricks.onnx_frontend import load_model
 
 __version__ = "0.1.0"
 
@@ -36,31 +29,15 @@ __all__ = [
     # loading
     "load_model",
     "ModelGraph",
-    "ModelSource",
-    "LayerNode",
-    "TensorSpec",
-    "ValueStatistics",
     # decomposition
     "decompose",
     "Decomposition",
-    "Occurrence",
     "Brick",
-    "BrickInContext",
-    "BrickContext",
-    "ConstantSpec",
     "BrickSet",
-    "BrickSetSummary",
-    "GRANULARITIES",
-    "SIGNATURE_VERSION",
-    "random_inputs",
-    # errors
+    # errors (all of them: dlbricks.errors)
     "DlbricksError",
     "InvalidArgumentError",
     "MissingBricksError",
     "ModelLoadError",
-    "ShapeInferenceError",
-    "UnrunnableBrickError",
     "BackendError",
-    "BackendUnavailableError",
-    "DatabaseError",
 ]

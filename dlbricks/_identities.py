@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dlbricks._graph import LayerNode, ModelGraph
+from dlbricks.graph import LayerNode, ModelGraph
 
 __all__ = ["constant_identities", "join_constant_identities"]
 

@@ -23,18 +23,18 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from dlbricks._bricks import (
+from dlbricks._canonical import canonical_nodes, signature_of, value_digest
+from dlbricks.bricks import (
     EXACT_MAX_ELEMENTS,
     POSITIVE_INPUTS,
     SEMANTIC_INPUTS,
     Brick,
     ConstantSpec,
 )
-from dlbricks._canonical import canonical_nodes, signature_of, value_digest
-from dlbricks._cost import node_flops
-from dlbricks._errors import UnrunnableBrickError
-from dlbricks._mxnet_frontend import MXNET_DOMAIN
-from dlbricks._types import TensorSpec, onnx_dtype_to_name
+from dlbricks.cost import node_flops
+from dlbricks.errors import UnrunnableBrickError
+from dlbricks.mxnet_frontend import MXNET_DOMAIN
+from dlbricks.types import TensorSpec, onnx_dtype_to_name
 
 __all__ = ["CONVERTIBLE_OPS", "ONNX_OPSET", "mxnet_brick_flops", "mxnet_brick_to_onnx"]
 

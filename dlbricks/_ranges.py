@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 import onnx
 
-from dlbricks._types import TensorSpec
+from dlbricks.types import TensorSpec
 
 __all__ = ["index_ranges", "consumer_range"]
 

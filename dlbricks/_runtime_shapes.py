@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx
 
-from dlbricks._errors import ShapeInferenceError
-from dlbricks._inputs import random_inputs
-from dlbricks._types import TensorSpec, onnx_dtype_to_name, runnable_ir_version
+from dlbricks.errors import ShapeInferenceError
+from dlbricks.inputs import random_inputs
+from dlbricks.types import TensorSpec, onnx_dtype_to_name, runnable_ir_version
 
 __all__ = ["shapes_from_runtime", "values_from_runtime"]
 

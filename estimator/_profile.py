@@ -21,11 +21,13 @@ from typing import Any
 
 import onnx
 
-from dlbricks import InvalidArgumentError, ModelGraph, random_inputs
-from dlbricks._fusion import REORDER_OPS, kernel_origin
-from dlbricks._onnx_frontend import unique_dequantize
-from dlbricks._ortutil import session_options
-from dlbricks.generators import OrtConfig, get_backend, kernel_medians
+from dlbricks import InvalidArgumentError, ModelGraph
+from dlbricks.fusion import REORDER_OPS, kernel_origin
+from dlbricks.generators import OrtConfig, get_backend
+from dlbricks.generators.ort_kernels import kernel_medians
+from dlbricks.inputs import random_inputs
+from dlbricks.onnx_frontend import unique_dequantize
+from dlbricks.ortutil import session_options
 
 __all__ = ["InModelTimes", "in_model_times"]
 
@@ -149,7 +151,7 @@ def _ort_times(graph: ModelGraph, model: onnx.ModelProto, owner: dict[str, str],
 
 def _owner_of(kernel: str, owner: dict[str, str]) -> str | None:
     """The layer a profiled kernel name belongs to: the node itself, a node a transformer replaced
-    (``__dlb3_token_63``: :func:`~dlbricks._fusion.kernel_origin`), a kernel named after a layer's
+    (``__dlb3_token_63``: :func:`~dlbricks.fusion.kernel_origin`), a kernel named after a layer's
     output (``<output>_nchwc``), or one named after a layer's node (``__dlb3/QuickGeluFusion/``,
     ``__dlb3/duplicated``)."""
     found = owner.get(kernel)

@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dlbricks.generators import Budget, Measurement, Runner
-
 from dlbricks import BackendError, Decomposition, InvalidArgumentError, ModelGraph
-from dlbricks._memory import shape_label
+from dlbricks.generators import Budget, Measurement
+from dlbricks.generators.runner import Runner
+from dlbricks.memory import shape_label
 
 __all__ = ["PROBED_BRICKS", "PROBE_SHARE", "check_runs", "one_run", "probe_bricks", "stop_on_failure"]
 
@@ -154,7 +154,7 @@ class _StopOnFailure:
 
 def stop_on_failure(dec: Decomposition) -> Callable[..., Any]:
     """A ``runner_factory`` for :func:`~dlbricks.benchmarks_db.populate` that measures ``dec``'s bricks
-    with :class:`~dlbricks.generators.Runner` and raises :class:`~dlbricks.BackendError` at the first
+    with :class:`~dlbricks.generators.runner.Runner` and raises :class:`~dlbricks.BackendError` at the first
     that fails, instead of returning (and storing) the failure."""
 
     def factory(backend: str, config: Any, budget: Any, keep_samples: bool) -> _StopOnFailure:

@@ -2,7 +2,7 @@
 
 A brick timed alone on a GPU pays its launch and its kernels one after the other; inside a model the
 host issues the next layer while the device runs this one. The estimator's launch queue
-(:func:`dlbricks.estimator.queue_latency`) needs both times of each brick, which one synchronous
+(:func:`dlbricks.estimator.queue.queue_latency`) needs both times of each brick, which one synchronous
 latency cannot give. :class:`QueueProbe` measures them on the stream the sessions of this process run
 on (onnxruntime's ``user_compute_stream``, created here through the CUDA driver API with ``ctypes``):
 

@@ -29,15 +29,16 @@ import numpy as np
 import onnx
 from onnx import compose
 
-from dlbricks import BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
-from dlbricks._bricks import split_previous
-from dlbricks._ov_fusion import OPENVINO, REORDER_TYPE, RuntimeKernel, kernel_layers, runtime_kernels
+from dlbricks import InvalidArgumentError
+from dlbricks.bricks import split_previous
+from dlbricks.errors import BackendUnavailableError, UnrunnableBrickError
+from dlbricks.ov_fusion import OPENVINO, REORDER_TYPE, RuntimeKernel, kernel_layers, runtime_kernels
 
 from ._config import ConfigBase
-from ._inputs import input_specs, random_inputs, value_statistics
-from ._items import floor_model
-from ._ort import CACHE_STATES, COLD_SPANS, _is_brick, session_copies, weight_bytes
-from ._util import closed, prepare_previous, round_robin
+from .inputs import input_specs, random_inputs, value_statistics
+from .items import floor_model
+from .ort import CACHE_STATES, COLD_SPANS, _is_brick, session_copies, weight_bytes
+from .util import closed, prepare_previous, round_robin
 
 __all__ = ["OpenvinoBackend", "OpenvinoConfig", "OpenvinoPrepared", "installed_openvino_version"]
 
@@ -48,7 +49,7 @@ PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
 PRECISIONS = ("f32", "bf16", "f16")
 EXECUTION_MODES = ("PERFORMANCE", "ACCURACY")
 #: Version of how bricks are measured, part of every :attr:`OpenvinoConfig.config_id` (as
-#: :data:`dlbricks.generators._ort.MEASUREMENT_METHOD` for onnxruntime).
+#: :data:`dlbricks.generators.ort.MEASUREMENT_METHOD` for onnxruntime).
 MEASUREMENT_METHOD = 2
 #: The op type of a kernel that the CPU plugin inserts to change a tensor's layout (no node of the
 #: model runs in it), as :meth:`OpenvinoBackend.profile_kernels` reports it.
@@ -113,7 +114,7 @@ class OpenvinoConfig(ConfigBase):
         How much data the cold copies cycle through, as :attr:`~dlbricks.generators.OrtConfig.cold_span`.
     previous_layer : bool, default True
         With a cold ``cache``, run the brick before it in its model (carried by a
-        :class:`~dlbricks.BrickInContext`) untimed before each timed run, writing the brick's first
+        :class:`~dlbricks.bricks.BrickInContext`) untimed before each timed run, writing the brick's first
         input.
     openvino_version : str, default the installed version
         Part of the configuration: results of another version are another configuration.
@@ -757,7 +758,7 @@ def _feed_from(previous: OpenvinoPrepared | None, model: onnx.ModelProto, tensor
 
 def _original_nodes(compiled: Any, model: onnx.ModelProto) -> dict[str, tuple[str, ...]]:
     """Each kernel of the runtime model (by its name, as the profiling counters report it): the nodes
-    of ``model`` that it runs, by name, in the model's order (:func:`dlbricks._ov_fusion.kernel_layers`
+    of ``model`` that it runs, by name, in the model's order (:func:`dlbricks.ov_fusion.kernel_layers`
     of its ``originalLayersNames``)."""
     return kernel_layers(runtime_kernels(compiled), model)
 

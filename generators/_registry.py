@@ -17,7 +17,7 @@ from typing import Any
 
 from dlbricks import BackendError, InvalidArgumentError
 
-from ._protocols import Backend
+from .protocols import Backend
 
 __all__ = [
     "BackendFactory",
@@ -33,8 +33,8 @@ BackendFactory = Callable[[], Backend] | str
 ENTRY_POINT_GROUP = "dlbricks.backends"
 
 _BUILTINS: dict[str, str] = {
-    "onnxruntime": "dlbricks.generators._ort:OrtBackend",
-    "mxnet": "dlbricks.generators._mxnet:MxnetBackend",
+    "onnxruntime": "dlbricks.generators.ort:OrtBackend",
+    "mxnet": "dlbricks.generators.mxnet:MxnetBackend",
     "openvino": "dlbricks.generators._openvino:OpenvinoBackend",
 }
 
@@ -63,7 +63,7 @@ def register_backend(name: str, factory: BackendFactory, *, replace: bool = Fals
     Examples
     --------
     >>> from dlbricks.generators import register_backend, unregister_backend
-    >>> register_backend("my-ort", "dlbricks.generators._ort:OrtBackend")
+    >>> register_backend("my-ort", "dlbricks.generators.ort:OrtBackend")
     >>> unregister_backend("my-ort")
     """
     _load_defaults()

@@ -34,7 +34,7 @@ class _State:
 def main() -> int:
     """Serve requests until end of input or an ``exit`` request."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
-    from ._util import pin_to_core
+    from .util import pin_to_core
 
     pin_to_core()  # before a runtime starts its threads
     out = os.fdopen(os.dup(1), "wb")
@@ -55,7 +55,7 @@ def main() -> int:
 
 def _answer(state: _State, request: tuple[str, Any]) -> tuple[str, Any]:
     """``("ok", result)`` or ``("error", "Type: message")`` for one request."""
-    from ._util import one_line
+    from .util import one_line
 
     kind, payload = request
     try:
@@ -112,7 +112,7 @@ def _measure(state: _State, payload: dict[str, Any]) -> Any:
     import onnx
 
     from ._cache import digest
-    from ._harness import measure_prepared
+    from .harness import measure_prepared
 
     backend = _backend(state, payload["backend"])
     config = payload["config"]
@@ -148,7 +148,7 @@ def _measure(state: _State, payload: dict[str, Any]) -> Any:
 
 def _again(state: _State, payload: dict[str, Any]) -> Any:
     """Time a held model again (it stays prepared); returns ``(Measurement, Timing)``."""
-    from ._harness import measure_prepared
+    from .harness import measure_prepared
 
     if payload["key"] not in state.held:
         raise KeyError(f"no model {payload['key'][:12]} is held in this worker; measure it with hold=True")
@@ -160,22 +160,21 @@ def _again(state: _State, payload: dict[str, Any]) -> Any:
 
 def _rounds(state: _State, payload: dict[str, Any]) -> Any:
     """Time a held whole model and its bricks in interleaved rounds
-    (:func:`~dlbricks.generators._rounds.time_rounds`). Each brick is taken from the kept items or
+    (:func:`~dlbricks.generators.rounds.time_rounds`). Each brick is taken from the kept items or
     prepared (and each of its copies run once), or, for chained rounds on a CPU, all prepared as a
     chain by the backend (``prepare_chain``) and closed after; a brick that cannot be prepared is left out. Returns
     ``(Rounds, included brick positions, seconds spent preparing)``; the bricks are kept again after
     (closed on an accelerator)."""
     import time
+    from dataclasses import replace
 
     import numpy as np
     import onnx
 
-    from dlbricks import UnrunnableBrickError
+    from dlbricks.errors import UnrunnableBrickError
 
     from ._cache import digest
-    from dataclasses import replace
-
-    from ._rounds import time_rounds
+    from .rounds import time_rounds
 
     if payload["whole"] not in state.held:
         raise KeyError(f"no model {payload['whole'][:12]} is held in this worker; measure it with hold=True")
@@ -243,7 +242,7 @@ def _floor(state: _State, payload: dict[str, Any]) -> Any:
     one-node model ran fastest (a constant cost that noise only adds to; the first runs of a fresh
     process pay its start). Not the lowest floor: that would pick the calibration whose cost of a
     further node, taken off it, came out highest."""
-    from ._floor import measure_floor
+    from .floor import measure_floor
 
     backend = _backend(state, payload["backend"])
     runs = [measure_floor(backend, payload["config"], payload["budget"], details=True)

@@ -3,6 +3,9 @@
 Nothing is downloaded: every model is written layer by layer with :mod:`onnx.helper` and deterministic
 synthetic weights (seeded numpy), at opset 17 with concrete shapes.
 
+Public submodules: ``registry`` (:func:`~dlbricks.model_zoo.registry.export` and the registry),
+``spec`` (:class:`~dlbricks.model_zoo.spec.ZooModel`, the tasks), ``gluon`` (MXNet Gluon models).
+
 Examples
 --------
 >>> from dlbricks.model_zoo import build, count_params, list_models
@@ -14,18 +17,13 @@ True
 """
 
 from ._params import count_params
-from ._registry import build, export, get_model, list_models
-from ._spec import TASKS, ZooModel
+from .registry import build, get_model, list_models
 
 __all__ = [
-    # records
-    "ZooModel",
-    "TASKS",
     # registry
     "list_models",
     "get_model",
     "build",
-    "export",
     # analysis
     "count_params",
 ]

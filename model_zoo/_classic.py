@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 
 from ._builder import GraphBuilder, Value
-from ._spec import ZooEntry, entry, image_input
+from .spec import ZooEntry, entry, image_input
 
 __all__ = ["ENTRIES", "vgg_features", "VGG_CONFIGS"]
 

@@ -6,7 +6,7 @@ import functools
 
 from ._builder import GraphBuilder, Value
 from ._resnet import classifier_head
-from ._spec import ZooEntry, entry, image_input
+from .spec import ZooEntry, entry, image_input
 
 __all__ = ["ENTRIES"]
 

@@ -14,7 +14,7 @@ import numpy as np
 from ._builder import GraphBuilder, Value
 from ._classic import VGG_CONFIGS, vgg_features
 from ._mobilenet import mobilenet_v3_features
-from ._spec import ZooEntry, entry, image_input
+from .spec import ZooEntry, entry, image_input
 
 __all__ = ["ENTRIES"]
 

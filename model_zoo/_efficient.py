@@ -7,7 +7,7 @@ import functools
 
 from ._builder import GraphBuilder, Value
 from ._mobilenet import se_block
-from ._spec import ZooEntry, entry, image_input
+from .spec import ZooEntry, entry, image_input
 
 __all__ = ["ENTRIES"]
 

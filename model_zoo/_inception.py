@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from ._builder import GraphBuilder, Value
 from ._resnet import classifier_head
-from ._spec import ZooEntry, entry, image_input
+from .spec import ZooEntry, entry, image_input
 
 __all__ = ["ENTRIES"]
 

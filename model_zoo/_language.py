@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ._builder import FLOAT, GraphBuilder, Value
-from ._spec import InputSpec, ZooEntry, entry
+from .spec import InputSpec, ZooEntry, entry
 
 __all__ = ["ENTRIES"]
 

@@ -7,7 +7,7 @@ import functools
 from typing import NamedTuple
 
 from ._builder import GraphBuilder, Value
-from ._spec import ZooEntry, entry, image_input
+from .spec import ZooEntry, entry, image_input
 
 __all__ = ["ENTRIES", "make_divisible", "mobilenet_v3_features", "se_block"]
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from ._builder import GraphBuilder, Value
 from ._mobilenet import mobilenet_v3_features
 from ._resnet import resnet_v1_features
-from ._spec import ZooEntry, entry, image_input
+from .spec import ZooEntry, entry, image_input
 
 __all__ = ["ENTRIES"]
 

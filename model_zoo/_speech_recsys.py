@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from ._builder import GraphBuilder, Value
-from ._spec import ZooEntry, entry
+from .spec import ZooEntry, entry
 
 __all__ = ["ENTRIES"]
 

@@ -25,8 +25,9 @@ def calibrated_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ``evaluate`` calibrates: the quick one reads the bandwidth a quarter low, which can lift a tiny
     model's roofline above its lower bound): a test that copies it skips ``evaluate``'s calibration."""
     from dlbricks.benchmarks_db import Store
-    from dlbricks.estimator import calibrate_peaks, merge_peaks
-    from dlbricks.estimator._api import peaks_key
+    from dlbricks.estimator import calibrate_peaks
+    from dlbricks.estimator.api import peaks_key
+    from dlbricks.estimator.calibrate import merge_peaks
     from dlbricks.generators import OrtConfig, collect_system_info
 
     db = tmp_path_factory.mktemp("calibrated") / "peaks.db"

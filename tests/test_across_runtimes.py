@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from dlbricks import InvalidArgumentError
 from dlbricks.benchmarks_db import Store
 from dlbricks.cli import main
-from dlbricks.estimator._across import BrickComparison, compare_bricks, compare_ops, compare_runtimes
+from dlbricks.estimator.across import BrickComparison, compare_bricks, compare_ops, compare_runtimes
 from dlbricks.generators import OrtConfig, get_backend
 from tests import _models
 

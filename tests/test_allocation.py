@@ -12,10 +12,11 @@ import pytest
 
 import dlbricks
 from dlbricks.benchmarks_db import BenchOptions, Store, populate
-from dlbricks.benchmarks_db._schedule import DRIFT_MOMENTS, brick_shares, drift_moments
-from dlbricks.generators import (
-    PILOT_BUDGET, BrickShare, Budget, Measurement, Timing, allocate, combine, model_ci, relative_half_width,
-)
+from dlbricks.benchmarks_db.schedule import DRIFT_MOMENTS, brick_shares, drift_moments
+from dlbricks.generators import Budget, Measurement
+from dlbricks.generators.budget import PILOT_BUDGET, BrickShare, allocate, model_ci
+from dlbricks.generators.harness import Timing
+from dlbricks.generators.measurement import combine, relative_half_width
 from tests.test_db_support import config, decompositions, measurement, system_info
 
 SYS = system_info()
@@ -155,7 +156,7 @@ def test_populate_refuses_a_bad_target() -> None:
 
 
 def test_the_main_job_checks_its_target_and_measures_whole_models_to_the_same_half_width() -> None:
-    from dlbricks.estimator._evaluate import DEFAULT_TARGET_CI, EVALUATE_BUDGET, _target
+    from dlbricks.estimator.evaluation import DEFAULT_TARGET_CI, EVALUATE_BUDGET, _target
 
     assert _target(None) is None and _target(0.02) == 0.02
     assert EVALUATE_BUDGET.rel_ci == 2 * DEFAULT_TARGET_CI  # whole models to the same half-width

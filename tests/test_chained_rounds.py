@@ -10,7 +10,8 @@ from click.testing import CliRunner
 
 import dlbricks
 from dlbricks.cli import main
-from dlbricks.generators import OrtBackend, OrtConfig
+from dlbricks.generators import OrtConfig
+from dlbricks.generators.ort import OrtBackend
 from tests._models import resnet_like
 
 

@@ -11,9 +11,12 @@ from pathlib import Path
 import pytest
 
 import dlbricks
-from dlbricks import BrickContext, InvalidArgumentError
-from dlbricks.benchmarks_db import BenchOptions, Store, out_of_context, populate
-from dlbricks.estimator import estimate, floor_drift_s
+from dlbricks import InvalidArgumentError
+from dlbricks.benchmarks_db import BenchOptions, Store, populate
+from dlbricks.benchmarks_db.schedule import out_of_context
+from dlbricks.bricks import BrickContext
+from dlbricks.estimator import estimate
+from dlbricks.estimator.predict import floor_drift_s
 from dlbricks.generators import Budget, OrtConfig
 
 from . import _models

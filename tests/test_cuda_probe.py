@@ -86,7 +86,7 @@ def test_a_run_whose_host_waits_for_its_kernels_has_no_device_time() -> None:
 
 
 def test_without_a_cuda_driver_there_is_no_probe_and_no_stream_option() -> None:
-    from dlbricks.generators._ort import _providers
+    from dlbricks.generators.ort import _providers
 
     cuda_probe.cache_clear()
     if cuda_probe(0) is not None:

@@ -16,7 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 import dlbricks
-from dlbricks.benchmarks_db import BenchOptions, ClaimStatus, Store, dominant_bricks, populate
+from dlbricks.benchmarks_db import BenchOptions, Store, populate
+from dlbricks.benchmarks_db.records import ClaimStatus
+from dlbricks.benchmarks_db.schedule import dominant_bricks
 from dlbricks.cli._db import bench, cli, db
 from tests._models import unrunnable_model
 from tests.test_db_support import config, decompositions, measurement, system_info, write_models
@@ -223,7 +225,7 @@ def test_populate_stops_resumes_and_skips_held_bricks() -> None:
         assert [c.owner for c in store.claims()] == ["someone-else"]  # ours were all released
         assert store.unmeasured(SYS, config().config_id, sigs) == [sigs[4]]
         # every brick goes to the runner with the brick before it in the model
-        assert all(isinstance(i, dlbricks.BrickInContext) for i in FakeRunner.items)
+        assert all(isinstance(i, dlbricks.bricks.BrickInContext) for i in FakeRunner.items)
         assert {i.key: i.previous for i in FakeRunner.items} == {
             i.key: dec.previous(i.key) for i in FakeRunner.items}
         assert any(i.previous is not None for i in FakeRunner.items)

@@ -102,8 +102,11 @@ def test_a_model_and_its_bricks_run_in_rounds_in_two_workers(tmp_path: Path) -> 
     runs stored in the model's context (a real store), the whole model's runs returned; each
     process's rounds are labelled, and a model that cannot run gives no rounds."""
     import dlbricks
-    from dlbricks.benchmarks_db import Store, measure_in_rounds
-    from dlbricks.generators import Budget, OrtConfig, RoundsBudget, Runner, collect_system_info
+    from dlbricks.benchmarks_db import Store
+    from dlbricks.benchmarks_db.rounds import measure_in_rounds
+    from dlbricks.generators import Budget, OrtConfig, collect_system_info
+    from dlbricks.generators.rounds import RoundsBudget
+    from dlbricks.generators.runner import Runner
     from tests._models import resnet_like
 
     budget = Budget.quick()

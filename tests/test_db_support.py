@@ -14,7 +14,8 @@ from typing import Any
 import onnx
 
 import dlbricks
-from dlbricks.generators import Measurement, OrtConfig, SystemInfo
+from dlbricks.generators import Measurement, OrtConfig
+from dlbricks.generators.system import SystemInfo
 from tests._models import resnet_like, transformer_layer
 
 ROOT = Path(__file__).resolve().parents[1]

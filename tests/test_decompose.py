@@ -60,8 +60,8 @@ def test_padding_flops_leave_out_taps_over_zero_padding() -> None:
     """FLOPs count every tap; the roofline leaves out taps that read padding (exact per axis)."""
     from onnx import helper
 
-    from dlbricks._cost import padding_flops
-    from dlbricks._types import TensorSpec
+    from dlbricks.cost import padding_flops
+    from dlbricks.types import TensorSpec
 
     dec = dlbricks.decompose(_models.resnet_like(channels=16), batch_size=1)
     conv = next(b for b in dec.bricks.values() if b.op_type == "Conv" and b.inputs[0].shape[1] == 16)
@@ -73,7 +73,7 @@ def test_padding_flops_leave_out_taps_over_zero_padding() -> None:
     assert padding_flops(atrous, x, w) == 2 * 4 * 8 * (96 * 96 - 32 * 32)  # only the centre tap reads x
     plain = helper.make_node("Conv", ["x", "w"], ["y"])  # no padding: nothing to leave out
     assert padding_flops(plain, x, w) == 0 and padding_flops(atrous, None, w) == 0
-    from dlbricks.estimator import Peaks
+    from dlbricks.estimator.estimation import Peaks
 
     peaks = Peaks(flops_per_s=1e9, bytes_per_s=1e30)
     assert peaks.roofline_s(conv) == pytest.approx((conv.flops - conv.padding_flops) / 1e9)
@@ -145,7 +145,7 @@ def test_a_gather_moves_the_rows_it_fetches_not_its_whole_table() -> None:
 def test_roofline_reads_weights_from_memory_and_activations_from_cache() -> None:
     """The memory side counts the constants a run reads (activations stay in the cache inside a
     model); a gather from a constant table reads only its rows (above)."""
-    from dlbricks.estimator import Peaks
+    from dlbricks.estimator.estimation import Peaks
 
     dec = dlbricks.decompose(_models.resnet_like(channels=16), batch_size=1)
     relu = next(b for b in dec.bricks.values() if b.op_type == "Relu")
@@ -163,9 +163,9 @@ def test_value_statistics_survive_storage_and_drive_the_inputs() -> None:
 
     import numpy as np
 
-    from dlbricks._inputs import statistics_array
-    from dlbricks._types import ValueStatistics
-    from dlbricks.generators._inputs import value_statistics
+    from dlbricks.generators.inputs import value_statistics
+    from dlbricks.inputs import statistics_array
+    from dlbricks.types import ValueStatistics
 
     rng = np.random.default_rng(0)
     shift = np.array([-3.0, 0.0, 2.0, 5.0]).reshape(1, 4, 1, 1)
@@ -199,7 +199,7 @@ def test_value_statistics_survive_storage_and_drive_the_inputs() -> None:
 def test_a_brick_rides_with_the_brick_before_it() -> None:
     """Each brick's context is the brick that writes its first input at its first occurrence; its
     ONNX model carries that brick's model, and the key stays the brick's signature."""
-    from dlbricks._bricks import PREVIOUS_KEY, split_previous
+    from dlbricks.bricks import PREVIOUS_KEY, split_previous
 
     dec = dlbricks.decompose(_models.resnet_like(blocks=1), batch_size=1)
     by_op = {dec.bricks[o.signature].op_type: o for o in reversed(dec.occurrences)}
@@ -225,7 +225,7 @@ def test_footprint_counts_every_weight_and_the_activations_alive_at_once() -> No
     together; a brick in context carries that as its reuse distance."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from dlbricks._bricks import reuse_bytes
+    from dlbricks.bricks import reuse_bytes
 
     f32 = TensorProto.FLOAT
     w1 = numpy_helper.from_array(np.ones((8, 4, 1, 1), np.float32), "w1")
@@ -258,8 +258,8 @@ def test_kept_values_travel_with_the_brick_and_into_its_signature() -> None:
 
     import numpy as np
 
-    from dlbricks._inputs import statistics_array
-    from dlbricks._types import ValueStatistics
+    from dlbricks.inputs import statistics_array
+    from dlbricks.types import ValueStatistics
 
     values = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)
     stats = ValueStatistics.of(values)
@@ -304,8 +304,9 @@ def test_a_suppressions_boxes_and_scores_are_its_models_own() -> None:
     brick."""
     import numpy as np
 
-    from dlbricks._inputs import random_inputs
-    from dlbricks.generators import OrtBackend, OrtConfig
+    from dlbricks.generators import OrtConfig
+    from dlbricks.generators.ort import OrtBackend
+    from dlbricks.inputs import random_inputs
 
     signatures = []
     for scale in (1.0, 3.0):

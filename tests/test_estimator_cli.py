@@ -124,7 +124,7 @@ def test_calibrate_stores_peaks(tmp_path: Path) -> None:
         peaks = store.peaks(collect_system_info())
     assert peaks is not None and peaks[0] > 1e8 and peaks[1] > 1e8
     assert set(peaks.details["backends"]) == {"onnxruntime"}
-    from dlbricks.estimator._calibrate import GEMV_SIZES
+    from dlbricks.estimator.calibrate import GEMV_SIZES
 
     gemv = peaks.details["backends"]["onnxruntime"]["gemv"]
     assert [size for size, _ in gemv] == [4 * n * n for n in GEMV_SIZES]
@@ -147,8 +147,9 @@ def test_profiler_events_match_layers_in_order() -> None:
 def test_peaks_are_the_best_of_every_framework_calibrated() -> None:
     from collections import namedtuple
 
-    from dlbricks.estimator import Calibration, Peaks
-    from dlbricks.estimator._calibrate import calibrated_backends, merge_peaks
+    from dlbricks.estimator.calibrate import Calibration
+    from dlbricks.estimator.calibrate import calibrated_backends, merge_peaks
+    from dlbricks.estimator.estimation import Peaks
 
     Stored = namedtuple("Stored", "flops_per_s bytes_per_s details")
     old = Stored(2e11, 5e10, {"gemm": [[256, 2e11]], "stream": []})  # a database from before per-framework peaks
@@ -168,9 +169,10 @@ def test_an_accelerators_peaks_are_kept_apart_from_the_cpus() -> None:
     takes its own device's peaks: the GPU's would make every CPU roofline vanish."""
     from collections import namedtuple
 
-    from dlbricks.estimator import Calibration, Peaks
-    from dlbricks.estimator._api import peaks_key, store_peaks
-    from dlbricks.estimator._calibrate import calibrated_backends, merge_peaks
+    from dlbricks.estimator.calibrate import Calibration
+    from dlbricks.estimator.api import peaks_key, store_peaks
+    from dlbricks.estimator.calibrate import calibrated_backends, merge_peaks
+    from dlbricks.estimator.estimation import Peaks
     from dlbricks.generators import OrtConfig
 
     Stored = namedtuple("Stored", "flops_per_s bytes_per_s details")
@@ -293,7 +295,7 @@ def test_evaluate_times_a_brick_of_an_earlier_model_again_in_the_next_models_rou
         with_peaks: Callable[[str], Path]) -> None:
     """A brick that an earlier model of the run measured is timed again in the rounds of the next
     model that uses it, and stored in that model's context: its estimate reads no earlier moment."""
-    from dlbricks.estimator import _evaluate
+    from dlbricks.estimator import evaluation as _evaluate
     from dlbricks.generators import Budget, OrtConfig, collect_system_info
 
     lines: list[str] = []
@@ -321,7 +323,7 @@ def test_evaluate_times_each_model_with_its_bricks_in_rounds(with_peaks: Callabl
     """The paired design: a model is held in its bricks' worker and timed with them, round after
     round; its stored latency is its median over the rounds, its interval holds what the rounds saw
     of the machine's swing, and the speedup counts its first measurement only."""
-    from dlbricks.estimator import _evaluate
+    from dlbricks.estimator import evaluation as _evaluate
     from dlbricks.generators import Budget, OrtConfig, collect_system_info
 
     lines: list[str] = []

@@ -6,9 +6,9 @@ import networkx as nx
 import pytest
 
 import dlbricks
-from dlbricks.estimator import (
-    LatencyPredictor, Peaks, combined_halfwidth, critical_path, estimate_decomposition, sequential,
-)
+from dlbricks.estimator._compose import combined_halfwidth, critical_path, sequential
+from dlbricks.estimator.estimation import Peaks, estimate_decomposition
+from dlbricks.estimator.predict import LatencyPredictor
 from dlbricks.generators import Measurement, OrtConfig
 from tests import _models
 
@@ -140,7 +140,7 @@ def _conv_brick(cin: int, cout: int, hw: int, k: int, group: int = 1) -> dlbrick
 
 
 def test_im2col_elements_of_convolutions() -> None:
-    from dlbricks.estimator._predict import im2col_elements
+    from dlbricks.estimator.predict import im2col_elements
 
     assert im2col_elements(_conv_brick(16, 32, 8, 3)) == 16 * 9 * 64
     assert im2col_elements(_conv_brick(16, 32, 8, 1)) == 0  # pointwise: the input is the matrix
@@ -170,7 +170,7 @@ def test_neighbour_correction_learns_what_a_linear_model_cannot() -> None:
 def test_roofline_peaks_rise_to_what_the_bricks_reached() -> None:
     """A calibration taken while the machine ran slower than when the bricks ran must not lift the
     roofline above the lower bound: the peaks rise to the rates the model's big bricks reached."""
-    from dlbricks.estimator._estimate import REACHED_MIN_S
+    from dlbricks.estimator.estimation import REACHED_MIN_S
 
     dec = dlbricks.decompose(_models.resnet_like(blocks=2, channels=64), batch_size=1)
     ms = {sig: _measurement(sig, 1e-11 * (b.flops or 0) + 4e-6) for sig, b in dec.bricks.items()}
@@ -201,7 +201,7 @@ def test_views_count_nothing_beyond_the_floor() -> None:
     """A brick that onnxruntime runs inside a model as a view of its input (Reshape, Flatten...)
     moves no data there; its own measured time is a copy into an output of its own, so it counts
     zero, in the estimate and in the lower bound."""
-    from dlbricks.estimator._api import view_bricks
+    from dlbricks.estimator.api import view_bricks
 
     dec = dlbricks.decompose(_models.resnet_like(blocks=2), batch_size=1)
     ms = {sig: _measurement(sig, _fake_latency(b)) for sig, b in dec.bricks.items()}
@@ -249,7 +249,7 @@ def _on_cuda(m: Measurement, device_warm: float) -> Measurement:
 
 @pytest.mark.parametrize("device_share", [0.1, 0.5, 0.9])
 def test_on_cuda_the_estimate_is_the_launch_queue_between_its_limits(device_share: float) -> None:
-    from dlbricks.estimator import queue_latency
+    from dlbricks.estimator.queue import queue_latency
 
     dec = dlbricks.decompose(_models.matmul_stack(shared=False, layers=6))
     floor = 10e-6
@@ -292,7 +292,7 @@ def test_a_cuda_brick_whose_host_waits_is_counted_whole_in_the_queue() -> None:
     (5e-6, 5e-6),  # a further copy costs its kernels' time: the host at most that
 ])
 def test_the_hosts_issue_time_of_a_brick(repeat: float | None, expected: float) -> None:
-    from dlbricks.estimator import issue_time
+    from dlbricks.estimator.estimation import issue_time
 
     assert issue_time(25e-6, 5e-6, repeat) == pytest.approx(expected)
     assert issue_time(25e-6, 30e-6, None) == 0.0
@@ -390,7 +390,8 @@ def test_an_estimate_of_a_model_that_fits_the_caches_has_no_memory_side(tmp_path
     from dataclasses import replace
 
     from dlbricks.benchmarks_db import Store
-    from dlbricks.estimator import cache_capacity, estimate
+    from dlbricks.estimator import estimate
+    from dlbricks.estimator.api import cache_capacity
     from dlbricks.generators import collect_system_info
     from tests.test_db_support import measurement
 

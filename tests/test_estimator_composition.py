@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from dlbricks.benchmarks_db import Store
 from dlbricks.cli import main
-from dlbricks.estimator import COMPOSITION_NEIGHBOURS, CompositionReference, composition_error, estimate
+from dlbricks.estimator import estimate
+from dlbricks.estimator.estimation import COMPOSITION_NEIGHBOURS, CompositionReference, composition_error
 from tests import _models
 
 

@@ -91,7 +91,7 @@ def _bad_model(node: onnx.NodeProto, domains: tuple[str, ...] = ()) -> onnx.Mode
     (_bad_model(helper.make_node("Frobnicate", ["t"], ["y"], name="frob")), dlbricks.ModelLoadError,
      ["node 'frob'", "Frobnicate"]),
     (_bad_model(helper.make_node("Frob", ["t"], ["y"], name="frob", domain="my.ops"), ("my.ops",)),
-     dlbricks.ShapeInferenceError, ["node 'frob'", "my.ops:Frob", "re-export"]),
+     dlbricks.errors.ShapeInferenceError, ["node 'frob'", "my.ops:Frob", "re-export"]),
 ])
 def test_unsupported_ops_are_named_in_one_line(model: onnx.ModelProto, error: type, words: list[str],
                                                tmp_path) -> None:

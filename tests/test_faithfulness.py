@@ -31,7 +31,7 @@ def _all_tensors(graph: dlbricks.ModelGraph, feeds: dict[str, np.ndarray]) -> di
 
 def assert_faithful(model: onnx.ModelProto, **load_kwargs: object) -> dlbricks.Decomposition:
     graph = dlbricks.load_model(model, **load_kwargs)
-    feeds = dlbricks.random_inputs(graph.inputs, seed=7)
+    feeds = dlbricks.inputs.random_inputs(graph.inputs, seed=7)
     tensors = _all_tensors(graph, feeds)
     dec = dlbricks.decompose(graph, weights="real")
     assert dec.instances is not None
@@ -95,7 +95,7 @@ def test_synthetic_bricks_check_and_run(factory) -> None:  # type: ignore[no-unt
     for brick in dec.bricks.values():
         proto = brick.to_onnx()
         onnx.checker.check_model(proto, full_check=True)
-        outs = _session(proto).run(None, dlbricks.random_inputs(brick.inputs, seed=1))
+        outs = _session(proto).run(None, dlbricks.inputs.random_inputs(brick.inputs, seed=1))
         for got, spec in zip(outs, brick.outputs, strict=True):
             assert got.shape == spec.shape
             if np.issubdtype(got.dtype, np.floating):

@@ -11,10 +11,10 @@ import onnx
 import pytest
 
 import dlbricks
-import dlbricks._fusion
-from dlbricks._decompose import _decompose_groups
-from dlbricks._errors import InvalidArgumentError
-from dlbricks._fusion import NCHWC_DOMAIN, OPT_LEVELS, FusionPlan, _Mapper, fusion_groups, optimized_model
+import dlbricks.fusion
+from dlbricks.decomposition import _decompose_groups
+from dlbricks.errors import InvalidArgumentError
+from dlbricks.fusion import NCHWC_DOMAIN, OPT_LEVELS, FusionPlan, _Mapper, fusion_groups, optimized_model
 from dlbricks.model_zoo import build
 from tests import _fusion_models, _models
 from tests.test_faithfulness import _all_tensors, _session
@@ -170,7 +170,7 @@ def test_fused_bricks_run_and_reproduce_the_model(name: str, level: str) -> None
     dec = _decompose_groups(graph, plan.layer_groups(graph), "fused", "real")
     assert dec.granularity == "fused" and dec.layers == len(graph.layers)
     assert len(dec.occurrences) == len(plan.groups) and nx.is_directed_acyclic_graph(dec.dag)
-    tensors = _all_tensors(graph, dlbricks.random_inputs(graph.inputs, seed=3))
+    tensors = _all_tensors(graph, dlbricks.inputs.random_inputs(graph.inputs, seed=3))
     assert dec.instances is not None
     for occ, brick in zip(dec.occurrences, dec.instances, strict=True):
         outputs = _session(brick.to_onnx(weights="real")).run(
@@ -196,15 +196,15 @@ def test_unknown_level_is_rejected(level: object) -> None:
 
 
 def test_docstring_examples_run() -> None:
-    failures, attempted = doctest.testmod(dlbricks._fusion, optionflags=doctest.ELLIPSIS)
+    failures, attempted = doctest.testmod(dlbricks.fusion, optionflags=doctest.ELLIPSIS)
     assert attempted and not failures
 
 
 def test_decompose_fused_granularity_and_reorder_accounting() -> None:
     """decompose(granularity="fused") labels the level; at "all" a brick's own session reorders."""
     import dlbricks
-    from dlbricks._fusion import REORDER_OPS
-    from dlbricks.generators._ort_kernels import brick_session_kernels
+    from dlbricks.fusion import REORDER_OPS
+    from dlbricks.generators.ort_kernels import brick_session_kernels
     from dlbricks.model_zoo import build
 
     graph = dlbricks.load_model(build("resnet18_v1"))
@@ -243,8 +243,8 @@ def test_a_stored_fused_model_keeps_its_layout_reorders(tmp_path) -> None:  # ty
 def test_reorder_cost_is_priced_by_size_in_the_bricks_cache_state() -> None:
     """Reorders are timed as bricks (session copies, cold buffers) at several sizes; a reorder's cost
     interpolates per byte between them."""
-    from dlbricks.generators._ort_kernels import ReorderCost, calibrate_reorder
     from dlbricks.generators import Budget, OrtConfig
+    from dlbricks.generators.ort_kernels import ReorderCost, calibrate_reorder
 
     table = ReorderCost((1000, 100_000), (2e-11, 4e-11))
     assert table(1000) == pytest.approx(2e-8) and table(100_000) == pytest.approx(4e-6)
@@ -266,7 +266,7 @@ def test_an_estimate_at_all_reads_overheads_and_reorder_price_from_the_database(
     from dlbricks.benchmarks_db import BenchOptions, Store, populate
     from dlbricks.estimator import estimate
     from dlbricks.generators import Budget, OrtConfig, collect_system_info
-    from dlbricks.generators import _ort_kernels
+    from dlbricks.generators import ort_kernels as _ort_kernels
 
     config = OrtConfig(graph_optimization_level="all")
     graph = dlbricks.load_model(_models.resnet_like(blocks=2, batch=1), name="res_all")
@@ -307,7 +307,7 @@ def test_in_model_times_attribute_fused_kernels_and_reorders() -> None:
     """At level "all" the profiler names fused NCHWc kernels after their outputs: every kernel's time
     still lands on a layer of its group or, for ReorderInput/ReorderOutput, on the model's reorders."""
     import dlbricks
-    from dlbricks.estimator import in_model_times
+    from dlbricks.estimator._profile import in_model_times
     from dlbricks.generators import OrtConfig
     from dlbricks.model_zoo import build
 
@@ -324,7 +324,7 @@ def test_in_model_times_attribute_fused_kernels_and_reorders() -> None:
 def test_session_kernels_leave_out_the_main_kernel_and_the_profilers_share() -> None:
     """Harness logic on given kernel times: the main kernel is the slowest non-reorder one; the rest,
     less what the profiler adds per kernel, is what a brick's session runs beyond it."""
-    from dlbricks.generators._ort_kernels import SessionKernels
+    from dlbricks.generators.ort_kernels import SessionKernels
 
     sk = SessionKernels((("ReorderInput", 10e-6), ("Conv", 400e-6), ("ReorderOutput", 30e-6),
                          ("Add", 40e-6), ("Relu", 24e-6)), run_s=494e-6)
@@ -342,7 +342,7 @@ def test_a_residual_brick_at_level_all_runs_unfused_kernels_that_are_subtracted(
     """Inside the model onnxruntime fuses the residual Add and Relu into the NCHWc convolution; the
     brick's own session cannot (its residual is a plain input), so it runs them apart."""
     import dlbricks
-    from dlbricks.generators._ort_kernels import brick_session_kernels
+    from dlbricks.generators.ort_kernels import brick_session_kernels
 
     fused = dlbricks.decompose(dlbricks.load_model(_models.resnet_like(blocks=2, batch=1)), "fused",
                                opt_level="all")
@@ -369,7 +369,7 @@ def test_a_residual_brick_at_level_all_runs_unfused_kernels_that_are_subtracted(
 def test_on_cuda_a_fused_estimate_at_all_adds_no_nchwc_reorders() -> None:
     """The NCHWc layout and its reorders are the CPU provider's: a fused:all estimate for CUDA asks
     the database for no overhead and no reorder price (it found neither on an H100 and refused)."""
-    from dlbricks.estimator._api import _reorder_costs
+    from dlbricks.estimator.api import _reorder_costs
     from dlbricks.generators import OrtConfig
 
     fused = dlbricks.decompose(dlbricks.load_model(_models.resnet_like(blocks=2, batch=1), name="res_all"),

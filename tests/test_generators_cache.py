@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from dlbricks import decompose, load_model
-from dlbricks._errors import InvalidArgumentError
-from dlbricks.generators import Budget, Runner
+from dlbricks.errors import InvalidArgumentError
+from dlbricks.generators import Budget
 from dlbricks.generators._cache import PreparedCache
+from dlbricks.generators.runner import Runner
 from tests._models import resnet_like
 
 BUDGET = Budget.quick()

@@ -13,7 +13,10 @@ import time
 import pytest
 
 from dlbricks import InvalidArgumentError
-from dlbricks.generators import Budget, Runner, benchmark, floor_model, register_backend, unregister_backend
+from dlbricks.generators import Budget, benchmark, register_backend
+from dlbricks.generators._registry import unregister_backend
+from dlbricks.generators.items import floor_model
+from dlbricks.generators.runner import Runner
 from tests.gen_fake_backends import FakeBrick, FaultyBackend, behavior_model
 
 FAULTY = "tests.gen_fake_backends:FaultyBackend"
@@ -115,7 +118,7 @@ def test_the_floor_is_calibrated_again_and_the_fastest_kept(monkeypatch) -> None
     """A floor calibrated in a noisy moment would lower every estimate; a Runner calibrates again
     every FLOOR_REFRESH_S seconds and keeps the calibration whose one-node model ran fastest (its
     median), with the floor and the cost of a further node of that moment."""
-    from dlbricks.generators import _runner
+    from dlbricks.generators import runner as _runner
 
     monkeypatch.setattr(_runner, "FLOOR_REFRESH_S", 0.0)
     with Runner(budget=Budget.quick()) as runner:
@@ -130,7 +133,7 @@ def test_the_floor_is_calibrated_again_and_the_fastest_kept(monkeypatch) -> None
 
 
 def test_a_worker_pins_itself_to_the_core_its_environment_names(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from dlbricks.generators._util import CPU_ENV, last_core
+    from dlbricks.generators.util import CPU_ENV, last_core
 
     monkeypatch.setenv(CPU_ENV, str(last_core()))
     with Runner(budget=Budget.quick()) as runner:
@@ -145,8 +148,7 @@ def test_a_worker_pins_itself_to_the_core_its_environment_names(monkeypatch) -> 
 def test_a_runner_waits_until_the_last_runners_threads_stop_spinning() -> None:
     """After a multi-threaded run, onnxruntime's pool threads spin on a core for tens of ms: another
     worker timing at once would run on what is left (a 2-thread SqueezeNet 3.2-7.9 ms against 3.2)."""
-    from dlbricks.generators._runner import _LastReply
-
+    from dlbricks.generators.runner import _LastReply
     from tests.gen_fake_backends import FakeClock
 
     clock, slept = FakeClock(), []
@@ -163,8 +165,9 @@ def test_a_runner_waits_until_the_last_runners_threads_stop_spinning() -> None:
 
 
 def test_two_threaded_runners_take_turns_with_a_pause_between_them(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from dlbricks.generators import OrtConfig, _runner
-    from dlbricks.generators._ort import IDLE_SPIN_S
+    from dlbricks.generators import OrtConfig
+    from dlbricks.generators import runner as _runner
+    from dlbricks.generators.ort import IDLE_SPIN_S
 
     slept: list[float] = []
     monkeypatch.setattr(_runner._LAST_REPLY, "sleep", lambda s: slept.append(s) or time.sleep(s))

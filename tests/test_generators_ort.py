@@ -15,29 +15,18 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dlbricks
-from dlbricks import (
-    BackendUnavailableError,
-    InvalidArgumentError,
-    ShapeInferenceError,
-    UnrunnableBrickError,
-)
-from dlbricks.generators import (
-    VALUE_RANGES_KEY,
-    Budget,
-    OrtBackend,
-    OrtConfig,
-    SystemInfo,
-    benchmark,
-    collect_system_info,
-    measure,
-    measure_floor,
-    random_inputs,
-)
-from dlbricks.generators._ort import (
+from dlbricks import InvalidArgumentError
+from dlbricks.errors import BackendUnavailableError, ShapeInferenceError, UnrunnableBrickError
+from dlbricks.generators import Budget, OrtConfig, benchmark, collect_system_info
+from dlbricks.generators.api import measure
+from dlbricks.generators.floor import measure_floor
+from dlbricks.generators.inputs import VALUE_RANGES_KEY, random_inputs
+from dlbricks.generators.ort import (
     MAX_COLD_COPIES,
     MIN_COLD_WEIGHT_BYTES,
     THREAD_POOLS_ENV,
     USE_ENV_ALLOCATORS,
+    OrtBackend,
     _seeded_inputs,
     cold_copies,
     installed_onnxruntimes,
@@ -45,6 +34,7 @@ from dlbricks.generators._ort import (
     session_copies,
     weight_bytes,
 )
+from dlbricks.generators.system import SystemInfo
 
 HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
 
@@ -248,7 +238,7 @@ def test_worker_env_pins_thread_pools() -> None:
 
 
 def test_only_spinning_thread_pools_need_a_pause_after_a_run() -> None:
-    from dlbricks.generators._ort import IDLE_SPIN_S
+    from dlbricks.generators.ort import IDLE_SPIN_S
 
     assert OrtBackend().idle_spin_s(OrtConfig()) == 0.0  # one thread runs on the caller's
     assert OrtBackend().idle_spin_s(OrtConfig(intra_op_num_threads=2, allow_spinning=False)) == 0.0
@@ -453,8 +443,7 @@ def test_config_id_changes_with_the_measurement_method(monkeypatch: pytest.Monke
 def test_cold_bricks_run_after_the_layer_before_them() -> None:
     """A brick in context primes each timed run with an untimed run of the brick before it in its
     model, prepared warm; the sessions of the brick itself do not carry that brick's bytes."""
-    from dlbricks._bricks import PREVIOUS_KEY
-
+    from dlbricks.bricks import PREVIOUS_KEY
     from tests import _models
 
     dec = dlbricks.decompose(_models.resnet_like(blocks=1), batch_size=1)
@@ -481,7 +470,7 @@ def test_cold_bricks_run_after_the_layer_before_them() -> None:
 def test_a_brick_whose_previous_cannot_run_is_measured_without_it() -> None:
     import base64
 
-    from dlbricks._bricks import PREVIOUS_KEY
+    from dlbricks.bricks import PREVIOUS_KEY
     from tests import _models
 
     brick = next(iter(dlbricks.decompose(conv_model()).bricks.values()))
@@ -496,7 +485,8 @@ def test_a_brick_whose_previous_cannot_run_is_measured_without_it() -> None:
 
 def test_configurations_say_their_backend_device_and_threads() -> None:
     """The estimator reads these fields of the configuration protocol, never class names."""
-    from dlbricks.generators import BackendConfig, MxnetConfig
+    from dlbricks.generators.mxnet import MxnetConfig
+    from dlbricks.generators.protocols import BackendConfig
 
     onnx_cfg = OrtConfig(intra_op_num_threads=2)
     mx = MxnetConfig(omp_threads=3, mxnet_version="1.9.1")
@@ -529,7 +519,7 @@ def test_a_brick_is_timed_beside_the_floors_model_and_a_whole_model_is_not() -> 
 def test_only_the_timed_brick_gets_the_floors_model_not_the_brick_before_it() -> None:
     """The brick before a brick only runs untimed before each timed run: it is prepared without the
     floor's model beside it."""
-    from dlbricks.generators._ort import OrtBackend
+    from dlbricks.generators.ort import OrtBackend
     from tests import _models
 
     dec = dlbricks.decompose(_models.resnet_like(blocks=1), batch_size=1)

@@ -11,8 +11,8 @@ import pytest
 import dlbricks
 from dlbricks import InvalidArgumentError
 from dlbricks.generators import OrtConfig
-from dlbricks.generators._items import side_by_side
-from dlbricks.generators._ort import repeat_time
+from dlbricks.generators.items import side_by_side
+from dlbricks.generators.ort import repeat_time
 from tests import _models
 
 

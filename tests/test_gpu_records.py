@@ -21,8 +21,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from dlbricks import Brick, Decomposition, Occurrence
-from dlbricks.estimator import estimate_decomposition, issue_time
+from dlbricks import Brick, Decomposition
+from dlbricks.decomposition import Occurrence
+from dlbricks.estimator.estimation import estimate_decomposition, issue_time
 from dlbricks.generators import Measurement, get_backend
 from tests._scripts import load_script
 
@@ -114,6 +115,6 @@ def test_onnxruntime_merges_copies_side_by_side_that_share_their_first_node() ->
     assert not script.copies_merged(_conv(None))
     # without that rewrite the copies stay apart, each fused as the brick alone: what the repeat's
     # session now turns off
-    from dlbricks.generators._ort import KEEP_COPIES_APART
+    from dlbricks.generators.ort import KEEP_COPIES_APART
 
     assert not script.copies_merged(_conv("Relu"), disabled=list(KEEP_COPIES_APART))

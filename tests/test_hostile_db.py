@@ -220,7 +220,7 @@ def test_merge_names_the_source_with_a_dangling_foreign_key(work: Path) -> None:
         line = _one_line_error(*run("db", "merge", str(bad), "-o", str(target)))
         assert str(bad) in line and "foreign key" in line and ".partial" not in line, line
     assert {p: _digest(p) for p in before} == before and not (work / "new.db").exists()
-    with Store.open(out) as store, pytest.raises(dlbricks.DatabaseError, match="dangling.db"):
+    with Store.open(out) as store, pytest.raises(dlbricks.errors.DatabaseError, match="dangling.db"):
         store.merge_from(bad)
     assert _state(out) == _state(work / "base.db")
 

@@ -165,7 +165,9 @@ def test_a_second_process_waits_for_the_one_timing_on_this_machine(work: Path) -
 def test_the_wait_for_another_process_is_in_no_measurement() -> None:
     """A measurement that waited for another process's timing does not count the wait in its wall
     time (the benchmarking time it adds up to); the process's wait is kept apart."""
-    from dlbricks.generators import Budget, OrtConfig, Runner, floor_model, lock_waited_s
+    from dlbricks.generators import Budget, OrtConfig
+    from dlbricks.generators.items import floor_model
+    from dlbricks.generators.runner import Runner, lock_waited_s
 
     with Runner("onnxruntime", OrtConfig(), Budget.quick()) as runner:
         runner.floor()

@@ -23,11 +23,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dlbricks
-from dlbricks._bricks import SIGNATURE_KEY
-from dlbricks._inputs import random_inputs
 from dlbricks.benchmarks_db import Store
+from dlbricks.bricks import SIGNATURE_KEY
 from dlbricks.cli import main
 from dlbricks.generators import collect_system_info
+from dlbricks.inputs import random_inputs
 from tests._models import resnet_like
 from tests.test_db_support import config, env, measurement
 from tests.test_hostile import _one_line_error, invoke
@@ -124,7 +124,7 @@ def test_the_library_refuses_too_large_shapes_too(work: Path, monkeypatch: pytes
     needed = dlbricks.decompose(graph).footprint_bytes()
     largest = max(s.nbytes for s in graph.tensors.values())
     assert largest < needed
-    monkeypatch.setattr("dlbricks._memory.memory_bytes", lambda: needed - 1)
+    monkeypatch.setattr("dlbricks.memory.memory_bytes", lambda: needed - 1)
     dlbricks.load_model(work / "good.onnx", batch_size=64)  # every tensor fits
     with pytest.raises(dlbricks.InvalidArgumentError, match=f"needs .* \\({needed} bytes\\) for one run"):
         dlbricks.decompose(graph)
@@ -345,7 +345,7 @@ def test_sqlites_temporary_files_without_room_are_not_blamed_on_the_database(wor
 def test_a_write_without_room_is_blamed_on_the_fuller_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A database written: its own folder where the temporary folder shares its file system or has more
     room (the disk message), the temporary folder where it is full or has less."""
-    from dlbricks._tempdir import sqlite_temp_is_culprit
+    from dlbricks.tempdir import sqlite_temp_is_culprit
 
     temp, db = tmp_path / "tmp", tmp_path / "x.db"
     temp.mkdir()
@@ -354,19 +354,19 @@ def test_a_write_without_room_is_blamed_on_the_fuller_folder(tmp_path: Path, mon
     assert sqlite_temp_is_culprit(db, readonly=True) == str(temp)
     assert sqlite_temp_is_culprit(db, readonly=False) is None  # one file system: the disk is full
     room = {str(temp): 0, str(tmp_path): 10**9}
-    monkeypatch.setattr("dlbricks._tempdir._device", lambda folder: 1 if str(folder) == str(temp) else 2)
-    monkeypatch.setattr("dlbricks._tempdir.free_bytes", lambda folder: room[str(folder)])
+    monkeypatch.setattr("dlbricks.tempdir._device", lambda folder: 1 if str(folder) == str(temp) else 2)
+    monkeypatch.setattr("dlbricks.tempdir.free_bytes", lambda folder: room[str(folder)])
     assert sqlite_temp_is_culprit(db, readonly=False) == str(temp)
     room[str(temp)] = 10**10
     assert sqlite_temp_is_culprit(db, readonly=False) is None
-    from dlbricks.benchmarks_db._sql import is_failed_write
+    from dlbricks.benchmarks_db.sql import is_failed_write
 
     assert not is_failed_write(sqlite3.OperationalError("disk I/O error"))  # a read: the database's own disk
 
 
 def test_a_temporary_folder_with_no_room_names_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dlbricks._errors import TempDirError
-    from dlbricks._tempdir import temporary_directory
+    from dlbricks.errors import TempDirError
+    from dlbricks.tempdir import temporary_directory
 
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     no_room = f"in {tmp_path} \\(No space left on device\\); free space there"

@@ -9,8 +9,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dlbricks
-from dlbricks._decompose import _decompose_groups
 from dlbricks._identities import constant_identities
+from dlbricks.decomposition import _decompose_groups
 from tests import _models
 from tests.test_faithfulness import assert_faithful
 
@@ -124,7 +124,7 @@ def test_models_without_such_identities_decompose_as_before(model: onnx.ModelPro
 
 def test_fused_groups_at_all_are_unchanged() -> None:
     """At "all" onnxruntime folds the Identities away and its fusion groups hold them already."""
-    from dlbricks._fusion import fusion_groups
+    from dlbricks.fusion import fusion_groups
 
     graph = dlbricks.load_model(_stack("identity"))
     plan = fusion_groups(graph, "all")

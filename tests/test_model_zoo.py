@@ -13,22 +13,13 @@ import onnx
 import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
-from dlbricks.model_zoo import (
-    TASKS,
-    ZooModel,
-    _builder,
-    _params,
-    _registry,
-    build,
-    count_params,
-    export,
-    get_model,
-    list_models,
-)
-from dlbricks.cli._zoo import zoo
 from onnx import TensorProto, helper
 
 from dlbricks import DlbricksError, InvalidArgumentError, ModelLoadError, model_zoo
+from dlbricks.cli._zoo import zoo
+from dlbricks.model_zoo import _builder, _params, build, count_params, get_model, list_models, registry
+from dlbricks.model_zoo.registry import export
+from dlbricks.model_zoo.spec import TASKS, ZooModel
 
 # A few small models of every task: every op family of the zoo, fast enough for the default lane.
 FAST_MODELS = [
@@ -280,7 +271,7 @@ def test_export_writes_one_file_per_model(tmp_path):
 
 
 def test_export_uses_external_data_above_the_threshold(tmp_path, monkeypatch):
-    monkeypatch.setattr(_registry, "EXTERNAL_DATA_THRESHOLD", 1000)
+    monkeypatch.setattr(registry, "EXTERNAL_DATA_THRESHOLD", 1000)
     (path,) = export("squeezenet1_1", tmp_path)
     assert (tmp_path / "squeezenet1_1.onnx.data").exists()
     assert path.stat().st_size < 100_000
@@ -349,7 +340,7 @@ def test_cli_commands_have_help(args):
 
 
 # ----------------------------------------------------------------------------------- docs
-@pytest.mark.parametrize("module", [model_zoo, _builder, _params, _registry])
+@pytest.mark.parametrize("module", [model_zoo, _builder, _params, registry])
 def test_docstring_examples_run(module):
     failures, _ = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert failures == 0

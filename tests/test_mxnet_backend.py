@@ -11,33 +11,26 @@ import numpy as np
 import pytest
 
 import dlbricks
-from dlbricks import InvalidArgumentError, UnrunnableBrickError
+from dlbricks import InvalidArgumentError
+from dlbricks.errors import UnrunnableBrickError
 from tests import _mxnet
 
 pytestmark = _mxnet.MARKS
 mx = _mxnet.import_mxnet()
 
 
-from dlbricks.generators import (
-    Budget,
-    Measurement,
-    available_backends,
-    benchmark,
-    calibrate_floor,
-    floor_model,
-    get_backend,
-    measure,
-)
-from dlbricks.generators._mxnet import (
+from dlbricks.generators import Budget, Measurement, available_backends, benchmark, get_backend
+from dlbricks.generators.api import calibrate_floor, measure
+from dlbricks.generators.items import floor_model
+from dlbricks.generators.mxnet import (
     ACTIVATION_CORRELATION,
     MxnetBackend,
     MxnetConfig,
     activation_like,
 )
-from dlbricks.generators._ort import cold_copies
-from dlbricks.model_zoo._gluon import build_gluon
-
-from dlbricks._mxnet_frontend import LAYOUTS_ATTR
+from dlbricks.generators.ort import cold_copies
+from dlbricks.model_zoo.gluon import build_gluon
+from dlbricks.mxnet_frontend import LAYOUTS_ATTR
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +62,8 @@ def test_single_threaded_workers_run_on_one_core() -> None:
     engine's handoff across cores costs 7-19 us per call, on one core 3.7); otherwise unpinned."""
     import os
 
-    from dlbricks.generators import Runner
-    from dlbricks.generators._util import CPU_ENV, last_core
+    from dlbricks.generators.runner import Runner
+    from dlbricks.generators.util import CPU_ENV, last_core
 
     assert MxnetConfig().worker_env()[CPU_ENV] == str(last_core())
     for unpinned in (MxnetConfig(pin_core=False), MxnetConfig(omp_threads=2), MxnetConfig(worker_threads=2)):
@@ -84,7 +77,7 @@ def test_single_threaded_workers_run_on_one_core() -> None:
 
 
 def test_only_several_openmp_threads_need_a_pause_after_a_run() -> None:
-    from dlbricks.generators._mxnet import IDLE_SPIN_S, MxnetBackend
+    from dlbricks.generators.mxnet import IDLE_SPIN_S, MxnetBackend
 
     backend = MxnetBackend()
     assert backend.idle_spin_s(MxnetConfig()) == 0.0
@@ -133,7 +126,7 @@ def test_registered_like_onnxruntime() -> None:
     assert isinstance(backend, MxnetBackend) and backend.name == "mxnet"
     with pytest.raises(InvalidArgumentError, match="needs an MxnetConfig"):
         backend.check(object())
-    with pytest.raises(dlbricks.BackendUnavailableError, match="is installed"):
+    with pytest.raises(dlbricks.errors.BackendUnavailableError, match="is installed"):
         backend.check(MxnetConfig(mxnet_version="0.1"))
     desc = backend.describe(MxnetConfig())
     assert desc["version"] == mx.__version__ and "MKLDNN" in desc["features"]
@@ -215,7 +208,7 @@ def test_cold_copies_span_what_a_run_of_the_brick_model_touches(mobilenet: dlbri
 def test_cold_copies_cycle_through_input_draws() -> None:
     """A data-dependent kernel must not learn its input: cold copies of a feature-map brick cycle
     through INPUT_VARIANTS draws (fewer where they would not fit INPUT_VARIANT_BYTES together)."""
-    from dlbricks.generators._mxnet import INPUT_VARIANT_BYTES, INPUT_VARIANTS
+    from dlbricks.generators.mxnet import INPUT_VARIANT_BYTES, INPUT_VARIANTS
 
     dec = dlbricks.decompose(build_gluon("mobilenetv2_0.25"))
     clips = sorted((b for b in dec.bricks.values() if b.op_type == "clip"), key=lambda b: b.inputs[0].nbytes)
@@ -266,7 +259,7 @@ def test_onednn_inputs_are_written_again_before_each_timed_run(mobilenet: dlbric
     layout its producer just wrote, on each call; the brick's prime writes that input again, in that
     layout, for the executor that runs next (after the layer before it). An op with a oneDNN kernel
     (BatchNorm) reads it as it is: its prime is the layer before alone."""
-    from dlbricks._mxnet_frontend import runs_on_onednn_layouts
+    from dlbricks.mxnet_frontend import runs_on_onednn_layouts
 
     dec = dlbricks.decompose(mobilenet)
     flatten = next(o.signature for o in dec.occurrences if dec.bricks[o.signature].op_type == "Flatten")
@@ -306,7 +299,7 @@ def test_onnx_models_are_refused() -> None:
 def test_bricks_are_fed_values_distributed_as_in_the_model() -> None:
     """inputs="model": a clip (ReLU6) brick's input has its in-model per-channel statistics;
     "activations" and "normal" ignore them."""
-    from dlbricks._types import ValueStatistics
+    from dlbricks.types import ValueStatistics
 
     dec = dlbricks.decompose(build_gluon("mobilenetv2_0.25"))
     clip = next(b for b in dec.bricks.values() if b.op_type == "clip" and b.inputs[0].shape[2] >= 28)
@@ -338,8 +331,8 @@ def test_a_value_dependent_brick_is_fed_its_models_own_tensor() -> None:
     """A non-maximum suppression runs at the speed of the boxes it is given: its brick keeps the
     tensor it reads in the model's run (on the seeded normal input a whole model gets), is fed it,
     and two models that feed it other values get two bricks."""
-    from dlbricks._inputs import random_inputs
-    from dlbricks._mxnet_frontend import load_mxnet
+    from dlbricks.inputs import random_inputs
+    from dlbricks.mxnet_frontend import load_mxnet
 
     signatures = []
     for scale in (1.0, 3.0):
@@ -388,9 +381,9 @@ def test_validate_per_brick_profiles_the_model_in_mxnet(tmp_path) -> None:  # ty
     """`dlbricks validate --framework mxnet --per-brick`: every layer gets its in-model time from
     MXNet's profiler (run in a subprocess under the configuration's environment)."""
     from click.testing import CliRunner
-    from dlbricks.estimator import validate
 
     from dlbricks.cli import main
+    from dlbricks.estimator import validate
 
     db = str(tmp_path / "mx.db")
     v = validate(build_gluon("mobilenet0.25"), db, config=MxnetConfig(), budget=Budget.quick(), per_brick=True)
@@ -421,7 +414,7 @@ def test_a_brick_is_timed_beside_the_floors_model(mobilenet: dlbricks.ModelGraph
     """On a CPU each sample of an MXNet brick is followed by a sample of the floor's one-node model
     in the same worker (``empty_s``: the floor and a node at the brick's moments); a whole model has
     none, and the estimator takes the drift off the brick."""
-    from dlbricks.estimator import floor_drift_s
+    from dlbricks.estimator.predict import floor_drift_s
 
     dec = dlbricks.decompose(mobilenet)
     bricks = list(dec.bricks.values())[:3]
@@ -450,7 +443,7 @@ def test_floor_calibration() -> None:
 
 def test_estimate_from_mxnet_bricks(mobilenet: dlbricks.ModelGraph) -> None:
     """The estimator composes MXNet measurements like any other (the figures are in the bench)."""
-    from dlbricks.estimator import estimate_decomposition
+    from dlbricks.estimator.estimation import estimate_decomposition
 
     dec = dlbricks.decompose(mobilenet)
     config = MxnetConfig()
@@ -467,8 +460,8 @@ def test_mxnet_calibration_keeps_the_roofline_below_mxnet_bricks() -> None:
     onnxruntime's peak alone, ResNet-18's roofline came out above its lower bound; with GEMMs alone, a
     3x3 convolution ran 2% above the peak)."""
     from dlbricks.estimator import calibrate_peaks
-    from dlbricks.estimator._calibrate import calibrated_backends, merge_peaks
-    from dlbricks.estimator._estimate import Peaks
+    from dlbricks.estimator.calibrate import calibrated_backends, merge_peaks
+    from dlbricks.estimator.estimation import Peaks
 
     config = MxnetConfig(cache="warm")
     mx_cal = calibrate_peaks(config)

@@ -77,7 +77,7 @@ def test_decompose_checks_mxnet_bricks_in_mxnet(export: Path) -> None:
 def test_an_mxnet_brick_mxnet_cannot_run_is_reported() -> None:
     import onnx
 
-    from dlbricks._mxnet_bricks import check_mxnet_runnable
+    from dlbricks.mxnet_bricks import check_mxnet_runnable
 
     graph = dlbricks.load_model(mx.sym.relu(mx.sym.var("data"), name="r"), input_shapes={"data": (2, 3)})
     brick = next(iter(dlbricks.decompose(graph).bricks.values()))

@@ -4,7 +4,6 @@ bit-identical, since MXNet runs the same kernels)."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
@@ -14,8 +13,8 @@ from tests import _mxnet
 pytestmark = _mxnet.MARKS
 mx = _mxnet.import_mxnet()
 
-from dlbricks._mxnet_bricks import brick_to_symbol, model_to_symbol  # noqa: E402
-from dlbricks.model_zoo._gluon import build_gluon  # noqa: E402
+from dlbricks.model_zoo.gluon import build_gluon  # noqa: E402
+from dlbricks.mxnet_bricks import brick_to_symbol, model_to_symbol  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-5
 #: Every op of the Gluon vision zoo: residual adds, concatenations (densenet, inception, squeezenet),
@@ -78,8 +77,8 @@ def test_brick_inputs_carry_the_statistics_of_the_model_tensors() -> None:
     """Every feature map a brick reads carries the statistics of that tensor in a run of the model on
     the seeded standard normal input a whole model is measured with (also after a database round
     trip); the model's own input carries none."""
-    from dlbricks._inputs import random_inputs
-    from dlbricks._types import ValueStatistics
+    from dlbricks.inputs import random_inputs
+    from dlbricks.types import ValueStatistics
 
     graph = build_gluon("mobilenetv2_0.25")
     values = model_tensors(graph, random_inputs(graph.inputs)[graph.inputs[0].name])

@@ -10,14 +10,15 @@ import numpy as np
 import pytest
 
 import dlbricks
-from dlbricks import InvalidArgumentError, ModelLoadError, ShapeInferenceError
-from dlbricks._mxnet_frontend import LAYOUTS_ATTR, MXNET_DOMAIN, is_mxnet_model, load_mxnet
+from dlbricks import InvalidArgumentError, ModelLoadError
+from dlbricks.errors import ShapeInferenceError
+from dlbricks.mxnet_frontend import LAYOUTS_ATTR, MXNET_DOMAIN, is_mxnet_model, load_mxnet
 from tests import _mxnet
 
 pytestmark = _mxnet.MARKS
 mx = _mxnet.import_mxnet()
 
-from dlbricks.model_zoo._gluon import build_gluon, export_gluon, gluon_block  # noqa: E402
+from dlbricks.model_zoo.gluon import build_gluon, export_gluon, gluon_block  # noqa: E402
 
 
 def small_symbol() -> mx.sym.Symbol:
@@ -145,8 +146,8 @@ def test_is_mxnet_model() -> None:
 
 def test_dlbricks_does_not_import_mxnet() -> None:
     code = ("import sys, dlbricks, dlbricks.generators, dlbricks.model_zoo, dlbricks.estimator, "
-            "dlbricks._mxnet_frontend, dlbricks._mxnet_bricks, dlbricks._mxnet_to_onnx, "
-            "dlbricks.generators._mxnet, dlbricks.model_zoo._gluon; "
+            "dlbricks.mxnet_frontend, dlbricks.mxnet_bricks, dlbricks._mxnet_to_onnx, "
+            "dlbricks.generators.mxnet, dlbricks.model_zoo.gluon; "
             "from dlbricks.generators import get_backend; get_backend('mxnet'); "
             "assert 'mxnet' not in sys.modules, 'mxnet imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

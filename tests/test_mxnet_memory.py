@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import dlbricks
-from dlbricks._inputs import random_inputs
-from dlbricks._mxnet_frontend import STATISTICS_BLOCK, feature_statistics, load_mxnet
-from dlbricks._types import ValueStatistics
+from dlbricks.inputs import random_inputs
+from dlbricks.mxnet_frontend import STATISTICS_BLOCK, feature_statistics, load_mxnet
+from dlbricks.types import ValueStatistics
 from tests import _mxnet
 
 pytestmark = _mxnet.MARKS

@@ -12,18 +12,17 @@ import onnxruntime as ort
 import pytest
 
 import dlbricks
-from dlbricks import UnrunnableBrickError
+from dlbricks.errors import UnrunnableBrickError
 from tests import _mxnet
 
 pytestmark = _mxnet.MARKS
 mx = _mxnet.import_mxnet()
 
-from dlbricks.model_zoo import build
-from dlbricks.model_zoo._gluon import build_gluon
-
-from dlbricks._mxnet_bricks import brick_to_symbol
-from dlbricks._mxnet_frontend import load_mxnet
 from dlbricks._mxnet_to_onnx import CONVERTIBLE_OPS, mxnet_brick_to_onnx
+from dlbricks.model_zoo import build
+from dlbricks.model_zoo.gluon import build_gluon
+from dlbricks.mxnet_bricks import brick_to_symbol
+from dlbricks.mxnet_frontend import load_mxnet
 
 RTOL, ATOL = 1e-4, 1e-4
 MODELS = ("resnet18_v1", "resnet18_v2", "squeezenet1.0", "mobilenetv2_0.25", "densenet121", "inceptionv3",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
@@ -13,7 +12,7 @@ from tests import _mxnet
 pytestmark = _mxnet.MARKS
 mx = _mxnet.import_mxnet()
 
-from dlbricks.model_zoo._gluon import (  # noqa: E402
+from dlbricks.model_zoo.gluon import (  # noqa: E402
     GLUON_MODELS,
     GLUON_PREFIX,
     build_gluon,

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dlbricks
-from dlbricks._bricks import SIGNATURE_KEY, write_bricks
+from dlbricks.bricks import SIGNATURE_KEY, write_bricks
 
 
 def _secret_model() -> onnx.ModelProto:

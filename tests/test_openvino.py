@@ -21,9 +21,10 @@ import pytest
 from click.testing import CliRunner
 
 import dlbricks
-from dlbricks import BackendUnavailableError, InvalidArgumentError, UnrunnableBrickError
+from dlbricks import InvalidArgumentError
 from dlbricks.benchmarks_db import Store
 from dlbricks.cli import main
+from dlbricks.errors import BackendUnavailableError, UnrunnableBrickError
 from dlbricks.generators import Budget, available_backends, benchmark, collect_system_info, get_backend
 from tests import _models
 
@@ -305,7 +306,7 @@ def test_a_bricks_overhead_is_what_its_model_does_not_run(ov: ModuleType, squeez
         brick_channels_last,
         brick_overhead_share,
     )
-    from dlbricks._ov_fusion import runtime_kernels
+    from dlbricks.ov_fusion import runtime_kernels
 
     cfg = OpenvinoConfig()
     backend = get_backend("openvino")
@@ -337,7 +338,7 @@ def test_estimates_hold_against_the_whole_model(ov: ModuleType, squeezenet: dlbr
     same rounds, for layer bricks nearer to it than the bricks' raw sum; the lower bound stays below
     it."""
     from dlbricks.estimator import validate
-    from dlbricks.generators import RoundsBudget
+    from dlbricks.generators.rounds import RoundsBudget
 
     cfg = get_backend("openvino").config_from_dict({**get_backend("openvino").default_config().to_dict(),
                                                     "cache": "warm"})

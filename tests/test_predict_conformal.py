@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from dlbricks.estimator._predict import CrossValidation, conformal_quantile
+from dlbricks.estimator.predict import CrossValidation, conformal_quantile
 
 
 def test_conformal_quantile_rank() -> None:

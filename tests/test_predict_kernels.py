@@ -7,8 +7,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dlbricks
-from dlbricks.estimator import LatencyPredictor, Peaks
-from dlbricks.estimator._predict import Recurrence, conv_groups, features
+from dlbricks.estimator.estimation import Peaks
+from dlbricks.estimator.predict import LatencyPredictor, Recurrence, conv_groups, features
 from tests.test_predict_transfer import _single, matmul_brick
 
 
@@ -118,7 +118,9 @@ def test_the_cache_and_memory_rate_come_from_the_database(tmp_path) -> None:
     rate from the calibrated matrix-vector product just larger than it, not from the Adds' streams,
     even where those were faster: a recurrent step runs the matrix-vector product's loop."""
     from dlbricks.benchmarks_db import Store
-    from dlbricks.estimator import Calibration, last_level_cache, matvec_rates, memory_rate, merge_peaks
+    from dlbricks.estimator.calibrate import Calibration
+    from dlbricks.estimator.api import last_level_cache, matvec_rates, memory_rate
+    from dlbricks.estimator.calibrate import merge_peaks
     from dlbricks.generators import collect_system_info
 
     system = collect_system_info()

@@ -7,8 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dlbricks
-from dlbricks.estimator import LatencyPredictor
-from dlbricks.estimator._predict import contiguous_runs, conv_groups
+from dlbricks.estimator.predict import LatencyPredictor, contiguous_runs, conv_groups
 from tests.test_predict_transfer import _single
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 import dlbricks
-from dlbricks.estimator import LatencyPredictor, plan_decomposition
-from dlbricks.estimator._estimate import MEASURE_SETUP_S, measure_time_s
+from dlbricks.estimator.estimation import MEASURE_SETUP_S, measure_time_s, plan_decomposition
+from dlbricks.estimator.predict import LatencyPredictor
 from dlbricks.generators import Budget, Measurement, OrtConfig
-from dlbricks.generators._measurement import failed_measurement
+from dlbricks.generators.measurement import failed_measurement
 from tests import _models
 
 

@@ -7,8 +7,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dlbricks
-from dlbricks.estimator import LatencyPredictor, Peaks, estimate_decomposition
-from dlbricks.estimator._predict import descriptor, kernel_class
+from dlbricks.estimator.estimation import Peaks, estimate_decomposition
+from dlbricks.estimator.predict import LatencyPredictor, descriptor, kernel_class
 from dlbricks.generators import Budget, Measurement, OrtConfig, benchmark
 from tests import _models
 

@@ -10,9 +10,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dlbricks
-from dlbricks._cost import gemm_dims
-from dlbricks.estimator import LatencyPredictor, Peaks, calibrate_peaks
-from dlbricks.estimator._predict import im2col_elements, kernel_class, unseen_op_fit
+from dlbricks.cost import gemm_dims
+from dlbricks.estimator import calibrate_peaks
+from dlbricks.estimator.estimation import Peaks
+from dlbricks.estimator.predict import LatencyPredictor, im2col_elements, kernel_class, unseen_op_fit
 from dlbricks.generators import Budget, OrtConfig, benchmark
 from tests.test_predict_transfer import _single, matmul_brick
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import dlbricks
-from dlbricks.estimator import LatencyPredictor, Prediction, Predictor, estimate
+from dlbricks.estimator import estimate
+from dlbricks.estimator.predict import LatencyPredictor, Prediction, Predictor
 from tests import _models
 
 

@@ -11,9 +11,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dlbricks
-from dlbricks._cost import node_flops
-from dlbricks._fusion import optimized_model
-from dlbricks._types import TensorSpec
+from dlbricks.cost import node_flops
+from dlbricks.fusion import optimized_model
+from dlbricks.types import TensorSpec
 
 from . import _models
 
@@ -104,7 +104,7 @@ def test_fused_qdq_brick_runs_as_one_quantized_kernel(quantized: dict[str, str])
 
 
 def test_int8_inputs_are_drawn_over_their_range() -> None:
-    arrays = dlbricks.random_inputs([TensorSpec("a", (256,), "uint8"), TensorSpec("b", (256,), "int8")])
+    arrays = dlbricks.inputs.random_inputs([TensorSpec("a", (256,), "uint8"), TensorSpec("b", (256,), "int8")])
     assert arrays["a"].max() > 128 and arrays["b"].min() < -64
 
 
@@ -161,7 +161,7 @@ def test_float16_model_decomposes_and_its_bricks_run(granularity: str) -> None:
     conv = next(b for b in dec.bricks.values() if "Conv" in b.op_types)
     assert conv.constants[0].spec.dtype == "float16" and conv.constants[0].spec.nbytes == 16 * 8 * 9 * 2
     session = ort.InferenceSession(conv.to_onnx().SerializeToString(), providers=["CPUExecutionProvider"])
-    feeds = dlbricks.random_inputs(conv.inputs)
+    feeds = dlbricks.inputs.random_inputs(conv.inputs)
     assert np.isfinite(session.run(None, feeds)[0]).all()
 
 
@@ -192,7 +192,7 @@ def test_maxpool_between_qdq_pairs_is_one_brick_on_8bit_values(pooling_qdq: dlbr
     """onnxruntime drops the DequantizeLinear -> MaxPool -> QuantizeLinear pair around a MaxPool and
     runs it on the 8-bit values: the pair is part of the MaxPool's group, and its brick runs no
     DequantizeLinear or QuantizeLinear either."""
-    from dlbricks._fusion import fusion_groups
+    from dlbricks.fusion import fusion_groups
 
     graph = pooling_qdq
     plan = fusion_groups(graph, "all")
@@ -214,7 +214,7 @@ def test_maxpool_after_an_nhwc_qlinearconv_runs_as_the_models_nhwc_kernel(
         pooling_qdq: dlbricks.ModelGraph) -> None:
     """In the model, the 8-bit MaxPool after a QLinearConv meets an NHWC tensor and runs as
     NhwcMaxPool; alone it would run the NCHW 8-bit MaxPool. Its brick is that NHWC kernel."""
-    from dlbricks._fusion import fusion_groups
+    from dlbricks.fusion import fusion_groups
 
     optimized = optimized_model(pooling_qdq, "all")
     assert "NhwcMaxPool" in {n.op_type for n in optimized.graph.node}
@@ -227,18 +227,16 @@ def test_maxpool_after_an_nhwc_qlinearconv_runs_as_the_models_nhwc_kernel(
         _, h, w, c = brick.inputs[0].shape
         assert c == 8 and h == w  # channels last
         session = ort.InferenceSession(brick.to_onnx().SerializeToString(), providers=["CPUExecutionProvider"])
-        (out,) = session.run(None, dlbricks.random_inputs(brick.inputs))
+        (out,) = session.run(None, dlbricks.inputs.random_inputs(brick.inputs))
         assert out.shape == brick.outputs[0].shape
 
 
 def test_kernels_renamed_by_transformers_are_attributed_in_the_model(pooling_qdq: dlbricks.ModelGraph) -> None:
     """onnxruntime names the QLinearConv that replaces node ``n`` ``n_token_<k>``: its time belongs
     to the group of ``n``'s layers, not to none."""
-    from dlbricks.estimator import in_model_times
-    from dlbricks.estimator._profile import _owner_of
+    from dlbricks.estimator._profile import _owner_of, in_model_times
+    from dlbricks.fusion import fusion_groups, kernel_origin
     from dlbricks.generators import OrtConfig
-
-    from dlbricks._fusion import fusion_groups, kernel_origin
 
     assert kernel_origin("conv_token_63") == "conv" and kernel_origin("a_token_1_token_22") == "a"
     assert _owner_of("__dlb3_token_63", {"__dlb3": "conv"}) == "conv"
@@ -254,8 +252,7 @@ def test_kernels_renamed_by_transformers_are_attributed_in_the_model(pooling_qdq
 def test_integer_bricks_are_bounded_by_the_integer_peak(quantized: dict[str, str]) -> None:
     """8-bit kernels beat the float peak: a quantized brick's roofline uses the integer peak, and its
     fast runs raise that peak, not the float one that bounds float bricks."""
-    from dlbricks.estimator import Peaks
-    from dlbricks.estimator._estimate import _reached, computes_on_8bit
+    from dlbricks.estimator.estimation import Peaks, _reached, computes_on_8bit
 
     dec = dlbricks.decompose(_load(quantized["cnn_dynamic"]))
     conv = next(b for b in dec.bricks.values() if b.op_type == "ConvInteger")
@@ -274,8 +271,9 @@ def test_integer_bricks_are_bounded_by_the_integer_peak(quantized: dict[str, str
 
 
 def test_integer_peak_is_measured_on_an_8bit_gemm() -> None:
-    from dlbricks.estimator import Calibration, Peaks
-    from dlbricks.estimator._calibrate import int_gemm_model, merge_peaks
+    from dlbricks.estimator.calibrate import Calibration
+    from dlbricks.estimator.calibrate import int_gemm_model, merge_peaks
+    from dlbricks.estimator.estimation import Peaks
 
     model = int_gemm_model(32)
     onnx.checker.check_model(model)
@@ -298,7 +296,7 @@ def test_nhwc_qlinearconvs_of_a_prepared_model_are_one_group_each(tmp_path) -> N
     DequantizeLinear layers around it) instead of the whole body falling into one group."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    from dlbricks._fusion import fusion_groups
+    from dlbricks.fusion import fusion_groups
 
     logging.getLogger().setLevel(logging.ERROR)
     source, prepared, target = tmp_path / "cnn.onnx", tmp_path / "pre.onnx", tmp_path / "qdq.onnx"

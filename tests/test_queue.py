@@ -6,7 +6,7 @@ import networkx as nx
 import pytest
 
 from dlbricks import InvalidArgumentError
-from dlbricks.estimator import QueueTimes, queue_critical_path, queue_latency
+from dlbricks.estimator.queue import QueueTimes, queue_critical_path, queue_latency
 
 Q = QueueTimes
 

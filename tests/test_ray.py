@@ -21,7 +21,8 @@ import pytest
 from click.testing import CliRunner
 
 import dlbricks
-from dlbricks.benchmarks_db import BenchOptions, RayExecutor, Store, populate
+from dlbricks.benchmarks_db import BenchOptions, Store, populate
+from dlbricks.benchmarks_db.ray import RayExecutor
 from dlbricks.cli._db import cli
 from dlbricks.generators import Budget, collect_system_info
 from tests._models import resnet_like

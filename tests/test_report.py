@@ -318,8 +318,7 @@ def test_datasette_metadata_describes_the_schema_and_its_queries_run(filled: dic
     """The shipped metadata: every table it describes is one of the schema's, every table of the
     schema is described, and every canned query runs on a filled database (real SQLite), the
     three of the issue returning rows."""
-    from dlbricks.benchmarks_db import SCHEMA_VERSION
-    from dlbricks.benchmarks_db._migrations import schema_at
+    from dlbricks.benchmarks_db._migrations import SCHEMA_VERSION, schema_at
     from dlbricks.datasette import METADATA_PATH, metadata
 
     assert METADATA_PATH.is_file()

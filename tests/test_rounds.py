@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from dlbricks import InvalidArgumentError
-from dlbricks.generators import Budget, RoundsBudget, time_calls
-from dlbricks.generators._rounds import merge_paired, paired_ratio, rounds_measurements, time_rounds
+from dlbricks.generators import Budget
+from dlbricks.generators.harness import time_calls
+from dlbricks.generators.rounds import RoundsBudget, merge_paired, paired_ratio, rounds_measurements, time_rounds
+
 
 class PhasedClock:
     """Nanoseconds of a machine whose speed changes in phases of 0.5-3 s, each 1.0-1.6x as slow as
@@ -142,7 +144,7 @@ def test_rounds_over_processes_average_what_each_process_drew() -> None:
 def test_further_processes_only_while_the_processes_disagree() -> None:
     """Two processes whose ratios differ by 7% leave their mean unknown to +-2%: a further worker is
     started; two that agree within a fraction of a percent are enough."""
-    from dlbricks.generators._runner import _processes_agree
+    from dlbricks.generators.runner import _processes_agree
 
     assert not _processes_agree([_process(1, 1.15, 1.0), _process(2, 0.93, 1.03)], 0.02)
     assert _processes_agree([_process(1, 1.0, 1.0), _process(2, 1.0, 1.0)], 0.02)

@@ -12,10 +12,10 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 import dlbricks
-from dlbricks.cli._util import parse_shape_sweep
 from dlbricks.benchmarks_db import Store
 from dlbricks.cli import main
-from dlbricks.estimator import SweepShape, estimate_sweep
+from dlbricks.cli._util import parse_shape_sweep
+from dlbricks.estimator.sweep import SweepShape, estimate_sweep
 from tests._models import Builder
 
 

@@ -39,7 +39,9 @@ import onnxruntime as ort
 from onnx import helper
 
 import dlbricks
-from dlbricks.generators import floor_model, median_ci, random_inputs
+from dlbricks.generators.inputs import random_inputs
+from dlbricks.generators.items import floor_model
+from dlbricks.generators.stats import median_ci
 from dlbricks.model_zoo import build
 
 SLOTS = 3

@@ -39,7 +39,7 @@ def _without_drift(path: str, folder: str) -> str:
 def _config(framework: str) -> Any:
     """The default configuration of ``framework`` (None: the estimator's own, onnxruntime)."""
     if framework == "mxnet":
-        from dlbricks.generators import MxnetConfig
+        from dlbricks.generators.mxnet import MxnetConfig
 
         return MxnetConfig()
     return None

@@ -3,7 +3,7 @@
 Calibrates the floor ``--rounds`` times in one process, each round both ways in turn (the order
 alternating): *apart*, the one-node model and the chain of ``CHAIN_NODES`` nodes each timed on its
 own, one after the other (the cost of a further node is their difference over the chain's further
-nodes); *paired*, :func:`dlbricks.generators.measure_floor`, the chain timed with the one-node model
+nodes); *paired*, :func:`dlbricks.generators.floor.measure_floor`, the chain timed with the one-node model
 beside it. Prints each round's one-node median, node cost and floor both ways, then per way the
 median and the spread (min-max) of the node cost, and the node cost of the calibration that a
 Runner would keep by the lowest floor (the rule before pairing) and by the fastest one-node model.
@@ -16,11 +16,10 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from dlbricks.generators import Budget, OrtConfig, collect_system_info, measure_floor
-from dlbricks.generators._floor import CHAIN_NODES, node_cost
-from dlbricks.generators._harness import measure_model
-from dlbricks.generators._items import FLOOR_KEY, floor_model
-from dlbricks.generators._registry import get_backend
+from dlbricks.generators import Budget, OrtConfig, collect_system_info, get_backend
+from dlbricks.generators.floor import CHAIN_NODES, measure_floor, node_cost
+from dlbricks.generators.harness import measure_model
+from dlbricks.generators.items import FLOOR_KEY, floor_model
 
 
 def apart(config: OrtConfig, budget: Budget) -> tuple[float, float, float]:

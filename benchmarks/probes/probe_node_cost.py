@@ -1,7 +1,7 @@
 """Does a one-node brick cost more, beyond the floor, than its node inside a model? Tiny tensors.
 
 dlbricks subtracts the per-call floor (a call with no node, extrapolated from a one-node model and
-a chain of nodes, :mod:`dlbricks.generators._floor`) from every brick and adds it once per model.
+a chain of nodes, :mod:`dlbricks.generators.floor`) from every brick and adds it once per model.
 For models of a few microseconds a layer (ncf_ml20m, dlrm_criteo_kaggle) what is left of a brick
 must equal its node's cost inside the model to within a tenth of a microsecond. This probe times,
 with raw onnxruntime sessions and IOBinding (1 thread, optimizations off, tensors of 64 floats):

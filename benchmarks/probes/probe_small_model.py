@@ -8,7 +8,7 @@ all alike:
 - the whole zoo model;
 - each of its layer bricks, as dlbricks cuts it (:meth:`dlbricks.Brick.to_onnx`);
 - the one-node Relu and a chain of 33 Relus, whose difference gives the zero-node floor (the
-  generators' rule, :mod:`dlbricks.generators._floor`);
+  generators' rule, :mod:`dlbricks.generators.floor`);
 - with ``--prefixes``, the model cut after each layer (every tensor a later layer reads, and the
   model's outputs, made outputs), whose differences give each layer's cost inside the model;
 - with ``--regions K1,K2,...``, the model cut at those node indices (graph order) into consecutive

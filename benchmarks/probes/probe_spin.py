@@ -22,8 +22,9 @@ import numpy as np
 import onnxruntime as ort
 
 from dlbricks import load_model
-from dlbricks.generators import Budget, OrtConfig, Runner, collect_system_info
-from dlbricks.generators import _runner
+from dlbricks.generators import Budget, OrtConfig, collect_system_info
+from dlbricks.generators import runner as _runner
+from dlbricks.generators.runner import Runner
 from dlbricks.model_zoo import build
 
 #: A short sample of a held model: no warm-up beyond one call, then runs until 20 ms have passed.

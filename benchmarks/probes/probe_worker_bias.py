@@ -4,7 +4,7 @@ Usage::
 
     python benchmarks/probes/probe_worker_bias.py MODEL [--workers 6]
 
-The zoo model and all its bricks are timed in rounds (``dlbricks.estimator.PAIRED_ROUNDS``) in
+The zoo model and all its bricks are timed in rounds (``dlbricks.estimator.api.PAIRED_ROUNDS``) in
 ``--workers`` fresh worker processes, one after another; printed per worker: its rounds, the whole
 model's median, the ratio of the bricks' sum to the whole runs with its 95% interval, and the three
 heaviest bricks' medians. Workers whose ratios differ by more than their intervals drew a bias that
@@ -18,8 +18,9 @@ import argparse
 import numpy as np
 
 import dlbricks
-from dlbricks.estimator import PAIRED_ROUNDS
-from dlbricks.generators import Budget, OrtConfig, Runner
+from dlbricks.estimator.api import PAIRED_ROUNDS
+from dlbricks.generators import Budget, OrtConfig
+from dlbricks.generators.runner import Runner
 from dlbricks.model_zoo import build
 
 #: Holding the model in a worker: one run that proves it runs (the rounds time it).

@@ -1,0 +1,92 @@
+"""A model and its bricks measured in the same rounds: the paired design of ``evaluate`` and ``validate``.
+
+The whole model and its bricks are held in worker processes, one after another
+(:func:`~dlbricks.generators.runner.rounds_in_processes`), each of which times one whole run and a short
+measurement of each brick, in the model's order, round after round. Each brick's runs over the rounds
+are stored as its measurement in the model's context, for that model alone, so that its estimate
+and its whole runs come from the same moments of the machine, and no other model's estimate reads
+a moment that its own whole runs did not meet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from dlbricks import Decomposition
+from dlbricks.generators.runner import ROUND_PROCESSES, rounds_in_processes
+
+from .store import Store
+
+if TYPE_CHECKING:
+    from dlbricks.generators import Measurement
+    from dlbricks.generators.rounds import PairedRounds, RoundsBudget
+
+__all__ = ["QUEUE_TIMES", "measure_in_rounds", "model_measurements", "round_order"]
+
+#: Fields of a brick's stored measurement that its rounds do not take (the launch queue's times on an
+#: accelerator, from requests of their own): kept from the stored measurement.
+QUEUE_TIMES = ("host_s", "device_s", "device_warm_s", "repeat_s")
+
+
+def round_order(dec: Decomposition) -> list[str]:
+    """The unique bricks of ``dec`` in the order of their first occurrence: the order of a round."""
+    return list(dict.fromkeys(o.signature for o in dec.occurrences))
+
+
+def model_measurements(store: Store, dec: Decomposition, system: Any, config_id: str) -> dict[str, Measurement]:
+    """The stored measurement of each brick of ``dec``: the one taken in ``dec``'s own context where
+    one was (``Store.record(..., model=)``: rounds, or ``bench`` measuring it again there), else the
+    brick's; failed ones included."""
+    own: set[str] = set()
+    if store.has_model(dec.model_key):
+        own = {r.key for r in store.context_measurements(dec.model_key, system=system, config_id=config_id,
+                                                         status="ok")}
+    found = {}
+    for sig in dec.bricks:
+        m = store.measurement(sig, system, config_id, model=dec.model_key if sig in own else None)
+        if m is not None:
+            found[sig] = m
+    return found
+
+
+def _measured(m: Measurement | None) -> bool:
+    return m is not None and m.ok
+
+
+def _with_queue_times(measured: Measurement, stored: Measurement | None) -> Measurement:
+    if stored is None:
+        return measured
+    return dataclasses.replace(measured, **{f: getattr(stored, f) for f in QUEUE_TIMES})
+
+
+def measure_in_rounds(store: Store, dec: Decomposition, runner: Any, whole: Any, system: Any, *,
+                      budget: Any = None, rounds: RoundsBudget | None = None, processes: int = ROUND_PROCESSES,
+                      seed: int | None = None, all_bricks: bool = False) -> PairedRounds | None:
+    """Time ``whole`` (``dec``'s model) with each of its bricks that has an ok stored measurement in
+    interleaved rounds, in ``processes`` worker processes of ``runner`` one after another (its
+    current one, then fresh ones: :func:`~dlbricks.generators.runner.rounds_in_processes`; ``rounds`` the
+    budget in each, default :class:`~dlbricks.generators.rounds.RoundsBudget`), and store each brick's runs
+    over the rounds as its measurement in the model's context (the model must be stored; ``budget`` is
+    stored with each row). With ``all_bricks``, every brick of the model joins the rounds, measured
+    or not, and a brick with no measurement of its own outside a model's context gets its runs over
+    the rounds as that too (the rounds are then how the bricks are measured: chained rounds). Returns
+    the rounds as measurements (the whole model's is the caller's to store), or None where the
+    rounds failed: what was stored stands."""
+    stored = {k: m for k, m in model_measurements(store, dec, system, runner.config.config_id).items() if m.ok}
+    keys = [sig for sig in round_order(dec) if all_bricks or sig in stored]
+    if not keys:
+        return None
+    counts = dec.counts()
+    paired = rounds_in_processes(runner, whole, [dec.in_context(sig) for sig in keys], [counts[sig] for sig in keys],
+                                 rounds, processes=processes, seed=seed)
+    if paired is None:
+        return None
+    bricks: Mapping[str, Measurement] = {sig: _with_queue_times(m, stored.get(sig)) for sig, m in paired.bricks.items()}
+    for sig, m in bricks.items():
+        store.record(m, system, budget=budget, rule="replace", context=dec.in_context(sig).context,
+                     model=dec.model_key)
+        if all_bricks and not _measured(store.measurement(sig, system, runner.config.config_id)):
+            store.record(m, system, budget=budget, rule="replace", context=dec.in_context(sig).context)
+    return dataclasses.replace(paired, bricks=bricks)

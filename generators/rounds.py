@@ -1,0 +1,411 @@
+"""Rounds: a model and its bricks timed in short interleaved rounds, so that both meet the same machine.
+
+A shared machine changes speed by 10-60% in phases that last seconds. A brick measured at one moment
+and its model at another differ by the machine, not by the method. In a round the model runs whole
+once (after an untimed run that puts its data back in the caches) and each of its bricks for a
+millisecond or two of the harness, in the model's order, each call after its prime (the brick before
+it), so that it meets the caches as in the harness and inside its model; whether the whole model or
+the bricks come first is drawn at random each round (randomized interleaving, Abedi and Brecht,
+ICPE 2017). Rounds go on until the ratio of the bricks' sum to the whole model holds still
+(:class:`RoundsBudget`). Every figure of a round comes from one process, in one round trip.
+
+:func:`time_rounds` needs only prepared objects (``run``, and the optional ``prime`` and ``empty``
+of :mod:`~dlbricks.generators.harness`) and a clock, so its rules are tested with a fake clock whose
+speed changes in slow phases.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from dlbricks import InvalidArgumentError
+
+from .budget import Budget
+from .harness import Clock, Timing, time_calls, timing_to_measurement
+from .measurement import Measurement
+from .stats import relative_ci_width
+
+__all__ = ["PairedRounds", "Rounds", "RoundsBudget", "merge_paired", "paired_ratio", "time_rounds"]
+
+
+@dataclass(frozen=True, slots=True)
+class RoundsBudget:
+    """The stopping rule of a model's rounds.
+
+    Rounds go on until at least ``min_rounds`` rounds and ``min_time`` seconds are done *and* the
+    95% confidence interval of the median per-round ratio (the bricks' sum over the whole model)
+    is narrower than ``rel_ci`` of it, or until ``max_rounds`` rounds or ``max_time`` seconds (the
+    rounds are then flagged as not converged), whichever comes first; ``max_time`` gives way to
+    ``min_rounds`` (a model of seconds gets its least rounds all the same).
+
+    ``warm_whole``: an untimed run of the whole model before its timed one in each round, so that
+    the timed run finds the caches as a model run in a loop leaves them, not as the bricks did.
+
+    ``brick_warmup`` and ``brick_time``: each brick's turn in a round is a short measurement of the
+    harness (:func:`~dlbricks.generators.harness.time_calls`): a warm-up of ``brick_warmup`` seconds, then timed
+    calls, each after its prime, for ``brick_time`` seconds and three calls at least; the round takes
+    their median. A single call after the rest of the round meets caches that the other bricks left
+    (a 3 MB Relu of SqueezeNet ran in 103 us so, in 52 us in the harness and inside its model) and
+    takes several calls to reach the state a layer meets inside its model; a millisecond of calls
+    reaches it. A brick whose session copies cycle less than the last-level cache
+    (``cycle_fits_cache``) warms a whole cycle of them first: a copy left since the last round is
+    colder than the cycle's state, which is what the copies emulate.
+
+    ``chained``: each brick's turn is one call, then one call of its own floor model (its ``empty``),
+    on bricks prepared as a chain (the onnxruntime backend's ``prepare_chain``: one session each, no
+    copies, each input written by the brick before it, outputs in shared buffers in turn), so that
+    a round costs about what one run of the model's unique bricks costs; without a chain-preparing
+    backend (or off the CPU) the bricks' turns are bursts as above.
+    """
+
+    min_rounds: int = 12
+    max_rounds: int = 400
+    min_time: float = 1.0
+    max_time: float = 12.0
+    rel_ci: float = 0.02
+    warm_whole: bool = True
+    brick_warmup: float = 0.001
+    brick_time: float = 0.002
+    chained: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("min_rounds", "max_rounds"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(f"RoundsBudget.{name} must be an int >= 1. Got {value!r} instead.")
+        if self.max_rounds < self.min_rounds:
+            raise InvalidArgumentError(f"RoundsBudget.max_rounds ({self.max_rounds}) must be at least "
+                                       f"min_rounds ({self.min_rounds}).")
+        for name in ("min_time", "max_time", "rel_ci", "brick_warmup", "brick_time"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise InvalidArgumentError(f"RoundsBudget.{name} must be a number >= 0. Got {value!r} instead.")
+
+
+@dataclass(frozen=True, slots=True)
+class Rounds:
+    """What the rounds of one model timed, in seconds per call.
+
+    Attributes
+    ----------
+    whole_s : tuple of float
+        The whole model's timed run in each round.
+    bricks_s : tuple of tuple of float
+        Per brick (in the order given), the median of its timed calls in each round.
+    empties_s : tuple of tuple of float or None
+        Per brick, the floor's one-node model's per-call time paired with its calls in each round
+        (:func:`~dlbricks.generators.harness.paired_empty`), where the brick had one prepared beside
+        it; else None for that brick.
+    whole_first : tuple of bool
+        Whether the whole model came before the bricks in each round.
+    bricks_min_s : tuple of float
+        Per brick, its fastest call over every round (a lower bound keeps it).
+    process : tuple of int
+        The worker process each round ran in (:func:`merge_paired`); empty for rounds of one process.
+    prepare_s : float
+        Seconds the worker spent preparing the bricks it did not keep (every process's, merged).
+    converged : bool
+        Whether the ratio's CI met the budget's ``rel_ci`` before ``max_rounds`` or ``max_time``.
+    elapsed_s : float
+        Seconds the rounds took (untimed runs included).
+    """
+
+    whole_s: tuple[float, ...]
+    bricks_s: tuple[tuple[float, ...], ...]
+    empties_s: tuple[tuple[float, ...] | None, ...]
+    whole_first: tuple[bool, ...]
+    converged: bool
+    elapsed_s: float
+    bricks_min_s: tuple[float, ...] = ()
+    process: tuple[int, ...] = ()
+    prepare_s: float = 0.0
+
+    @property
+    def count(self) -> int:
+        """Rounds done."""
+        return len(self.whole_s)
+
+    def bricks_timed_s(self) -> float:
+        """Seconds of the bricks' calls and their floor models' calls over every round: what timing
+        the bricks cost, beside :attr:`prepare_s`."""
+        calls = sum(sum(row) for row in self.bricks_s)
+        floors = sum(sum(row) for row in self.empties_s if row is not None)
+        return float(calls + floors)
+
+    def sums(self, counts: Sequence[int]) -> np.ndarray:
+        """Per round, the bricks' times weighted by ``counts`` (occurrences per brick) and summed."""
+        weights = np.asarray(counts, dtype=np.float64)
+        if not self.bricks_s:
+            return np.zeros(self.count)
+        return weights @ np.asarray(self.bricks_s, dtype=np.float64)
+
+    def groups(self) -> list[np.ndarray]:
+        """The indices of the rounds of each worker process (one group for rounds of one process)."""
+        if not self.process:
+            return [np.arange(self.count)]
+        labels = np.asarray(self.process)
+        return [np.flatnonzero(labels == p) for p in dict.fromkeys(self.process)]
+
+    def centre(self, values: Sequence[float]) -> float:
+        """The typical value of a per-round series: its median, or with rounds from several worker
+        processes the mean of each process's median, so that each process weighs the same whatever
+        its number of rounds, and a bias that lasts as long as a process (the memory layout it drew)
+        is averaged rather than picked by the median's side."""
+        series = np.asarray(values, dtype=np.float64)
+        return float(np.mean([np.median(series[g]) for g in self.groups()]))
+
+    def swing(self) -> float:
+        """How much the machine swung during the rounds: the whole model's 90th over its 10th
+        percentile (1.0 for a machine that held still; nan with no round)."""
+        if not self.whole_s:
+            return math.nan
+        p10, p90 = np.percentile(np.asarray(self.whole_s), [10, 90])
+        return float(p90 / p10) if p10 > 0 else math.inf
+
+
+def paired_ratio(rounds: Rounds, counts: Sequence[int], *, confidence: float = 0.95,
+                 resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """The bricks' sum over the whole model, each the :meth:`~Rounds.centre` of the same rounds, and
+    its ``confidence`` interval: ``(ratio, low, high)``.
+
+    The interval is a paired bootstrap over rounds (:func:`scipy.stats.bootstrap`, the rounds
+    resampled together): it holds what the machine's swing left in the ratio, narrow where bricks and
+    whole met the same moments and wider where they did not. With rounds from several worker
+    processes the rounds are resampled within each process (a stratified bootstrap, which scipy does
+    not offer), and the interval is widened, in quadrature, by twice the standard error of the
+    processes' own ratios: what the process each drew left in it."""
+    from scipy import stats
+
+    sums, whole = rounds.sums(counts), np.asarray(rounds.whole_s, dtype=np.float64)
+    if len(whole) == 0 or rounds.centre(whole) <= 0:
+        return math.nan, math.nan, math.nan
+    ratio = rounds.centre(sums) / rounds.centre(whole)
+    if len(whole) < 3 or np.ptp(sums / whole) == 0:
+        return ratio, ratio, ratio
+    groups = rounds.groups()
+    if len(groups) > 1:
+        return _stratified_ratio(sums, whole, groups, ratio, confidence, resamples, seed)
+
+    def statistic(s: np.ndarray, w: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.median(s, axis=axis) / np.median(w, axis=axis)
+
+    seeded = {"rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state":
+              np.random.default_rng(seed)}  # scipy < 1.15 (the mxnet extra's) names it random_state
+    result = stats.bootstrap((sums, whole), statistic, paired=True, vectorized=True, n_resamples=resamples,
+                             confidence_level=confidence, method="percentile", **seeded)
+    low, high = result.confidence_interval
+    return ratio, float(min(low, ratio)), float(max(high, ratio))
+
+
+def _stratified_ratio(sums: np.ndarray, whole: np.ndarray, groups: Sequence[np.ndarray], ratio: float,
+                      confidence: float, resamples: int, seed: int) -> tuple[float, float, float]:
+    """:func:`paired_ratio` over several worker processes (``groups``: each one's rounds)."""
+    rng = np.random.default_rng(seed)
+    med_sums, med_whole = np.zeros(resamples), np.zeros(resamples)
+    for g in groups:
+        picks = g[rng.integers(0, len(g), size=(resamples, len(g)))]
+        med_sums += np.median(sums[picks], axis=1)
+        med_whole += np.median(whole[picks], axis=1)
+    boot = med_sums / med_whole
+    tail = 50 * (1 - confidence)
+    low, high = np.percentile(boot, [tail, 100 - tail])
+    own = np.array([np.median(sums[g]) / np.median(whole[g]) for g in groups])
+    between = 2 * float(np.std(own, ddof=1)) / math.sqrt(len(own))
+    low = ratio - math.hypot(ratio - float(low), between)
+    high = ratio + math.hypot(float(high) - ratio, between)
+    return ratio, float(min(low, ratio)), float(max(high, ratio))
+
+
+def _timed(run: Callable[[], object], clock: Clock) -> int:
+    t0 = clock()
+    run()
+    return clock() - t0
+
+
+def brick_budget(budget: RoundsBudget) -> Budget:
+    """The harness budget of a brick's turn in a round (see :class:`RoundsBudget`)."""
+    return Budget(warmup_time=budget.brick_warmup, min_time=budget.brick_time, min_runs=3,
+                  max_time=max(budget.brick_time, 1.0), rel_ci=1.0, placements=1)
+
+
+def time_rounds(whole: Any, bricks: Sequence[Any], counts: Sequence[int], budget: RoundsBudget | None = None,
+                clock: Clock = time.perf_counter_ns, rng: np.random.Generator | None = None) -> Rounds:
+    """Time ``whole`` (a prepared model) and ``bricks`` (its prepared bricks, in the model's order,
+    each once a round with ``counts`` its occurrences) in interleaved rounds under ``budget``.
+
+    Each brick's turn is a short measurement of the harness (:func:`brick_budget`: its prime before
+    each call, and the floor's one-node model paired with its calls where it has one), or with
+    ``budget.chained`` one call and one call of its ``empty``. Whether the whole model comes first is
+    drawn from ``rng`` each round.
+    """
+    budget = budget or RoundsBudget()
+    rng = rng or np.random.default_rng()
+    if len(counts) != len(bricks):
+        raise InvalidArgumentError(f"time_rounds needs one count per brick: {len(counts)} counts for "
+                                   f"{len(bricks)} bricks.")
+    burst = brick_budget(budget)
+    whole_run = whole.run
+    weights = np.asarray(counts, dtype=np.float64)
+    whole_ns: list[int] = []
+    bricks_s: list[list[float]] = []
+    empties_s: list[list[float]] = []
+    order: list[bool] = []
+    start = clock()
+    min_ns, max_ns = int(budget.min_time * 1e9), int(budget.max_time * 1e9)
+    next_check = budget.min_rounds
+    converged = False
+
+    def run_whole() -> int:
+        if budget.warm_whole:
+            whole_run()
+        return _timed(whole_run, clock)
+
+    fastest = [math.inf] * len(bricks)
+    singles = [(b.run, getattr(b, "empty", None)) for b in bricks]
+
+    def run_singles() -> tuple[list[float], list[float]]:
+        times, empties = [], []
+        for i, (run, empty) in enumerate(singles):
+            t = _timed(run, clock) / 1e9
+            times.append(t)
+            fastest[i] = min(fastest[i], t)
+            empties.append(_timed(empty, clock) / 1e9 if empty is not None else math.nan)
+        return times, empties
+
+    def run_bricks() -> tuple[list[float], list[float]]:
+        if budget.chained:
+            return run_singles()
+        times, empties = [], []
+        for i, brick in enumerate(bricks):
+            timing = time_calls(brick, burst, clock, warmed=not getattr(brick, "cycle_fits_cache", False))
+            times.append(float(np.median(timing.samples_s)))
+            fastest[i] = min(fastest[i], min(timing.samples_s))
+            empties.append(timing.empty_s if timing.empty_s is not None else math.nan)
+        return times, empties
+
+    while True:
+        first = bool(rng.random() < 0.5)
+        if first:
+            w = run_whole()
+            b, e = run_bricks()
+        else:
+            b, e = run_bricks()
+            w = run_whole()
+        whole_ns.append(w)
+        bricks_s.append(b)
+        empties_s.append(e)
+        order.append(first)
+        done, spent = len(whole_ns), clock() - start
+        if done >= budget.max_rounds or (spent >= max_ns and done >= budget.min_rounds):
+            break
+        if done >= next_check and spent >= min_ns:
+            ratios = (np.asarray(bricks_s) @ weights) / (np.asarray(whole_ns, dtype=np.float64) / 1e9)
+            if relative_ci_width(ratios) <= budget.rel_ci:
+                converged = True
+                break
+            next_check = done + max(1, done // 10)
+    per_brick = np.asarray(bricks_s, dtype=np.float64).T if bricks else np.zeros((0, len(whole_ns)))
+    per_empty = np.asarray(empties_s, dtype=np.float64).T if bricks else np.zeros((0, len(whole_ns)))
+    has_empty = [not np.isnan(row).any() for row in per_empty]
+    return Rounds(
+        whole_s=tuple((np.asarray(whole_ns, dtype=np.float64) / 1e9).tolist()),
+        bricks_s=tuple(tuple(row.tolist()) for row in per_brick),
+        empties_s=tuple(tuple(row.tolist()) if has else None for row, has in zip(per_empty, has_empty, strict=True)),
+        whole_first=tuple(order),
+        converged=converged,
+        elapsed_s=(clock() - start) / 1e9,
+        bricks_min_s=tuple(fastest),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PairedRounds:
+    """A model's rounds as measurements: the whole model's and each brick's (by key), every one a
+    summary of its runs over the same rounds, and the rounds themselves."""
+
+    whole: Measurement
+    bricks: Mapping[str, Measurement]
+    rounds: Rounds
+    keys: tuple[str, ...]
+    counts: tuple[int, ...]
+
+    def ratio(self) -> tuple[float, float, float]:
+        """:func:`paired_ratio` of these rounds."""
+        return paired_ratio(self.rounds, self.counts)
+
+
+def rounds_measurements(rounds: Rounds, whole_key: str, keys: Sequence[str], counts: Sequence[int],
+                        backend: str, config: Any, *, floor_s: float | None, node_s: float | None,
+                        keep_samples: bool = False) -> PairedRounds:
+    """Summarize ``rounds`` into one :class:`Measurement` per brick of ``keys`` and one of the whole
+    model (its ``wall_time_s`` the rounds' time), each from its runs over the rounds (a brick's
+    ``min_s`` its fastest call, not its fastest round), the brick's paired empty model (the median over
+    the rounds) kept with it."""
+    def summary(key: str, samples: Sequence[float], empties: Sequence[float] | None,
+                fastest: float | None = None) -> Measurement:
+        timing = Timing(samples_s=tuple(samples), inner=1, converged=rounds.converged, warmup_calls=0, warmup_s=0.0,
+                        timed_s=float(sum(samples)), sampling_s=rounds.elapsed_s)
+        if empties is not None:
+            timing = replace(timing, empty_s=rounds.centre(empties))
+        m = timing_to_measurement(timing, key, backend, config, rounds.elapsed_s, floor_s=floor_s,
+                                  keep_samples=keep_samples)
+        if rounds.process:
+            m = replace(m, median_s=rounds.centre(samples))
+        if fastest is not None and math.isfinite(fastest):
+            m = replace(m, min_s=min(m.min_s or fastest, fastest))
+        return replace(m, node_s=node_s)
+
+    fastest = rounds.bricks_min_s or (None,) * len(keys)
+    bricks = {key: summary(key, samples, empties, low)
+              for key, samples, empties, low in zip(keys, rounds.bricks_s, rounds.empties_s, fastest, strict=True)}
+    whole = summary(whole_key, rounds.whole_s, None)
+    return PairedRounds(whole, bricks, rounds, tuple(keys), tuple(int(c) for c in counts))
+
+
+def _part(paired: PairedRounds, keys: Sequence[str], process: int) -> Rounds:
+    """``paired``'s rounds for ``keys`` only (a subset of its own), labelled with ``process``."""
+    at = [paired.keys.index(k) for k in keys]
+    r = paired.rounds
+    return replace(r, bricks_s=tuple(r.bricks_s[i] for i in at), empties_s=tuple(r.empties_s[i] for i in at),
+                   bricks_min_s=tuple(r.bricks_min_s[i] for i in at) if r.bricks_min_s else (),
+                   process=(process,) * r.count)
+
+
+def merge_paired(parts: Sequence[PairedRounds]) -> PairedRounds:
+    """The rounds of one model timed in several worker processes, one after another, as one set
+    (pyperf spreads its runs over processes for the same reason: a process draws its memory layout
+    once, and a layer can run 10-15% faster or slower for as long as the process lives). Bricks
+    missing from any part are left out; each measurement's ``median_s`` is the mean of the
+    processes' medians (:meth:`Rounds.centre`), its ``floor_s`` the median of theirs."""
+    if not parts:
+        raise InvalidArgumentError("merge_paired needs at least one set of rounds.")
+    if len(parts) == 1:
+        return parts[0]
+    keys = [k for k in parts[0].keys if all(k in p.keys for p in parts[1:])]
+    counts = [parts[0].counts[parts[0].keys.index(k)] for k in keys]
+    rounds = [_part(p, keys, i) for i, p in enumerate(parts)]
+    merged = Rounds(
+        whole_s=tuple(t for r in rounds for t in r.whole_s),
+        bricks_s=tuple(tuple(t for r in rounds for t in r.bricks_s[i]) for i in range(len(keys))),
+        empties_s=tuple(None if any(r.empties_s[i] is None for r in rounds)
+                        else tuple(t for r in rounds for t in r.empties_s[i]) for i in range(len(keys))),
+        whole_first=tuple(f for r in rounds for f in r.whole_first),
+        converged=all(r.converged for r in rounds),
+        elapsed_s=sum(r.elapsed_s for r in rounds),
+        bricks_min_s=tuple(min(r.bricks_min_s[i] if r.bricks_min_s else math.inf for r in rounds)
+                           for i in range(len(keys))),
+        process=tuple(p for r in rounds for p in r.process),
+        prepare_s=sum(r.prepare_s for r in rounds),
+    )
+    whole = parts[0].whole
+    floors = [p.whole.floor_s for p in parts if p.whole.floor_s is not None]
+    return rounds_measurements(merged, whole.key, keys, counts, whole.backend, whole.config,
+                               floor_s=float(np.median(floors)) if floors else None, node_s=whole.node_s,
+                               keep_samples=whole.samples_s is not None)
