@@ -27,6 +27,7 @@ __all__ = [
     "RooflinePoint",
     "require_matplotlib",
     "suite_figure",
+    "label_offsets",
     "op_time_figure",
     "roofline_figure",
     "svg_of",
@@ -128,6 +129,28 @@ def _plain_log(*axes: Any) -> None:
         axis.set_minor_formatter(NullFormatter())
 
 
+def label_offsets(x: Sequence[float], y: Sequence[float], labels: Sequence[str], *,
+                  points_per_decade: float, font_pt: float = 7.0) -> list[float]:
+    """Vertical offsets, in points, that keep the labels of points ``(x, y)`` on log axes apart: each
+    label sits right of its point; one that would overlap a label placed before it (placed from the
+    top down) moves down a line at a time, or up where moving down does not free it."""
+    line, char = font_pt * 1.25, font_pt * 0.6
+    boxes: list[tuple[float, float, float]] = []  # left, right, baseline of the labels placed, in points
+    offsets = [0.0] * len(labels)
+    for i in sorted(range(len(labels)), key=lambda i: -y[i]):
+        left = math.log10(x[i]) * points_per_decade
+        right = left + char * len(labels[i])
+        base = math.log10(y[i]) * points_per_decade
+
+        def free(dy: float) -> bool:
+            return all(r < left or right < lft or abs(base + dy - b) >= line for lft, r, b in boxes)
+
+        dy = next((sign * k * line for k in range(len(labels) + 1) for sign in (-1, 1) if free(sign * k * line)), 0.0)
+        offsets[i] = dy
+        boxes.append((left, right, base + dy))
+    return offsets
+
+
 def suite_figure(points: Sequence[SuitePoint], title: str = "") -> Any:
     """Estimated against measured latency on log axes: each estimate with its 95% interval, its
     lower bound and roofline below it, the diagonal of an exact estimate and a +-5% band."""
@@ -155,8 +178,10 @@ def suite_figure(points: Sequence[SuitePoint], title: str = "") -> Any:
         ax.scatter(*zip(*bounds, strict=True), marker="v", s=28, color=_BOUND, label="lower bound", zorder=3)
     ax.errorbar(x, y, yerr=err, fmt="o", markersize=5, color=_ESTIMATE, ecolor=_ESTIMATE, elinewidth=1.2,
                 capsize=3, label="estimate (95% interval)", zorder=4)
-    for p, xi, yi in zip(points, x, y, strict=True):
-        ax.annotate(p.model, (xi, yi), fontsize=7, xytext=(5, -3), textcoords="offset points")
+    side = 6.4 * 72 * 0.75  # the square axes' side in points, about
+    offsets = label_offsets(x, y, [p.model for p in points], points_per_decade=side / math.log10(hi / lo))
+    for p, xi, yi, dy in zip(points, x, y, offsets, strict=True):
+        ax.annotate(p.model, (xi, yi), fontsize=7, xytext=(5, -3 + dy), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
     _plain_log(ax.xaxis, ax.yaxis)
