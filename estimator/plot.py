@@ -141,14 +141,16 @@ def label_offsets(x: Sequence[float], y: Sequence[float], labels: Sequence[str],
         left = math.log10(x[i]) * points_per_decade
         right = left + char * len(labels[i])
         base = math.log10(y[i]) * points_per_decade
-
-        def free(dy: float) -> bool:
-            return all(r < left or right < lft or abs(base + dy - b) >= line for lft, r, b in boxes)
-
-        dy = next((sign * k * line for k in range(len(labels) + 1) for sign in (-1, 1) if free(sign * k * line)), 0.0)
+        moves = (sign * k * line for k in range(len(labels) + 1) for sign in (-1, 1))
+        dy = next((d for d in moves if _clear(boxes, left, right, base + d, line)), 0.0)
         offsets[i] = dy
         boxes.append((left, right, base + dy))
     return offsets
+
+
+def _clear(boxes: Sequence[tuple[float, float, float]], left: float, right: float, base: float, line: float) -> bool:
+    """Whether a label from ``left`` to ``right`` on ``base`` overlaps none of ``boxes``."""
+    return all(r < left or right < lft or abs(base - b) >= line for lft, r, b in boxes)
 
 
 def suite_figure(points: Sequence[SuitePoint], title: str = "") -> Any:
