@@ -2,10 +2,12 @@
 
 One SQLite file (WAL mode, readable with the ``sqlite-utils`` CLI and Datasette) holds the
 systems, backend configurations, bricks (with their compact ONNX), models with their brick
-occurrences and DAGs, and the measurements of bricks and whole models. :class:`Store` reads and
-writes it; :func:`populate` fills it, one brick at a time, resumably and safely from several
-processes at once (claims with leases), here or, with a :class:`RayExecutor`, on the nodes of a
-Ray cluster; :meth:`Store.merge_from` merges files from several machines.
+occurrences and DAGs, and the measurements of bricks and whole models. :class:`Store` opens it
+and reads and writes it through its parts (``store.bricks``, ``store.models``, ``store.systems``,
+``store.measurements``, ``store.claims``); :func:`populate` fills it, one brick at a time,
+resumably and safely from several processes at once (claims with leases), here or, with a
+:class:`RayExecutor`, on the nodes of a Ray cluster; :meth:`Store.merge_from` merges files from
+several machines.
 
 Examples
 --------
@@ -15,6 +17,8 @@ Examples
 True
 """
 
+from ._bricks import Bricks
+from ._claims import Claims
 from ._jobs import (
     CONTEXT_RULES,
     BenchJob,
@@ -24,7 +28,9 @@ from ._jobs import (
     Executor,
     lease_for,
 )
+from ._measurements import Measurements
 from ._migrations import SCHEMA_VERSION
+from ._models import Models
 from ._populate import populate
 from ._ray import NodeReport, NodeRun, RayExecutor
 from ._records import (
@@ -51,6 +57,7 @@ from ._schedule import (
 )
 from ._sql import MERGE_RULES
 from ._store import DEFAULT_LEASE_S, DEFAULT_PATH, Store
+from ._systems import Systems
 
 __all__ = [
     # the store
@@ -58,6 +65,12 @@ __all__ = [
     "DEFAULT_PATH",
     "SCHEMA_VERSION",
     "MERGE_RULES",
+    # its parts
+    "Bricks",
+    "Models",
+    "Systems",
+    "Measurements",
+    "Claims",
     # filling it
     "populate",
     "BenchOptions",
