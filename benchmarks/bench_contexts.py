@@ -84,7 +84,7 @@ def run(specs: list[str], budget: Budget, folder: Path) -> None:
             v = whole[g.name]
             after = estimate(g, store, config=cfg, system=first.system)
             measured = v.measured.median_s or float("nan")
-            n = len(store.context_measurements(dec.model_key, system=first.system))
+            n = len(store.measurements.in_context(dec.model_key, system=first.system))
             held = after.lower_bound_s <= measured and (after.roofline_s or 0.0) <= after.lower_bound_s
             print(f"{g.name:<28} {n:>5} {1e3 * measured:>11.3f} {100 * v.error:>+7.1f}% "
                   f"{100 * (after.sequential_s / measured - 1):>+7.1f}% {'yes' if held else 'NO':>6}")

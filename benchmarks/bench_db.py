@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
         store = Store(path)
         t0 = time.perf_counter()
         for dec, graph in zip(decs, graphs, strict=True):
-            store.add_decomposition(dec, source=graph.source)
+            store.models.add(dec, source=graph.source)
         insert_s = time.perf_counter() - t0
         stats = store.stats()
         occurrences = sum(len(d.occurrences) for d in decs)
@@ -109,13 +109,13 @@ def main(argv: list[str] | None = None) -> None:
         n = args.measurements
         single = _workload(signatures, n, 0)
         for system in {s.fingerprint: s for _, s in single}.values():
-            store.record_system(system)
+            store.systems.record(system)
         costs = []
         t0 = time.perf_counter()
         for m, system in single:
             start = time.perf_counter()
-            store.claim(m.key, system.fingerprint, m.config.config_id)
-            store.record(m, system.fingerprint, release=store.owner)
+            store.claims.take(m.key, system.fingerprint, m.config.config_id)
+            store.measurements.record(m, system.fingerprint, release=store.owner)
             costs.append(time.perf_counter() - start)
         single_s = time.perf_counter() - t0
         print(f"write {n:,} measurements one at a time (claim + record, as bench): {single_s:.1f} s; "
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.perf_counter()
         for group in by_system.values():
             for start in range(0, len(group), BATCH):
-                store.record_many([m for m, _ in group[start:start + BATCH]], group[0][1])
+                store.measurements.record_many([m for m, _ in group[start:start + BATCH]], group[0][1])
         batch_s = time.perf_counter() - t0
         print(f"write {n:,} measurements in batches of up to {BATCH:,} (record_many): {batch_s:.1f} s "
               f"({1e6 * batch_s / n:.1f} us per measurement)")
@@ -138,10 +138,10 @@ def main(argv: list[str] | None = None) -> None:
         times = []
         for _ in range(5):
             t0 = time.perf_counter()
-            found = store.measurements(model=model.model_key, system=fingerprint, config_id=cid)
+            found = store.measurements.bricks(model=model.model_key, system=fingerprint, config_id=cid)
             times.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        every = store.measurements(model=model.model_key)
+        every = store.measurements.bricks(model=model.model_key)
         all_s = time.perf_counter() - t0
         print(f"query the measurements of {model.model} ({len(model.bricks)} bricks) in a database of "
               f"{store.stats().measurements:,} measurements: {1e3 * statistics.median(times):.1f} ms for "

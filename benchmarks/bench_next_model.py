@@ -54,7 +54,7 @@ def main() -> int:
     with Runner(config=config, budget=budget) as runner:
         for name, dec in decs.items():
             new = [sig for sig in dec.bricks if users[sig] == {name}]
-            rows = store.measurements(system=system, config_id=config.config_id, signatures=new)
+            rows = store.measurements.bricks(system=system, config_id=config.config_id, signatures=new)
             if len(rows) < len(new):
                 print(f"{args.db}: {len(new) - len(rows)} new brick(s) of {name} are not measured; "
                       "fill it with dlbricks evaluate --target-ci first", file=sys.stderr)
@@ -71,7 +71,7 @@ def main() -> int:
 
 def _system(store: Store) -> str:
     """The database's one system (the machine that filled it)."""
-    systems = store.systems()
+    systems = store.systems.all()
     if len(systems) != 1:
         raise SystemExit(f"expected one system in the database, found {len(systems)}")
     return systems[0].fingerprint

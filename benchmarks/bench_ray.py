@@ -70,11 +70,11 @@ def _run(db: Path, decs: Sequence[dlbricks.Decomposition], views: Sequence[_Firs
     seconds and each brick's status."""
     with Store(db) as store:
         for dec in decs:
-            store.add_decomposition(dec)
+            store.models.add(dec)
         started, t0 = time.monotonic(), time.perf_counter()
         report = populate(store, views, None, BenchOptions(budget=budget, store_models=False), executor=executor)
         wall = time.perf_counter() - t0
-        statuses = {r.key: r.status for r in store.measurements()}
+        statuses = {r.key: r.status for r in store.measurements.bricks()}
     return report, started, wall, statuses
 
 

@@ -219,7 +219,7 @@ class Row:
 
 
 def _measured(store: Store, dec: dlbricks.Decomposition, system: object, config_id: str) -> dict[str, Measurement]:
-    found = {sig: store.measurement(sig, system, config_id) for sig in dec.bricks}
+    found = {sig: store.measurements.get(sig, system, config_id) for sig in dec.bricks}
     return {s: m for s, m in found.items() if m is not None and m.ok and m.median_s}
 
 
@@ -268,7 +268,7 @@ def _wholes(store: Store, models: Mapping[str, tuple[dlbricks.ModelGraph, dlbric
     alone."""
     found: dict[str, Measurement] = {}
     for name, (_, dec) in models.items():
-        kept = store.measurement(dec.model_key, system, config.config_id, kind="model")
+        kept = store.measurements.get(dec.model_key, system, config.config_id, kind="model")
         if kept is not None and kept.ok and kept.median_s:
             found[name] = kept
     todo = [name for name in models if name not in found]
@@ -278,17 +278,17 @@ def _wholes(store: Store, models: Mapping[str, tuple[dlbricks.ModelGraph, dlbric
             rounds[name].append(measure_whole(models[name][0], config, WHOLE_BUDGET, workers=1))
     for name in todo:
         found[name] = pool(rounds[name])
-        store.record_model(found[name], system, budget=WHOLE_BUDGET)
+        store.measurements.record_model(found[name], system, budget=WHOLE_BUDGET)
     return found
 
 
 def _peaks(store: Store, system: object, config: OrtConfig) -> Peaks:
     """The machine's peaks: kept in the database, calibrated (and recorded, with the calibration's
     details) where they are not, or where they were kept without details."""
-    kept = store.peaks(system)
+    kept = store.systems.peaks(system)
     if kept is None or "backends" not in kept.details:
         found = calibrate_peaks(config, Budget(min_time=0.1, max_time=0.5))
-        store.record_peaks(system, *merge_peaks(None, "onnxruntime", found))
+        store.systems.record_peaks(system, *merge_peaks(None, "onnxruntime", found))
         return found.peaks
     return Peaks(kept.flops_per_s, kept.bytes_per_s, kept.details.get("int_ops_per_s"))
 
@@ -320,7 +320,7 @@ def main() -> None:
     held = [] if args.no_families else held
     with Store(path) as store:
         unpaired = [n for n in names
-                    if store.measurement(decs[n].model_key, system, config.config_id, kind="model") is None]
+                    if store.measurements.get(decs[n].model_key, system, config.config_id, kind="model") is None]
         if unpaired:  # bricks and whole samples in each model's turn (a database of evaluate has them)
             evaluate(unpaired, store, config=config, budget=budget, lower_bound_sweep=False)
         populate(store, [decs[n] for n in graphs], [config], BenchOptions(budget=budget))
@@ -335,7 +335,7 @@ def main() -> None:
         # an export is measured whole (and kept, so that runs on one database compare predictions on
         # the same measurement); none of its bricks is measured
         for n in exports:
-            store.add_decomposition(decs[n])
+            store.models.add(decs[n])
         whole |= _wholes(store, {n: (g, decs[n]) for n, g in exports.items()}, system, config)
         peaks = _peaks(store, system, config)
     print(f"whole models and peaks measured ({time.perf_counter() - start:.0f} s); peaks "

@@ -68,18 +68,18 @@ def main() -> None:
 
 def _report(store: Store, no_launch_queue: bool) -> None:
     """Estimate every stored model measured whole and print the table."""
-    configs = {b.config_id: b.options for b in store.backends()}
-    names = {m.key: m.name for m in store.models()}
+    configs = {b.config_id: b.options for b in store.systems.backends()}
+    names = {m.key: m.name for m in store.models.all()}
     errors, held = [], 0
     print(f"{'model':20s} {'measured ms':>11s} {'estimated ms':>12s} {'error %':>8s} {'lower bound ms':>14s} "
           f"{'roofline ms':>11s}  bounds")
-    for record in store.model_measurements():
+    for record in store.measurements.models():
         if not record.ok or record.config_id not in configs:
             continue
         base = OrtConfig.from_dict(configs[record.config_id])
         config = StoredConfig(**{f.name: getattr(base, f.name) for f in fields(base)}, stored_id=record.config_id)
         try:
-            est = estimate(store.decomposition(record.key), store, system=record.system, config=config,
+            est = estimate(store.models.decomposition(record.key), store, system=record.system, config=config,
                            on_missing="predict", launch_queue=not no_launch_queue)
         except Exception as e:  # noqa: BLE001 - a model that cannot be estimated is a row, not the end
             print(f"{names.get(record.key, record.key):20s} cannot be estimated: {e}")

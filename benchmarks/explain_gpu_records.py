@@ -160,7 +160,7 @@ def open_records(path: str) -> tuple[Store, dict[str, OrtConfig]]:
     """The database at ``path`` (read only) and its configurations under their stored ids."""
     store = Store(path, readonly=True)
     configs = {}
-    for b in store.backends():
+    for b in store.systems.backends():
         base = OrtConfig.from_dict(b.options)
         configs[b.config_id] = StoredConfig(**{f.name: getattr(base, f.name) for f in fields(base)},
                                             stored_id=b.config_id)
@@ -217,16 +217,16 @@ def explain(path: str, printed: dict[str, tuple[float, float]] | None = None, *,
     its bricks' times. With ``check_copies``, whether onnxruntime merges each brick's copies side by
     side is checked on the CPU provider (only where optimizations were on and copies were timed)."""
     store, configs = open_records(path)
-    names = {m.key: m.name for m in store.models()}
+    names = {m.key: m.name for m in store.models.all()}
     merged: dict[str, bool | None] = {}
     records, bricks = [], {}
     try:
-        for rec in store.model_measurements(status="ok"):
+        for rec in store.measurements.models(status="ok"):
             name = names.get(rec.key, rec.key)
             if rec.config_id not in configs or not rec.median_s or not keep(name):
                 continue
             config = configs[rec.config_id]
-            dec = store.decomposition(rec.key)
+            dec = store.models.decomposition(rec.key)
             est = estimate(dec, store, system=rec.system, config=config, on_missing="predict")
             stored = model_measurements(store, dec, rec.system, rec.config_id)
             views = get_backend(config.backend).view_ops
@@ -407,15 +407,15 @@ def write_excerpt(path: str, out: str, models: Sequence[str], printed: str | Non
     must equal the stored one; a model whose roofline changes it is refused."""
     shown = read_printed_estimates(printed)
     store, configs = open_records(path)
-    names = {m.key: m.name for m in store.models()}
+    names = {m.key: m.name for m in store.models.all()}
     bricks: dict[str, dict[str, Any]] = {}
     chosen, config = [], None
     try:
-        for rec in store.model_measurements(status="ok"):
+        for rec in store.measurements.models(status="ok"):
             name = names.get(rec.key, rec.key)
             if name not in models or rec.config_id not in configs:
                 continue
-            dec = store.decomposition(rec.key)
+            dec = store.models.decomposition(rec.key)
             est = estimate(dec, store, system=rec.system, config=configs[rec.config_id], on_missing="predict")
             stored = model_measurements(store, dec, rec.system, rec.config_id)
             ops = get_backend(configs[rec.config_id].backend).view_ops

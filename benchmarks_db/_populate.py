@@ -96,13 +96,13 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
         backend.check(cfg)
     sys_key = None
     if executor is None:
-        sys_key = store.record_system(system or collect_system_info(), fingerprint=system_id).fingerprint
+        sys_key = store.systems.record(system or collect_system_info(), fingerprint=system_id).fingerprint
     if options.store_models:
         for dec in decs:
-            store.add_decomposition(dec)
+            store.models.add(dec)
     bricks, owner = _unique_bricks(decs)  # each brick with the brick before its first occurrence
     for cfg in cfgs:
-        store.record_backend(cfg, backend.name, version=backend.describe(cfg).get("version"))
+        store.systems.record_backend(cfg, backend.name, version=backend.describe(cfg).get("version"))
     job = BenchJob(store, options.backend, tuple(cfgs), budget,
                    lease_for(budget) if options.lease_s is None else options.lease_s, options.keep_samples,
                    options.retry_failed, bricks, owner, tuple(options.whole_models),
@@ -133,10 +133,10 @@ def _price_reorders(store: Store, decs: Sequence[Decomposition], configs: Sequen
     if calibrate is None or not any(dec.reorder_bytes for dec in decs):
         return
     for cfg in configs:
-        if store.reorder_price(system, cfg.config_id) is None:
+        if store.systems.reorder_price(system, cfg.config_id) is None:
             price = calibrate(cfg)
             if price is not None:
-                store.record_reorder_price(system, cfg.config_id, *price)
+                store.systems.record_reorder_price(system, cfg.config_id, *price)
 
 
 def _check_executor_args(system: Any, system_id: str | None, runner_factory: Any, options: BenchOptions) -> None:

@@ -57,7 +57,7 @@ class BenchOptions:
         ``"measure"``: a model's brick whose stored measurement was taken in a context unlike the
         model's (another brick before it, another reuse distance: :meth:`dlbricks.bricks.BrickContext.same_as`)
         is measured again in the model's context and stored for that model
-        (``Store.record(..., model=)``), which its estimates then use; ``"reuse"``: stored
+        (``store.measurements.record(..., model=)``), which its estimates then use; ``"reuse"``: stored
         measurements stand for every model. Runs here only, not on an executor.
     """
 
@@ -207,12 +207,12 @@ class BenchJob:
 
     def claim(self, task: _Task, system: str) -> ClaimStatus:
         """Claim ``task`` for ``system`` (a lease of ``lease_s``), as a local run does."""
-        return self.store.claim(task.key, system, task.config.config_id, lease_s=self.lease_s, kind=task.kind,
-                                retry_failed=self.retry_failed)
+        return self.store.claims.take(task.key, system, task.config.config_id, lease_s=self.lease_s, kind=task.kind,
+                                      retry_failed=self.retry_failed)
 
     def release(self, task: _Task, system: str) -> None:
         """Drop the claim on ``task`` for ``system`` without recording anything."""
-        self.store.release(task.key, system, task.config.config_id)
+        self.store.claims.release(task.key, system, task.config.config_id)
 
     def record(self, task: _Task, m: Measurement, system: str, overhead_s: float | None) -> RecordOutcome:
         """Store the measurement of ``task`` under ``system`` and drop its claim, in one transaction."""
@@ -237,10 +237,10 @@ def _tasks_for(store: Store, systems: Sequence[str], cfg: Any, bricks: Mapping[s
     (with ``retry_failed``, a failed measurement counts as none)."""
     measured: set[str] = set(bricks)
     for sys_key in systems:
-        measured -= set(store.unmeasured(sys_key, cfg.config_id, list(bricks), retry_failed=retry_failed))
+        measured -= set(store.measurements.unmeasured(sys_key, cfg.config_id, list(bricks), retry_failed=retry_failed))
     tasks = [_Task("brick", s, bricks[s].op_type, bricks[s], cfg, owner[s]) for s in bricks if s not in measured]
     models = {r.key for sys_key in systems
-              for r in store.model_measurements(system=sys_key, config_id=cfg.config_id) if r.ok or not retry_failed}
+              for r in store.measurements.models(system=sys_key, config_id=cfg.config_id) if r.ok or not retry_failed}
     return tasks + [_Task("model", g.key, g.name, g, cfg) for g in whole_models if g.key not in models]
 
 
@@ -248,9 +248,9 @@ def _record_task(store: Store, task: _Task, m: Measurement, system: str, budget:
                  overhead_s: float | None) -> RecordOutcome:
     """Store a brick's or a whole model's measurement and drop this store's claim on it."""
     if task.kind == "brick":
-        return store.record(m, system, budget=budget, release=store.owner, overhead_s=overhead_s,
-                            context=getattr(task.item, "context", None))
-    return store.record_model(m, system, budget=budget, release=store.owner)
+        return store.measurements.record(m, system, budget=budget, release=store.owner, overhead_s=overhead_s,
+                                         context=getattr(task.item, "context", None))
+    return store.measurements.record_model(m, system, budget=budget, release=store.owner)
 
 
 def brick_overhead(backend: Any, item: Any, config: Any, m: Measurement) -> float | None:

@@ -256,7 +256,7 @@ class RayExecutor:
             return _Loop(ray, job, nodes, self.each_node, self.log, self).run()
         finally:
             _stop_nodes(ray, nodes)
-            job.store.release_all()
+            job.store.claims.release_all()
             if started_ray:
                 ray.shutdown()
 
@@ -270,7 +270,7 @@ class RayExecutor:
         nodes, refused = [], []
         for actor, report in zip(actors, reports, strict=True):
             if report.problem is None:
-                system = job.store.record_system(report.system, fingerprint=report.label).fingerprint
+                system = job.store.systems.record(report.system, fingerprint=report.label).fingerprint
                 nodes.append(_Node(report, system, actor))
             else:
                 refused.append(f"Ray node {report.name} refused: {report.problem}")
@@ -334,10 +334,10 @@ def _price_reorders(ray: Any, job: BenchJob, nodes: Sequence[_Node]) -> None:
     """Calibrate the price of a layout reorder on one node of each system that has none yet."""
     for system, node in {n.system: n for n in nodes}.items():
         for i, cfg in enumerate(job.configs):
-            if job.store.reorder_price(system, cfg.config_id) is None:
+            if job.store.systems.reorder_price(system, cfg.config_id) is None:
                 price = ray.get(node.actor.calibrate_reorders.remote(i))
                 if price is not None:
-                    job.store.record_reorder_price(system, cfg.config_id, *price)
+                    job.store.systems.record_reorder_price(system, cfg.config_id, *price)
 
 
 def _stop_nodes(ray: Any, nodes: Sequence[_Node]) -> None:

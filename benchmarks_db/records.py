@@ -113,7 +113,7 @@ class BackendRecord:
 
 @dataclass(frozen=True, slots=True)
 class BrickRecord:
-    """A row of ``bricks`` without its ONNX bytes (``Store.brick(signature)`` rebuilds the brick).
+    """A row of ``bricks`` without its ONNX bytes (``store.bricks.get(signature)`` rebuilds the brick).
 
     ``count`` is the number of occurrences in the model it was asked for (0 otherwise).
     """
@@ -164,7 +164,7 @@ class MeasurementRecord:
     """A row of ``measurements`` (``kind="brick"``, ``key`` a signature) or of
     ``model_measurements`` (``kind="model"``, ``key`` a model key), with its runtime name.
 
-    The fields mirror ``dlbricks.generators.Measurement``; ``Store.measurement`` rebuilds one.
+    The fields mirror ``dlbricks.generators.Measurement``; ``store.measurements.get`` rebuilds one.
     """
 
     id: int
@@ -222,7 +222,7 @@ class MeasurementRecord:
 
 
 class ClaimStatus(enum.Enum):
-    """What :meth:`Store.claim` found: the claim is ours, or the item is measured, or another
+    """What :meth:`Claims.take` found: the claim is ours, or the item is measured, or another
     live owner holds it."""
 
     CLAIMED = "claimed"
@@ -231,7 +231,7 @@ class ClaimStatus(enum.Enum):
 
 
 class RecordOutcome(enum.Enum):
-    """What :meth:`Store.record` did: a new row, a replaced row, or the existing row kept
+    """What :meth:`Measurements.record` did: a new row, a replaced row, or the existing row kept
     (the existing measurement was better by the duplicate rule)."""
 
     INSERTED = "inserted"

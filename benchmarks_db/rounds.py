@@ -37,15 +37,15 @@ def round_order(dec: Decomposition) -> list[str]:
 
 def model_measurements(store: Store, dec: Decomposition, system: Any, config_id: str) -> dict[str, Measurement]:
     """The stored measurement of each brick of ``dec``: the one taken in ``dec``'s own context where
-    one was (``Store.record(..., model=)``: rounds, or ``bench`` measuring it again there), else the
+    one was (``store.measurements.record(..., model=)``: rounds, or ``bench`` measuring it again there), else the
     brick's; failed ones included."""
     own: set[str] = set()
-    if store.has_model(dec.model_key):
-        own = {r.key for r in store.context_measurements(dec.model_key, system=system, config_id=config_id,
-                                                         status="ok")}
+    if store.models.has(dec.model_key):
+        own = {r.key for r in store.measurements.in_context(dec.model_key, system=system, config_id=config_id,
+                                                            status="ok")}
     found = {}
     for sig in dec.bricks:
-        m = store.measurement(sig, system, config_id, model=dec.model_key if sig in own else None)
+        m = store.measurements.get(sig, system, config_id, model=dec.model_key if sig in own else None)
         if m is not None:
             found[sig] = m
     return found
@@ -85,8 +85,8 @@ def measure_in_rounds(store: Store, dec: Decomposition, runner: Any, whole: Any,
         return None
     bricks: Mapping[str, Measurement] = {sig: _with_queue_times(m, stored.get(sig)) for sig, m in paired.bricks.items()}
     for sig, m in bricks.items():
-        store.record(m, system, budget=budget, rule="replace", context=dec.in_context(sig).context,
-                     model=dec.model_key)
-        if all_bricks and not _measured(store.measurement(sig, system, runner.config.config_id)):
-            store.record(m, system, budget=budget, rule="replace", context=dec.in_context(sig).context)
+        store.measurements.record(m, system, budget=budget, rule="replace", context=dec.in_context(sig).context,
+                                  model=dec.model_key)
+        if all_bricks and not _measured(store.measurements.get(sig, system, runner.config.config_id)):
+            store.measurements.record(m, system, budget=budget, rule="replace", context=dec.in_context(sig).context)
     return dataclasses.replace(paired, bricks=bricks)

@@ -101,19 +101,19 @@ def remeasure(store: Store, dec: Decomposition, signatures: Sequence[str], measu
     called after round ``k``, returns False); ``should_stop()`` is checked before each measurement and
     ``after_each(signature, round, measurement)`` called after it; ``overhead(item, pooled)`` gives
     the overhead stored with a pooled brick. With ``own_context``, a brick that ``dec``'s model has a
-    measurement of in its own context (``Store.record(..., model=)``) is pooled with that one and
+    measurement of in its own context (``store.measurements.record(..., model=)``) is pooled with that one and
     stored there. Returns the measurements made and whether ``should_stop`` ended the rounds (what
     was measured until then is pooled all the same)."""
     from dlbricks.generators.measurement import pool
 
     own: set[str] = set()
-    if own_context and store.has_model(dec.model_key):
-        own = {r.key for r in store.context_measurements(dec.model_key, system=system, config_id=config_id,
-                                                         status="ok")}
+    if own_context and store.models.has(dec.model_key):
+        own = {r.key for r in store.measurements.in_context(dec.model_key, system=system, config_id=config_id,
+                                                            status="ok")}
     runs: dict[str, list[Any]] = {}
     contexts: dict[str, Any] = {}
     for sig in signatures:
-        stored = store.measurement(sig, system, config_id, model=dec.model_key if sig in own else None)
+        stored = store.measurements.get(sig, system, config_id, model=dec.model_key if sig in own else None)
         if stored is not None and stored.ok:
             runs[sig] = [stored]
             contexts[sig] = (dec.in_context(sig).context if sig in own
@@ -137,11 +137,11 @@ def remeasure(store: Store, dec: Decomposition, signatures: Sequence[str], measu
         if len(measured) > 1:
             pooled = pool(measured)
             if sig in own:
-                store.record(pooled, system, budget=budget, rule="replace", context=contexts[sig],
-                             model=dec.model_key)
+                store.measurements.record(pooled, system, budget=budget, rule="replace", context=contexts[sig],
+                                          model=dec.model_key)
                 continue
-            store.record(pooled, system, budget=budget, rule="replace", context=contexts[sig],
-                         overhead_s=None if overhead is None else overhead(dec.in_context(sig), pooled))
+            store.measurements.record(pooled, system, budget=budget, rule="replace", context=contexts[sig],
+                                      overhead_s=None if overhead is None else overhead(dec.in_context(sig), pooled))
     return made, stopped
 
 
@@ -150,7 +150,7 @@ def stored_context(store: Store, signature: str, system: Any, config_id: str) ->
     (None where it has none, or none was stored)."""
     from dlbricks.bricks import BrickContext
 
-    rows = store.measurements(system=system, config_id=config_id, signatures=[signature])
+    rows = store.measurements.bricks(system=system, config_id=config_id, signatures=[signature])
     return BrickContext.from_json(rows[0].context) if rows else None
 
 
@@ -162,11 +162,11 @@ def out_of_context(store: Store, dec: Decomposition, system: Any, config_id: str
     from dlbricks.bricks import BrickContext
 
     done = set()
-    if store.has_model(dec.model_key):
-        done = {r.key for r in store.context_measurements(dec.model_key, system=system, config_id=config_id,
-                                                          status="ok")}
+    if store.models.has(dec.model_key):
+        done = {r.key for r in store.measurements.in_context(dec.model_key, system=system, config_id=config_id,
+                                                             status="ok")}
     out = []
-    for rec in store.measurements(system=system, config_id=config_id, signatures=list(dec.bricks), status="ok"):
+    for rec in store.measurements.bricks(system=system, config_id=config_id, signatures=list(dec.bricks), status="ok"):
         stored = BrickContext.from_json(rec.context)
         if stored is None or rec.key in done:
             continue
@@ -248,8 +248,8 @@ def _allocate_model(store: Store, dec: Decomposition, config: Any, system: str, 
     from dlbricks.generators.budget import model_ci, topup_budget
     from dlbricks.generators.measurement import combine
 
-    stored = {r.key: r for r in store.measurements(system=system, config_id=config.config_id,
-                                                   signatures=list(dec.bricks), status="ok")}
+    stored = {r.key: r for r in store.measurements.bricks(system=system, config_id=config.config_id,
+                                                          signatures=list(dec.bricks), status="ok")}
     shares = brick_shares(dec, stored)
     if not shares:
         return None, 0
@@ -262,7 +262,7 @@ def _allocate_model(store: Store, dec: Decomposition, config: Any, system: str, 
             if key in fresh and k > 1:
                 rounds[key] = k - 1
                 owed[key] = max(owed.get(key, 0.0), MIN_TOPUP_S * (k - 1))
-    runs: dict[str, list[Any]] = {k: [store.measurement(k, system, config.config_id)] for k in owed}
+    runs: dict[str, list[Any]] = {k: [store.measurements.get(k, system, config.config_id)] for k in owed}
     done = 0
     for r in range(max(rounds.values(), default=0)):
         for key in sorted(owed, key=lambda k: -owed[k]):
@@ -335,7 +335,7 @@ class LocalRun:
         finally:
             for runner in self.runners.values():
                 runner.close()
-            self.job.store.release_all()
+            self.job.store.claims.release_all()
         c, costs = self.counts, self.costs
         return BenchReport(self.system, tuple(cfg.config_id for cfg in self.job.configs), len(self.job.bricks),
                            len(self.tasks), c["measured"], c["failed"], c["already"], c["held"], c["duplicates"],
@@ -358,7 +358,7 @@ class LocalRun:
                     m = self._runner(task.config).measure(task.item)
                 overhead = self._overhead(task.item, task.config, m) if task.kind == "brick" else None
             except BaseException:
-                store.release(task.key, self.system, cid)
+                store.claims.release(task.key, self.system, cid)
                 raise
             budget = (self.brick_budget or self.job.budget) if task.kind == "brick" else self.job.budget
             outcome = _record_task(store, task, m, self.system, budget, overhead)
@@ -384,8 +384,8 @@ class LocalRun:
             return True
         task = next(iter(self.chunk.values()))[0]
         cid, dec = task.config.config_id, self.decs[task.owner]
-        stored = self.job.store.measurements(system=self.system, config_id=cid, signatures=list(dec.bricks),
-                                             status="ok")
+        stored = self.job.store.measurements.bricks(system=self.system, config_id=cid, signatures=list(dec.bricks),
+                                                    status="ok")
         dominant = [sig for sig in dominant_bricks(dec, {r.key: r.median_s or 0.0 for r in stored})
                     if sig in self.chunk and self.chunk[sig][1].ok]
         chunk = dict(self.chunk)
@@ -413,14 +413,14 @@ class LocalRun:
 
         cache = last_level_cache_bytes()
         for cfg in self.job.configs:
-            for dec in (d for d in self.decs if self.job.store.has_model(d.model_key)):
+            for dec in (d for d in self.decs if self.job.store.models.has(d.model_key)):
                 for sig in out_of_context(self.job.store, dec, self.system, cfg.config_id, cache):
                     if self.job.stopping():
                         return False
                     item = dec.in_context(sig)
                     m = self.costs.measure(self._runner(cfg), item, None)
-                    self.job.store.record(m, self.system, budget=self.job.budget, rule="replace",
-                                          context=item.context, model=dec.model_key)
+                    self.job.store.measurements.record(m, self.system, budget=self.job.budget, rule="replace",
+                                                       context=item.context, model=dec.model_key)
                     self.counts["in_context"] += 1
                     self._progress(len(self.tasks), "brick", sig, f"{item.op_type} (in {dec.model}'s context)",
                                    cfg.config_id, m.status, m.median_s, RecordOutcome.INSERTED, None,
@@ -436,10 +436,10 @@ class LocalRun:
                     return False
 
                 def record(m: Any, item: Any, c: Any = cfg) -> None:
-                    self.job.store.record(m, self.system, budget=self.brick_budget, rule="replace",
-                                          overhead_s=self._overhead(item, c, m),
-                                          context=stored_context(self.job.store, item.key, self.system,
-                                                                 c.config_id))
+                    self.job.store.measurements.record(m, self.system, budget=self.brick_budget, rule="replace",
+                                                       overhead_s=self._overhead(item, c, m),
+                                                       context=stored_context(self.job.store, item.key, self.system,
+                                                                              c.config_id))
 
                 def progress(t: Any, m: Any, d: Decomposition = dec, c: Any = cfg) -> None:
                     self._progress(total, "brick", t.key, f"{t.op_type} (+{d.model})", c.config_id, m.status,

@@ -361,8 +361,8 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
         configs = _configs(backend, options, sweep)
     with Store.open(db_path) as store:
         for dec, graph in zip(decompositions, graphs, strict=True):
-            stored = store.stored_name(dec.model_key)
-            store.add_decomposition(dec, source=graph.source)
+            stored = store.models.stored_name(dec.model_key)
+            store.models.add(dec, source=graph.source)
             if stored is not None and stored != dec.model:
                 click.echo(f"{dec.model}: the same model (same content and inputs) as '{stored}' in {db_path}: "
                            f"kept under that name", err=True)
@@ -424,9 +424,9 @@ def _cost_line(store: Store, report: BenchReport, decompositions: Sequence[Any])
     every stored measurement, each configuration), and one run of each (DLBricks' compute ratio)."""
     signatures = list(dict.fromkeys(s for d in decompositions for s in d.bricks))
     keys = {d.model_key for d in decompositions}
-    bricks = [r for c in report.configs for r in store.measurements(system=report.system, config_id=c,
-                                                                     signatures=signatures)]
-    whole = [r for c in report.configs for r in store.model_measurements(system=report.system, config_id=c)
+    bricks = [r for c in report.configs for r in store.measurements.bricks(system=report.system, config_id=c,
+                                                                            signatures=signatures)]
+    whole = [r for c in report.configs for r in store.measurements.models(system=report.system, config_id=c)
              if r.key in keys]
     bricks_s, whole_s = sum(r.wall_time_s for r in bricks), sum(r.wall_time_s for r in whole)
     bricks_run, whole_run = (sum(r.median_s or 0.0 for r in rows if r.ok) for rows in (bricks, whole))
@@ -440,7 +440,7 @@ def _first_failure(store: Store, report: BenchReport, decompositions: Sequence[A
     """The error of the first failed brick measurement of the report's bricks and systems."""
     signatures = list(dict.fromkeys(s for d in decompositions for s in d.bricks))
     for system in report.systems or (report.system,):
-        for row in store.measurements(system=system, signatures=signatures):
+        for row in store.measurements.bricks(system=system, signatures=signatures):
             if row.status != "ok" and row.error:
                 return row.error
     return "no reason recorded"
@@ -449,8 +449,8 @@ def _first_failure(store: Store, report: BenchReport, decompositions: Sequence[A
 def _failed_count(store: Store, report: BenchReport, decompositions: Sequence[Any]) -> int:
     """How many of the bricks' measurements under the report's configurations failed or timed out."""
     signatures = list(dict.fromkeys(s for d in decompositions for s in d.bricks))
-    return sum(len(store.unmeasured(system, c, signatures, retry_failed=True))
-               - len(store.unmeasured(system, c, signatures))
+    return sum(len(store.measurements.unmeasured(system, c, signatures, retry_failed=True))
+               - len(store.measurements.unmeasured(system, c, signatures))
                for system in (report.systems or (report.system,)) for c in report.configs)
 
 
@@ -464,7 +464,7 @@ def _print_plan(store: Store, decompositions: Sequence[Any], configs: Sequence[d
     rows = []
     for cfg_dict in configs:
         cfg = backend_obj.config_from_dict(cfg_dict)
-        left = len(store.unmeasured(system, cfg.config_id, signatures))
+        left = len(store.measurements.unmeasured(system, cfg.config_id, signatures))
         rows.append([cfg.config_id, _options_text(cfg_dict, backend), str(len(signatures)), str(left)])
     click.echo(format_table(["config", "options", "bricks", "to measure"], rows, right={2, 3}))
 
@@ -538,7 +538,7 @@ def ops_cmd(db_path: str, model: str | None, system: str | None, config_id: str 
         if value is not None:  # shown in the messages as given
             checked_names([value], option, f"give one that 'dlbricks db stats --db {db_path}' lists")
     with Store.open(db_path, create=False, readonly=True) as store:
-        rows = store.op_summary(system=system, config_id=config_id, model=model)
+        rows = store.measurements.op_summary(system=system, config_id=config_id, model=model)
     total = sum(r.total_median_s for r in rows) or 1.0
     click.echo(format_table(
         ["op", "bricks", "occurrences", "measured", "failed", "total median", "share"],

@@ -127,7 +127,7 @@ def _stored_format(name: str, db: str) -> str | None:
 
     with Store.open(db, create=False, readonly=True) as store:
         try:
-            source = store.model(name).source
+            source = store.models.get(name).source
         except InvalidArgumentError:
             return None
     return source.format if source is not None else None
@@ -236,7 +236,7 @@ def _filled_here(db: str, system_id: str | None = None) -> bool:
         return False
     here = system_id or collect_system_info().fingerprint
     with Store.open(db, create=False, readonly=True) as store:
-        return any(s.fingerprint == here for s in store.systems())
+        return any(s.fingerprint == here for s in store.systems.all())
 
 
 def _on_missing_auto(run: Callable[[str], T], on_missing: str, db: str, model: str,
@@ -459,8 +459,8 @@ def calibrate_cmd(db: str, threads: int | None, opt_level: str | None, device: s
     cal = calibrate_peaks(config, budget=None if budget_name == "default" else _BUDGETS[budget_name]())
     with open_store(db) as store:
         system = collect_system_info()
-        flops, bandwidth, details = merge_peaks(store.peaks(system), peaks_key(config), cal)
-        store.record_peaks(system, flops, bandwidth, details)
+        flops, bandwidth, details = merge_peaks(store.systems.peaks(system), peaks_key(config), cal)
+        store.systems.record_peaks(system, flops, bandwidth, details)
     said = (f"peak {cal.peaks.flops_per_s / 1e9:.1f} GFLOP/s (MatMul, convolution), "
             f"{cal.peaks.bytes_per_s / 1e9:.1f} GB/s (Add, matrix-vector)")
     if device_of(config) != "cpu":
@@ -701,7 +701,7 @@ def compare_cmd(models: tuple[str, ...], suite: str | None, db: str, backends: t
         raise InvalidArgumentError(f"no database at {db!r}: give the file that 'dlbricks bench' filled (--db).")
     targets = [_model_arg(m, batch_size, parse_input_shapes(input_shape)) for m in names]
     with Store.open(db, create=False, readonly=True) as store:
-        runtimes = list(dict.fromkeys(backends)) or sorted({b.runtime for b in store.backends()})
+        runtimes = list(dict.fromkeys(backends)) or sorted({b.runtime for b in store.systems.backends()})
         configs = [backend_config(name, threads=threads) for name in runtimes]
         compared, left_out = [], []
         for name, target in zip(names, targets, strict=True):

@@ -260,6 +260,6 @@ def _check_configs(configs: Sequence[Any]) -> None:
 
 def _measured(store: Store, dec: Decomposition, system: Any, config: Any) -> float | None:
     """The median of the latest ok whole-model run of ``dec``'s model under ``config`` on ``system``."""
-    runs = [r for r in store.model_measurements(system=system, config_id=config.config_id, status="ok")
+    runs = [r for r in store.measurements.models(system=system, config_id=config.config_id, status="ok")
             if r.key == dec.model_key and r.median_s]
     return float(max(runs, key=lambda r: r.id).median_s) if runs else None

@@ -102,7 +102,7 @@ def _decomposition(model: Any, store: Store, granularity: str, config: OrtConfig
         return model
     if isinstance(model, str) and not os.path.exists(model) and not model.endswith(".onnx"):
         if _is_stored(store, model):  # an ambiguous name is refused, listing the models it names
-            return store.decomposition(model, _label(granularity, config))
+            return store.models.decomposition(model, _label(granularity, config))
         from dlbricks.model_zoo import build
 
         return _decompose(load_model(build(model), name=model), granularity, config)
@@ -112,10 +112,10 @@ def _decomposition(model: Any, store: Store, granularity: str, config: OrtConfig
 
 def _is_stored(store: Store, name_or_key: str) -> bool:
     """Whether ``name_or_key`` names or keys a stored model (one or several), as
-    :meth:`~dlbricks.benchmarks_db.Store.model` takes it."""
+    :meth:`~dlbricks.benchmarks_db.Models.get` takes it."""
     prefix = len(name_or_key) >= 6
     return any(m.name == name_or_key or m.key == name_or_key or (prefix and m.key.startswith(name_or_key))
-               for m in store.models())
+               for m in store.models.all())
 
 
 def backend_name(config: BackendConfig) -> str:
@@ -162,7 +162,7 @@ def _alternatives(store: Store, dec: Decomposition, system: Any, config: Any, *,
     """Measurements of the bricks under every configuration of this system with the same threads (with
     ``same_runtime``, of ``config``'s runtime only)."""
     out: dict[str, list[Measurement]] = {}
-    for rec in store.backends():
+    for rec in store.systems.backends():
         if rec.config_id == config.config_id or _stored_threads(rec) != threads_of(config):
             continue
         if same_runtime and rec.runtime != backend_name(config):
@@ -183,9 +183,9 @@ def _stored_threads(record: Any) -> int | None:
 
 
 def _predictor(store: Store, system: Any, config_id: str, peaks: Peaks | None = None) -> LatencyPredictor:
-    records = [r for r in store.measurements(system=system, config_id=config_id, status="ok")]
+    records = [r for r in store.measurements.bricks(system=system, config_id=config_id, status="ok")]
     latency = {r.key: r.median_s - brick_call_s(r) for r in records if r.median_s is not None}
-    bricks = [store.brick(sig) for sig in latency]
+    bricks = [store.bricks.get(sig) for sig in latency]
     cache = last_level_cache(store, system)
     return LatencyPredictor().fit(bricks, latency, peaks=peaks, cache_bytes=cache,
                                   memory_rate=memory_rate(store, system, cache), step_rates=matvec_rates(store, system))
@@ -206,7 +206,7 @@ def matvec_rates(store: Any, system: Any) -> tuple[tuple[int, float], ...]:
     """The calibrated matrix-vector products of ``system`` on the CPU as ``(weight bytes, bytes/s)``,
     smallest first, each size at the best rate of the backends calibrated (``dlbricks
     calibrate``); empty where none was."""
-    getter = getattr(store, "peaks", None)
+    getter = getattr(getattr(store, "systems", None), "peaks", None)
     stored = None if getter is None else getter(system)
     if stored is None:
         return ()
@@ -224,7 +224,8 @@ def _cache_sizes(store: Any, system: Any) -> tuple[tuple[str, int], ...]:
     if sizes is not None:
         return tuple(sizes)
     fingerprint = getattr(system, "fingerprint", system)
-    record = next((r for r in getattr(store, "systems", lambda: [])() if r.fingerprint == fingerprint), None)
+    stored = getattr(getattr(store, "systems", None), "all", lambda: [])()
+    record = next((r for r in stored if r.fingerprint == fingerprint), None)
     return tuple(((record.details or {}).get("cache_bytes") or {}).items()) if record else ()
 
 
@@ -367,7 +368,7 @@ def composition_references(store: Store, *, system: Any = None, config: OrtConfi
     system = _system_key(system)
     cfg = config or OrtConfig()
     latest: dict[str, Any] = {}
-    for run in store.model_measurements(system=system, config_id=cfg.config_id, status="ok"):
+    for run in store.measurements.models(system=system, config_id=cfg.config_id, status="ok"):
         if run.median_s and run.key not in exclude and (run.key not in latest or run.id > latest[run.key].id):
             latest[run.key] = run
     runs = sorted(latest.values(), key=lambda r: (0.0 if near_s is None or near_s <= 0
@@ -377,7 +378,7 @@ def composition_references(store: Store, *, system: Any = None, config: OrtConfi
         if len(found) >= count:
             break
         try:
-            dec = store.decomposition(run.key, _label(granularity, cfg))
+            dec = store.models.decomposition(run.key, _label(granularity, cfg))
             est = _estimate_decomposition(dec, store, system, cfg, "error", None, None, True)
         except InvalidArgumentError:
             continue
@@ -397,7 +398,7 @@ def _estimate_decomposition(dec: Decomposition, store: Store, system: Any, cfg: 
         """Measure ``bricks``, and every brick of the model stored from another context again in the
         model's (bench's rule): the model is stored, to keep those measurements for it."""
         _check_storable(dec, system)
-        store.add_bricks(bricks)
+        store.bricks.add(bricks)
         foreign = isinstance(system, str)
         populate(store, [dec], [cfg], BenchOptions(backend=backend_name(cfg), budget=budget),
                  system=None if foreign else system, system_id=system if foreign else None,
@@ -449,10 +450,10 @@ def _reorder_costs(dec: Decomposition, config: BackendConfig, store: Store, syst
     if device_of(config) != "cpu" or not hasattr(backend, "brick_overhead_s"):
         return {}, 0.0
     ran = [s for s in dec.bricks if s in measured]
-    overhead = store.overheads(system, config.config_id, ran)
+    overhead = store.systems.overheads(system, config.config_id, ran)
     lacking = [s for s in ran if s not in overhead]
     priced = hasattr(backend, "calibrate_reorders") and bool(dec.reorder_bytes)
-    price = store.reorder_price(system, config.config_id) if priced else None
+    price = store.systems.reorder_price(system, config.config_id) if priced else None
     if (lacking and (overhead or dec.reorder_bytes)) or (priced and price is None):
         what = (f"{len(lacking)} of its measured bricks have no stored overhead (first {lacking[0][:12]})"
                 if lacking else "the database has no reorder price")
@@ -469,7 +470,7 @@ def store_peaks(store: Store, system: Any, key: str = "onnxruntime") -> Peaks | 
     """The peaks stored for a system by ``dlbricks calibrate``, if any: the CPU's (the best of every
     framework calibrated on it, with the integer peak where one was measured), or an accelerator's
     own for a ``key`` of :func:`peaks_key` such as ``onnxruntime:cuda``."""
-    getter = getattr(store, "peaks", None)
+    getter = getattr(getattr(store, "systems", None), "peaks", None)
     found = None if getter is None else getter(system)
     if found is None:
         return None
@@ -559,7 +560,7 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
             graph = load_model(model)
     cfg = config or OrtConfig()
     dec = _decompose(graph, granularity, cfg)
-    store.add_decomposition(dec, graph.source)
+    store.models.add(dec, graph.source)
     from .evaluation import EVALUATE_BUDGET, measure_whole
 
     budget = budget or EVALUATE_BUDGET
@@ -569,7 +570,7 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
         whole, result = _paired_rounds(graph, dec, store, system, cfg, budget, rounds or PAIRED_ROUNDS)
     else:
         whole = measure_whole(graph, cfg, budget, backend=backend_name(cfg))
-    store.record_model(whole, system, budget=budget)
+    store.measurements.record_model(whole, system, budget=budget)
     if not whole.ok:
         raise InvalidArgumentError(f"model '{graph.name}' could not be measured whole: {whole.error}")
     est = estimate(dec, store, system=system, config=config,
@@ -630,7 +631,7 @@ def _stored_graph(store: Store, name: str) -> ModelGraph | None:
     """
     if not _is_stored(store, name):
         return None
-    record = store.model(name)  # an ambiguous name is refused, listing the models it names
+    record = store.models.get(name)  # an ambiguous name is refused, listing the models it names
     source = record.source
     if source is None or source.path is None:
         return None

@@ -203,7 +203,7 @@ def calibrate_peaks(config: BackendConfig | None = None, budget: Budget | None =
 
 def merge_peaks(stored: Any, backend: str, calibration: Calibration) -> tuple[float, float, dict[str, Any]]:
     """The machine's peaks after calibrating ``backend``: the best of every backend calibrated so far
-    on the CPU, as ``(flops_per_s, bytes_per_s, details)`` for ``Store.record_peaks``; ``details`` holds
+    on the CPU, as ``(flops_per_s, bytes_per_s, details)`` for ``store.systems.record_peaks``; ``details`` holds
     each backend's calibration and, where one was measured, the integer peak (``int_ops_per_s``).
     An accelerator's
     calibration (a ``backend`` key such as ``onnxruntime:cuda``, see ``peaks_key``) is kept in the

@@ -271,7 +271,8 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
                                                     rounds)
     if sweep:
         _sweep_algorithms(brickset, sweep, store, system, backend_name(config), say)
-    brick_records = store.measurements(system=system, config_id=config.config_id, signatures=list(brickset.bricks))
+    brick_records = store.measurements.bricks(system=system, config_id=config.config_id,
+                                              signatures=list(brickset.bricks))
     rows, op_times = _rows(models, brickset, layer_set if granularity == "both" else None, store, system, config,
                            paired, say)
     if sweep:
@@ -322,12 +323,12 @@ def _sweep_algorithms(brickset: BrickSet, configs: Sequence[OrtConfig], store: S
     """Measure the bricks of :data:`ALGORITHM_OPS` in each of ``configs`` (pilot budget) and store them."""
     bricks = [b for b in brickset.bricks.values() if ALGORITHM_OPS & set(b.op_types)]
     for cfg in configs:
-        todo = set(store.unmeasured(system, cfg.config_id, [b.signature for b in bricks]))
+        todo = set(store.measurements.unmeasured(system, cfg.config_id, [b.signature for b in bricks]))
         say(f"algorithm sweep: {len(todo)} bricks, cudnn_conv_algo_search {cfg.cudnn_conv_algo_search}, "
             f"use_tf32 {dict(cfg.provider_options).get('use_tf32', 'default')}")
         chosen = [b for b in bricks if b.signature in todo]
         for m in benchmark(chosen, backend=backend, config=cfg, budget=PILOT_BUDGET, repeat=False):
-            store.record(m, system, budget=PILOT_BUDGET)
+            store.measurements.record(m, system, budget=PILOT_BUDGET)
 
 
 def algorithm_gap_s(dec: Decomposition, store: Store, system: Any, config: Any, sweep: Sequence[Any]) -> float:
@@ -342,10 +343,10 @@ def algorithm_gap_s(dec: Decomposition, store: Store, system: Any, config: Any, 
     gap = 0.0
     counts = dec.counts()
     for sig in dec.bricks:
-        own = device(store.measurement(sig, system, config.config_id))
+        own = device(store.measurements.get(sig, system, config.config_id))
         if own is None:
             continue
-        others = [device(store.measurement(sig, system, c.config_id)) for c in sweep]
+        others = [device(store.measurements.get(sig, system, c.config_id)) for c in sweep]
         gap += counts[sig] * max(own - min([own, *(t for t in others if t is not None)]), 0.0)
     return gap
 
@@ -370,11 +371,11 @@ def _decompose_suite(models: Sequence[str], store: Store, granularity: str,
     for name in models:
         graph = load_model(build(name), name=name)
         dec = decompose(graph, "layer" if granularity == "layer" else "fused", **options)
-        store.add_decomposition(dec, graph.source)
+        store.models.add(dec, graph.source)
         brickset.add(dec)
         if granularity == "both":
             layer_dec = decompose(graph, "layer")
-            store.add_decomposition(layer_dec, graph.source)
+            store.models.add(layer_dec, graph.source)
             layer_set.add(layer_dec)
     return brickset, layer_set
 
@@ -389,14 +390,14 @@ def _bricks_in_rounds(rounds: RoundsBudget, config: Any) -> bool:
 
 def _calibrate_once(store: Store, system: SystemInfo, config: Any, say: Callable[[str], object]) -> None:
     """Calibrate and store the peaks of ``config``'s backend and device unless the system has them."""
-    stored = store.peaks(system)
+    stored = store.systems.peaks(system)
     key = peaks_key(config)
     if stored is not None and key in calibrated_backends(stored):
         return
     say(f"calibrating peak FLOP/s and bandwidth with {key} (roofline)")
     cal_config = config if backend_name(config) != "onnxruntime" else OrtConfig(
         intra_op_num_threads=threads_of(config) or 1, device=config.device, device_id=config.device_id)
-    store.record_peaks(system, *merge_peaks(stored, key, calibrate_peaks(cal_config, CALIBRATION_BUDGET)))
+    store.systems.record_peaks(system, *merge_peaks(stored, key, calibrate_peaks(cal_config, CALIBRATION_BUDGET)))
 
 
 def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_Turns], store: Store,
@@ -425,7 +426,7 @@ def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_T
             runner = workers(backend, config, budget, False).runner
             graph = load_model(build(name), name=name)
             first = None
-            if not _measured(store.measurement(dec.model_key, system, config.config_id, kind="model")):
+            if not _measured(store.measurements.get(dec.model_key, system, config.config_id, kind="model")):
                 say(f"{name}: whole model")
                 first = runner.measure(graph)
             in_rounds = chained and first is not None and first.ok
@@ -450,7 +451,7 @@ def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_T
                         paired[name] = result
                         whole = replace(result.whole, key=first.key, wall_time_s=first.wall_time_s)
             whole_time += first.wall_time_s
-            store.record_model(whole, system, budget=budget)
+            store.measurements.record_model(whole, system, budget=budget)
     finally:
         workers.close()
     return whole_time, rounds_time, paired
@@ -483,7 +484,7 @@ def _rows(models: Sequence[str], brickset: BrickSet, layer_set: BrickSet | None,
     op_times: dict[str, float] = {}
     for name in models:
         dec = brickset.models[name]
-        measured = store.measurement(dec.model_key, system, config.config_id, kind="model")
+        measured = store.measurements.get(dec.model_key, system, config.config_id, kind="model")
         if not _measured(measured):
             raise InvalidArgumentError(f"model '{name}' could not be measured whole: "
                                        f"{measured.error if measured else 'no measurement'}")

@@ -105,17 +105,17 @@ def model_report(model: Any, db: Store | str | os.PathLike[str], *, system: Any 
     cfg = config or OrtConfig()
     dec = _decomposition(model, store, granularity, cfg)
     est = estimate(dec, store, system=here, config=cfg, granularity=granularity, on_missing=on_missing)
-    stored = store.has_model(dec.model_key)
-    in_context = frozenset(r.key for r in store.context_measurements(
+    stored = store.models.has(dec.model_key)
+    in_context = frozenset(r.key for r in store.measurements.in_context(
         dec.model_key, system=here, config_id=cfg.config_id, status="ok")) if stored else frozenset()
-    measured = store.measurement(dec.model_key, here, cfg.config_id, kind="model") if stored else None
+    measured = store.measurements.get(dec.model_key, here, cfg.config_id, kind="model") if stored else None
     return ModelReport(est, dict(dec.bricks), in_context, measured, store_peaks(store, here, peaks_key(cfg)),
                        _machine(store, here), _configuration(store, cfg))
 
 
 def _machine(store: Store, system: Any) -> str:
     fingerprint = system if isinstance(system, str) else system.fingerprint
-    record = next((s for s in store.systems() if s.fingerprint == fingerprint), None)
+    record = next((s for s in store.systems.all() if s.fingerprint == fingerprint), None)
     if record is None:
         return f"system {fingerprint}"
     cores = f", {record.cores} cores" if record.cores else ""
@@ -123,7 +123,7 @@ def _machine(store: Store, system: Any) -> str:
 
 
 def _configuration(store: Store, config: Any) -> str:
-    record = next((b for b in store.backends() if b.config_id == config.config_id), None)
+    record = next((b for b in store.systems.backends() if b.config_id == config.config_id), None)
     version = f" {record.version}" if record is not None and record.version else ""
     text = f"{backend_name(config)}{version} on {config.device}, {threads_of(config)} thread(s)"
     if isinstance(config, OrtConfig):

@@ -158,7 +158,7 @@ def _lacking(store: Store, signatures: Iterable[str], system: Any, config_id: st
     """Those of ``signatures`` without a successful measurement in ``store``."""
     out = []
     for sig in signatures:
-        m = store.measurement(sig, system, config_id)
+        m = store.measurements.get(sig, system, config_id)
         if m is None or not m.ok:
             out.append(sig)
     return out
@@ -174,7 +174,7 @@ def _load_at(model: Any, store: Store, shape: SweepShape) -> ModelGraph:
 
         if model in {m.name for m in list_models()}:
             return load_model(build(model, batch_size=shape.batch_size or 1), shapes, name=model)
-        source = store.model(model).source
+        source = store.models.get(model).source
         if source is None or source.path is None or not os.path.exists(source.path):
             raise InvalidArgumentError(f"model '{model}' is not a zoo model and was not stored from a file that "
                                        "is there: pass the model file to sweep its shapes.")

@@ -33,7 +33,7 @@ def calibrated_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     db = tmp_path_factory.mktemp("calibrated") / "peaks.db"
     system = collect_system_info()
     with Store(db) as store:
-        store.record_peaks(system, *merge_peaks(None, peaks_key(OrtConfig()), calibrate_peaks()))
+        store.systems.record_peaks(system, *merge_peaks(None, peaks_key(OrtConfig()), calibrate_peaks()))
     return db
 
 

@@ -93,7 +93,7 @@ def test_a_missing_database_is_one_line_and_creates_nothing(tmp_path: Path) -> N
 def test_a_database_of_one_runtime_is_one_line_and_left_as_it_was(tmp_path: Path) -> None:
     db = tmp_path / "one.db"
     with Store(db) as store:
-        store.record_backend(OrtConfig())
+        store.systems.record_backend(OrtConfig())
     before = _state(tmp_path)
     code, out = _run("compare", MODEL, "--db", str(db))
     assert code == 2 and out.count("\n") == 1, out
@@ -129,7 +129,7 @@ def _configs() -> list[object]:
 
 def _measured(store: Store, config_id: str) -> float:
     """The latest whole-model median stored for ``config_id``."""
-    runs = store.model_measurements(model=MODEL, config_id=config_id, status="ok")
+    runs = store.measurements.models(model=MODEL, config_id=config_id, status="ok")
     return max(runs, key=lambda r: r.id).median_s
 
 

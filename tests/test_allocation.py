@@ -116,7 +116,7 @@ def test_populate_reaches_the_target_with_pilots_for_tiny_bricks(target: float) 
     with Store(":memory:") as store:
         report = populate(store, [dec], [config()], BenchOptions(target_ci=target, moments=1),
                           system=SYS, runner_factory=NoisyRunner)
-        stored = {m.key: m for m in store.measurements(system=SYS, config_id=config().config_id)}
+        stored = {m.key: m for m in store.measurements.bricks(system=SYS, config_id=config().config_id)}
         reached = model_ci(brick_shares(dec, stored))
     assert reached <= target * 1.05
     assert report.worst_ci is not None and report.worst_ci <= target * 1.05 and report.target_ci == target
@@ -138,8 +138,8 @@ def test_populate_measures_a_dominant_brick_at_as_many_moments_as_its_share_need
     with Store(":memory:") as store:
         populate(store, [dec], [config()], BenchOptions(target_ci=0.02, moments=3),
                  system=SYS, runner_factory=NoisyRunner)
-        stored = {m.key: m for m in store.measurements(system=SYS, config_id=config().config_id)}
-        row = store.measurement(sigs[1], SYS, config().config_id)
+        stored = {m.key: m for m in store.measurements.bricks(system=SYS, config_id=config().config_id)}
+        row = store.measurements.get(sigs[1], SYS, config().config_id)
     shares = brick_shares(dec, stored)
     share = next(s.total_s for s in shares if s.key == sigs[1]) / sum(s.total_s for s in shares)
     moments = drift_moments(shares, sum(s.total_s for s in shares), DRIFT_MOMENTS)

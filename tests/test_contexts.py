@@ -79,23 +79,23 @@ def test_bench_measures_a_brick_again_where_its_context_differs(tmp_path: Path) 
         assert first.in_context == 0 and first.measured == len(distinct.bricks)
         system = first.system
         sig = _matmul(distinct)
-        row = store.measurements(system=system, config_id=cfg.config_id, signatures=[sig])[0]
+        row = store.measurements.bricks(system=system, config_id=cfg.config_id, signatures=[sig])[0]
         assert BrickContext.from_json(row.context) == distinct.in_context(sig).context
 
         second = populate(store, [shared], [cfg], BenchOptions(budget=QUICK))
         assert second.measured == 0 and second.in_context >= 1
-        again = {r.key: r for r in store.context_measurements("shared", system=system)}
+        again = {r.key: r for r in store.measurements.in_context("shared", system=system)}
         assert sig in again and BrickContext.from_json(again[sig].context) == shared.in_context(sig).context
-        assert store.context_measurements("distinct", system=system) == []
+        assert store.measurements.in_context("distinct", system=system) == []
         assert out_of_context(store, shared, system, cfg.config_id, 32 * MIB) == []
         assert populate(store, [shared], [cfg], BenchOptions(budget=QUICK)).in_context == 0  # done once
 
         # the shared model's estimate uses its own context's time; the other model keeps the first
         by_brick = {c.signature: c for c in estimate(shared, store, system=system).breakdown}
-        own = store.measurement(sig, system, cfg.config_id, model="shared")
+        own = store.measurements.get(sig, system, cfg.config_id, model="shared")
         # a brick counts its time beyond the per-call floor, never below zero (this one is tiny)
         assert by_brick[sig].latency_s == pytest.approx(max(own.median_s - (own.floor_s or 0.0) - floor_drift_s(own), 0.0))
-        first_m = store.measurement(sig, system, cfg.config_id)
+        first_m = store.measurements.get(sig, system, cfg.config_id)
         other = {c.signature: c for c in estimate(distinct, store, system=system).breakdown}
         assert other[sig].latency_s == pytest.approx(max(first_m.median_s - (first_m.floor_s or 0.0) - floor_drift_s(first_m), 0.0))
 
@@ -105,7 +105,7 @@ def test_reuse_leaves_stored_bricks_for_every_model(tmp_path: Path) -> None:
     with Store(tmp_path / "r.db") as store:
         populate(store, [distinct], [OrtConfig()], BenchOptions(budget=QUICK))
         report = populate(store, [shared], [OrtConfig()], BenchOptions(budget=QUICK, contexts="reuse"))
-        assert report.in_context == 0 and store.context_measurements("shared") == []
+        assert report.in_context == 0 and store.measurements.in_context("shared") == []
 
 
 def test_cli_bench_says_what_it_measured_again_and_merge_keeps_it(tmp_path: Path) -> None:
@@ -122,7 +122,7 @@ def test_cli_bench_says_what_it_measured_again_and_merge_keeps_it(tmp_path: Path
     merged = str(tmp_path / "m.db")
     assert cli("db", "merge", db, "--out", merged).returncode == 0
     with Store(merged) as store:
-        assert store.context_measurements("shared")
+        assert store.measurements.in_context("shared")
     est = cli("estimate", paths[1], "--db", db, "--json")
     assert est.returncode == 0, est.stderr
     assert json.loads(est.stdout)
@@ -137,14 +137,14 @@ def test_paired_validate_times_the_model_with_its_bricks_in_its_own_context(tmp_
     with Store(tmp_path / "p.db") as store:
         system = populate(store, [distinct, shared], [OrtConfig()], BenchOptions(budget=QUICK)).system
         sig = _matmul(shared)
-        first = store.measurement(sig, system, OrtConfig().config_id)
+        first = store.measurements.get(sig, system, OrtConfig().config_id)
         v = validate(tmp_path / "shared.onnx", store, system=system, budget=QUICK)
         assert v.rounds is not None
         count = v.rounds.rounds.count
         assert v.measured.ok and v.measured.n == count >= 12  # the whole model's runs over the rounds
-        after = store.measurement(sig, system, OrtConfig().config_id, model="shared")
+        after = store.measurements.get(sig, system, OrtConfig().config_id, model="shared")
         assert after.n == count  # in the model's own context...
-        assert store.measurement(sig, system, OrtConfig().config_id).n == first.n  # ...not in the first model's
+        assert store.measurements.get(sig, system, OrtConfig().config_id).n == first.n  # ...not in the first model's
         assert v.estimate.breakdown and abs(v.error) < 1.0
         assert v.swing is not None and v.swing >= 1.0 and v.pairing is not None
         assert v.estimate.ci_low_s <= v.estimate.sequential_s <= v.estimate.ci_high_s
@@ -161,15 +161,15 @@ def test_paired_validate_times_every_brick_of_a_model_of_small_bricks(tmp_path: 
     cfg = OrtConfig()
     with Store(tmp_path / "w.db") as store:
         system = populate(store, [dec], [cfg], BenchOptions(budget=QUICK)).system
-        before = {s: store.measurement(s, system, cfg.config_id).n for s in dec.bricks}
+        before = {s: store.measurements.get(s, system, cfg.config_id).n for s in dec.bricks}
         unpaired = validate(str(path), store, system=system, budget=QUICK, paired=False)
         assert unpaired.rounds is None and unpaired.swing is None
-        assert not store.context_measurements(dec.model_key, system=system, config_id=cfg.config_id)
+        assert not store.measurements.in_context(dec.model_key, system=system, config_id=cfg.config_id)
         v = validate(str(path), store, system=system, budget=QUICK)
         count = v.rounds.rounds.count
-        own = {r.key: r.n for r in store.context_measurements(dec.model_key, system=system, config_id=cfg.config_id)}
+        own = {r.key: r.n for r in store.measurements.in_context(dec.model_key, system=system, config_id=cfg.config_id)}
         assert own == dict.fromkeys(dec.bricks, count)
-        assert {s: store.measurement(s, system, cfg.config_id).n for s in dec.bricks} == before
+        assert {s: store.measurements.get(s, system, cfg.config_id).n for s in dec.bricks} == before
 
 
 def test_cli_per_brick_is_one_shape(tmp_path: Path) -> None:
@@ -190,20 +190,20 @@ def test_plan_lists_and_estimate_measures_bricks_stored_from_another_context(tmp
         sig = _matmul(shared)
         before = plan(shared, store, system=system, budget=QUICK)
         again = [m for m in before.missing if m.why == "context"]
-        assert sig in {m.signature for m in again} and not store.has_model(shared.model_key)
+        assert sig in {m.signature for m in again} and not store.models.has(shared.model_key)
         assert all(m.predicted_s is not None and m.measure_s > 0 for m in again)
 
         est = estimate(shared, store, system=system, on_missing="measure", budget=QUICK)
-        own = store.measurement(sig, system, cfg.config_id, model=shared.model_key)
+        own = store.measurements.get(sig, system, cfg.config_id, model=shared.model_key)
         assert own is not None and own.ok  # measured in the shared model's context, kept for it
         by_brick = {c.signature: c for c in est.breakdown}
         # a brick counts its time beyond the per-call floor, never below zero (this one is tiny)
         assert by_brick[sig].latency_s == pytest.approx(max(own.median_s - (own.floor_s or 0.0) - floor_drift_s(own), 0.0))
         assert [m for m in plan(shared, store, system=system).missing if m.why == "context"] == []
         # reading only: a plain estimate measures nothing
-        n = len(store.context_measurements(shared.model_key, system=system))
+        n = len(store.measurements.in_context(shared.model_key, system=system))
         estimate(shared, store, system=system)
-        assert len(store.context_measurements(shared.model_key, system=system)) == n
+        assert len(store.measurements.in_context(shared.model_key, system=system)) == n
 
 
 def test_cli_plan_says_which_bricks_come_from_another_context(tmp_path: Path) -> None:

@@ -109,9 +109,9 @@ def test_bench_measures_resumes_and_sweeps(tmp_path: Path) -> None:
     sweep = invoke(*common, "--sweep", "opt-level=disable,all", "--sweep", "threads=1,2")
     assert "Measured 24 item(s)" in sweep.output and "4 configuration(s)" in sweep.output
     with Store(dbfile) as s:
-        assert len(s.backends()) == 4 and [x.fingerprint for x in s.systems()] == ["test-box"]
-        assert len(s.measurements()) == 32 and len(s.model_measurements()) == 2
-        assert s.systems()[0].details["fingerprint_override"] is True
+        assert len(s.systems.backends()) == 4 and [x.fingerprint for x in s.systems.all()] == ["test-box"]
+        assert len(s.measurements.bricks()) == 32 and len(s.measurements.models()) == 2
+        assert s.systems.all()[0].details["fingerprint_override"] is True
     plan = invoke(*common, "--dry-run", "--sweep", "opt-level=basic,all")
     assert plan.exit_code == 0 and "graph_optimization_level=basic" in plan.output
     stats = invoke("db", "stats", "--db", str(dbfile))
@@ -142,8 +142,8 @@ def test_bench_measures_dominant_bricks_at_several_moments(tmp_path: Path) -> No
     count = int(re.search(r"; (\d+) further measurement\(s\) of dominant bricks", thrice.output)[1])
     assert again[2] == again[3] and count == 2 * len(again[2]) > 0
     with Store(tmp_path / "m3.db") as s:
-        rows = {r.key[:12]: r for r in s.measurements()}
-        assert 0 < len(again[2]) < len(rows) == len(s.decomposition("res8").bricks)
+        rows = {r.key[:12]: r for r in s.measurements.bricks()}
+        assert 0 < len(again[2]) < len(rows) == len(s.models.decomposition("res8").bricks)
     for key, row in rows.items():
         pooled = row.n > len(row.samples_s)  # three runs' samples counted, the middle run's kept
         assert pooled == (key in again[2]), key
@@ -158,13 +158,13 @@ def test_failed_bricks_are_recorded_and_retried_on_request(tmp_path: Path) -> No
     first = invoke(*common)
     assert first.exit_code == 0 and "(1 failed)" in first.output, first.output
     with Store(dbfile) as s:
-        (failed,) = s.measurements(status="failed")
-        assert failed.error and s.brick(failed.key).signature == failed.key
+        (failed,) = s.measurements.bricks(status="failed")
+        assert failed.error and s.bricks.get(failed.key).signature == failed.key
     assert "Nothing to measure" in invoke(*common).output
     retry = invoke(*common, "--retry-failed")
     assert "Measured 1 item(s) (1 failed)" in retry.output
     with Store(dbfile) as s:
-        (again,) = s.measurements(status="failed")
+        (again,) = s.measurements.bricks(status="failed")
         assert again.id == failed.id and again.created_at > failed.created_at
 
 
@@ -173,8 +173,8 @@ def test_db_merge_command(tmp_path: Path) -> None:
     for name in ("a", "b"):
         path = tmp_path / f"{name}.db"
         with Store(path) as s:
-            s.add_decomposition(decompositions()[0])
-            s.record_many([measurement(x) for x in decompositions()[0].bricks], system_info(name))
+            s.models.add(decompositions()[0])
+            s.measurements.record_many([measurement(x) for x in decompositions()[0].bricks], system_info(name))
         dbs.append(str(path))
     result = invoke("db", "merge", *dbs, "-o", str(tmp_path / "c.db"))
     assert result.exit_code == 0, result.output
@@ -209,10 +209,10 @@ def test_populate_stops_resumes_and_skips_held_bricks() -> None:
     dec = decompositions()[1]
     sigs = list(dec.bricks)
     with Store(":memory:") as store:
-        store.add_decomposition(dec)
-        store.record_system(SYS)
-        store.record_backend(config())
-        assert store.claim(sigs[4], SYS, config().config_id, "someone-else") is ClaimStatus.CLAIMED
+        store.models.add(dec)
+        store.systems.record(SYS)
+        store.systems.record_backend(config())
+        assert store.claims.take(sigs[4], SYS, config().config_id, "someone-else") is ClaimStatus.CLAIMED
         seen = []
         report = populate(store, [dec], [config()], system=SYS, runner_factory=FakeRunner,
                           progress=seen.append, should_stop=lambda: len(seen) >= 3)
@@ -222,8 +222,8 @@ def test_populate_stops_resumes_and_skips_held_bricks() -> None:
         assert not report.interrupted and report.held == 1 and report.duplicates == 0
         assert report.measured == len(sigs) - 4
         assert sorted(FakeRunner.measured) == sorted(set(sigs) - {sigs[4]})
-        assert [c.owner for c in store.claims()] == ["someone-else"]  # ours were all released
-        assert store.unmeasured(SYS, config().config_id, sigs) == [sigs[4]]
+        assert [c.owner for c in store.claims.all()] == ["someone-else"]  # ours were all released
+        assert store.measurements.unmeasured(SYS, config().config_id, sigs) == [sigs[4]]
         # every brick goes to the runner with the brick before it in the model
         assert all(isinstance(i, dlbricks.bricks.BrickInContext) for i in FakeRunner.items)
         assert {i.key: i.previous for i in FakeRunner.items} == {
@@ -239,8 +239,8 @@ def test_populate_releases_the_claim_when_interrupted_mid_brick() -> None:
     with Store(":memory:") as store:
         with pytest.raises(KeyboardInterrupt):
             populate(store, decompositions()[:1], [config()], system=SYS, runner_factory=Interrupting)
-        assert store.claims(live_only=False) == []
-        assert store.measurements() == []
+        assert store.claims.all(live_only=False) == []
+        assert store.measurements.bricks() == []
 
 
 def test_populate_measures_dominant_bricks_at_several_moments_and_pools_them() -> None:
@@ -273,10 +273,10 @@ def test_populate_measures_dominant_bricks_at_several_moments_and_pools_them() -
         assert report.remeasured == 4 + 2 * len(new_in_second)
         assert report.measured == len(set(first.bricks) | set(second.bricks))
         for sig in big:
-            row = store.measurement(sig, SYS, config().config_id)
+            row = store.measurements.get(sig, SYS, config().config_id)
             assert row.n == 30 and row.median_s == pytest.approx(100e-5 * 1.2)
         small = next(s for s in first.bricks if s not in big)
-        assert calls.count(small) == 1 and store.measurement(small, SYS, config().config_id).n == 10
+        assert calls.count(small) == 1 and store.measurements.get(small, SYS, config().config_id).n == 10
         assert [p.label for p in seen if p.label.endswith("/3)")][:2] == [
             f"{first.bricks[s].op_type} (2/3)" for s in dominant]
     assert dominant_bricks(first, {s: 1e-5 for s in first.bricks}, share=0.99) == []
@@ -322,7 +322,7 @@ def test_a_run_where_every_brick_failed_is_a_failure_with_its_reason(tmp_path: P
     assert "every measurement of this run failed" in last and "Traceback" not in result.output
     assert "--framework onnxruntime" in last
     with Store(db) as store:  # what was measured is kept: the failure is recorded
-        assert [r.status for r in store.measurements()] == ["failed"]
+        assert [r.status for r in store.measurements.bricks()] == ["failed"]
 
 
 def test_bench_takes_framework_as_other_commands_call_it(tmp_path: Path) -> None:
@@ -349,6 +349,6 @@ def test_bench_whole_model_prints_the_cost_of_bricks_against_whole_models(tmp_pa
                      r"([\d.]+)x \(DLBricks' compute ratio\)", line)
     assert found, line
     with Store(db) as store:
-        bricks = sum(r.wall_time_s for r in store.measurements())
-        whole = sum(r.wall_time_s for r in store.model_measurements())
+        bricks = sum(r.wall_time_s for r in store.measurements.bricks())
+        whole = sum(r.wall_time_s for r in store.measurements.models())
     assert float(found[1]) == pytest.approx(bricks, abs=0.06) and float(found[2]) == pytest.approx(whole, abs=0.06)

@@ -115,9 +115,9 @@ def test_a_model_and_its_bricks_run_in_rounds_in_two_workers(tmp_path: Path) -> 
     system = collect_system_info()
     rounds = RoundsBudget(min_rounds=5, max_rounds=5, min_time=0.0, max_time=5.0)
     with Store(tmp_path / "r.db") as store, Runner("onnxruntime", OrtConfig(), budget) as runner:
-        store.add_decomposition(dec)
+        store.models.add(dec)
         for sig in dec.bricks:
-            store.record(runner.measure(dec.in_context(sig)), system)
+            store.measurements.record(runner.measure(dec.in_context(sig)), system)
         pid = runner.worker_pid
         result = measure_in_rounds(store, dec, runner, graph, system, budget=budget, rounds=rounds, processes=2)
         assert runner.worker_pid not in (None, pid)
@@ -126,7 +126,7 @@ def test_a_model_and_its_bricks_run_in_rounds_in_two_workers(tmp_path: Path) -> 
         assert 2 <= workers <= 4 and result.rounds.process == tuple(p for p in range(workers) for _ in range(5))
         assert result.whole.ok and result.whole.n == 5 * workers and result.whole.key == graph.key
         assert set(result.bricks) == set(dec.bricks) and result.keys[0] == dec.occurrences[0].signature
-        own = store.context_measurements(dec.model_key, system=system, config_id=OrtConfig().config_id)
+        own = store.measurements.in_context(dec.model_key, system=system, config_id=OrtConfig().config_id)
         assert {r.key for r in own} == set(dec.bricks) and all(r.n == 5 * workers for r in own)
         ratio, low, high = result.ratio()
         assert 0 < low <= ratio <= high

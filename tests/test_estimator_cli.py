@@ -67,11 +67,11 @@ def test_estimate_measures_what_a_database_filled_here_lacks_and_refuses_elsewhe
     assert measured.exit_code == 0, measured.output
     assert "measuring them now" in measured.output and "coverage 100.0%" in measured.output
     with Store(here, readonly=True) as store:
-        before = len(store.measurements())
+        before = len(store.measurements.bricks())
     again = CliRunner().invoke(main, args)  # nothing lacking now: read only
     assert again.exit_code == 0 and "measuring" not in again.output, again.output
     with Store(here, readonly=True) as store:
-        assert len(store.measurements()) == before
+        assert len(store.measurements.bricks()) == before
 
     elsewhere = tmp_path / "elsewhere.db"
     filled_there = CliRunner().invoke(main, ["bench", str(model), "--db", str(elsewhere), "--budget", "quick",
@@ -80,7 +80,7 @@ def test_estimate_measures_what_a_database_filled_here_lacks_and_refuses_elsewhe
     refused = CliRunner().invoke(main, ["estimate", str(model), "--db", str(elsewhere)])
     assert refused.exit_code == 2 and "have no measurement" in refused.output, refused.output
     with Store(elsewhere, readonly=True) as store:
-        assert {s.fingerprint for s in store.systems()} == {"another-machine"}
+        assert {s.fingerprint for s in store.systems.all()} == {"another-machine"}
 
 
 def test_validate_bounds_hold(filled: tuple[Path, Path]) -> None:
@@ -93,7 +93,7 @@ def test_validate_bounds_hold(filled: tuple[Path, Path]) -> None:
     # the database holds no other model measured whole: the interval says what it does not hold
     assert f"holds the bricks and the machine's swing only: no other model in {db}" in result.output
     with Store(db) as store:
-        (rec,) = store.model_measurements(status="ok")
+        (rec,) = store.measurements.models(status="ok")
         assert rec.median_s > 0
 
 
@@ -121,7 +121,7 @@ def test_calibrate_stores_peaks(tmp_path: Path) -> None:
     from dlbricks.generators import collect_system_info
 
     with Store(db) as store:
-        peaks = store.peaks(collect_system_info())
+        peaks = store.systems.peaks(collect_system_info())
     assert peaks is not None and peaks[0] > 1e8 and peaks[1] > 1e8
     assert set(peaks.details["backends"]) == {"onnxruntime"}
     from dlbricks.estimator.calibrate import GEMV_SIZES
@@ -177,9 +177,10 @@ def test_an_accelerators_peaks_are_kept_apart_from_the_cpus() -> None:
 
     Stored = namedtuple("Stored", "flops_per_s bytes_per_s details")
 
-    class OneSystem:  # the store's peaks lookup for one system
+    class OneSystem:  # a store whose systems part knows the peaks of one system
         def __init__(self, record: object) -> None:
             self.record = record
+            self.systems = self
 
         def peaks(self, system: object) -> object:
             return self.record
@@ -239,9 +240,9 @@ def test_evaluate_shows_layer_bricks_beside_fused_ones_in_one_run(with_peaks: Ca
     config = OrtConfig(graph_optimization_level="extended")
     with Store(db) as store:  # both decompositions stored and measured; each column is its own estimate
         for granularity, ms in printed.items():
-            dec = store.decomposition("mobilenet_v2_0.35", granularity)
+            dec = store.models.decomposition("mobilenet_v2_0.35", granularity)
             assert 1e3 * estimate(dec, store, config=config).sequential_s == pytest.approx(ms, abs=6e-4)
-        layer, fused = (store.decomposition("mobilenet_v2_0.35", g) for g in ("layer", "fused:extended"))
+        layer, fused = (store.models.decomposition("mobilenet_v2_0.35", g) for g in ("layer", "fused:extended"))
         assert len(layer.occurrences) > len(fused.occurrences)  # BatchNorms and clips fused away
     refused = CliRunner().invoke(main, ["evaluate", "--suite", "mobilenet_v2_0.35", "--db", str(db),
                                         "--granularity", "both"])
@@ -308,8 +309,8 @@ def test_evaluate_times_a_brick_of_an_earlier_model_again_in_the_next_models_rou
     shared = set(decs[0].bricks) & set(decs[1].bricks)
     assert shared
     with Store(db) as store:
-        own = {r.key: r for r in store.context_measurements(decs[1].model_key, system=collect_system_info(),
-                                                             config_id=OrtConfig().config_id, status="ok")}
+        own = {r.key: r for r in store.measurements.in_context(decs[1].model_key, system=collect_system_info(),
+                                                                config_id=OrtConfig().config_id, status="ok")}
     assert shared <= set(own) and set(own) == set(decs[1].bricks)
     rounds = ev.rows[1].rounds
     assert rounds >= _evaluate.PAIRED_ROUNDS.min_rounds
@@ -332,8 +333,8 @@ def test_evaluate_times_each_model_with_its_bricks_in_rounds(with_peaks: Callabl
                             say=lines.append)
     row = ev.rows[0]
     with Store(db) as store:
-        key = store.model("squeezenet1_1").key
-        stored = store.measurement(key, collect_system_info(), OrtConfig().config_id, kind="model")
+        key = store.models.get("squeezenet1_1").key
+        stored = store.measurements.get(key, collect_system_info(), OrtConfig().config_id, kind="model")
     assert stored is not None and stored.ok
     assert stored.n == row.rounds >= _evaluate.PAIRED_ROUNDS.min_rounds  # one whole run a round
     assert stored.median_s == pytest.approx(row.measured_s)

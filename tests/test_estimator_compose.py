@@ -400,9 +400,9 @@ def test_an_estimate_of_a_model_that_fits_the_caches_has_no_memory_side(tmp_path
     capacity = cache_capacity(None, system)
     assert capacity == 3 << 19 and dec.weight_bytes() < capacity  # instruction caches hold no weights
     with Store(tmp_path / "t.db") as store:
-        store.add_decomposition(dec)
+        store.models.add(dec)
         for sig in dec.bricks:
-            store.record(measurement(sig, median=1e-5), system)
+            store.measurements.record(measurement(sig, median=1e-5), system)
         assert cache_capacity(store, system.fingerprint) == capacity  # a stored system's, by fingerprint
         memory_bound = Peaks(flops_per_s=1e30, bytes_per_s=1e6)
         est = estimate(dec, store, system=system, peaks=memory_bound)

@@ -50,7 +50,7 @@ def test_estimate_interval_holds_the_composition_error_of_stored_models(tmp_path
     validated = CliRunner().invoke(main, ["validate", str(files["small"]), "--db", str(db), "--budget", "quick"])
     assert validated.exit_code == 0, validated.output
     with Store(db) as store:
-        (run,) = store.model_measurements(status="ok")
+        (run,) = store.measurements.models(status="ok")
         reference = estimate(str(files["small"]), store, composition=False)
         own = estimate(str(files["small"]), store)
         bare = estimate(str(files["deeper"]), store, composition=False)

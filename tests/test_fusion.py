@@ -230,13 +230,13 @@ def test_a_stored_fused_model_keeps_its_layout_reorders(tmp_path) -> None:  # ty
     graph = dlbricks.load_model(build("resnet18_v1"))
     fused = dlbricks.decompose(graph, "fused", opt_level="all")
     with Store(tmp_path / "r.db") as store:
-        store.add_decomposition(fused)
-        store.add_decomposition(dlbricks.decompose(graph))
-        assert store.decomposition("resnet18_v1", "fused:all").reorder_bytes == fused.reorder_bytes
-        assert store.decomposition("resnet18_v1", "layer").reorder_bytes == ()
+        store.models.add(fused)
+        store.models.add(dlbricks.decompose(graph))
+        assert store.models.decomposition("resnet18_v1", "fused:all").reorder_bytes == fused.reorder_bytes
+        assert store.models.decomposition("resnet18_v1", "layer").reorder_bytes == ()
         other = Store(tmp_path / "merged.db")
         other.merge_from(tmp_path / "r.db")
-        assert other.decomposition("resnet18_v1", "fused:all").reorder_bytes == fused.reorder_bytes
+        assert other.models.decomposition("resnet18_v1", "fused:all").reorder_bytes == fused.reorder_bytes
         other.close()
 
 
@@ -275,14 +275,14 @@ def test_an_estimate_at_all_reads_overheads_and_reorder_price_from_the_database(
     system = collect_system_info()
     with Store(tmp_path / "f.db") as store:
         populate(store, [fused], [config], BenchOptions(budget=Budget.quick()), system=system)
-        overheads = store.overheads(system, config.config_id, list(fused.bricks))
+        overheads = store.systems.overheads(system, config.config_id, list(fused.bricks))
         assert set(overheads) == set(fused.bricks) and any(v > 0 for v in overheads.values())
         for sig, overhead in overheads.items():  # the profile's share of the run, at the timed speed
-            m = store.measurement(sig, system, config.config_id)
+            m = store.measurements.get(sig, system, config.config_id)
             item = fused.in_context(sig)
             share = _ort_kernels.brick_session_kernels(item.brick, "all", 1, item.previous).leftover_share
             assert overhead == pytest.approx(share * (m.median_s - m.floor_s), rel=1e-9)
-        sizes, per_byte = store.reorder_price(system, config.config_id)
+        sizes, per_byte = store.systems.reorder_price(system, config.config_id)
         assert sizes and all(c > 0 for c in per_byte)
         first = estimate(fused, store, config=config)
 
@@ -295,7 +295,7 @@ def test_an_estimate_at_all_reads_overheads_and_reorder_price_from_the_database(
     merged.merge_from(tmp_path / "f.db")
     again = estimate(fused, merged, config=config)
     assert again.sequential_s == pytest.approx(first.sequential_s, rel=1e-12)
-    assert again.floor_s > min(m.floor_s for m in [merged.measurement(s, system, config.config_id)
+    assert again.floor_s > min(m.floor_s for m in [merged.measurements.get(s, system, config.config_id)
                                                    for s in fused.bricks])  # the reorders added once
     merged.db.conn.execute("DELETE FROM brick_overheads WHERE rowid IN (SELECT rowid FROM brick_overheads LIMIT 1)")
     with pytest.raises(InvalidArgumentError, match="no stored overhead.*dlbricks bench res_all --granularity fused"):
@@ -383,6 +383,6 @@ def test_on_cuda_a_fused_estimate_at_all_adds_no_nchwc_reorders() -> None:
 
     measured = dict.fromkeys(fused.bricks)
     assert _reorder_costs(fused, cuda, NoLookups(), "gpu-system", measured) == ({}, 0.0)  # type: ignore[arg-type]
-    with pytest.raises(AssertionError, match="read overheads"):
+    with pytest.raises(AssertionError, match="read systems"):  # store.systems.overheads
         cpu = OrtConfig(graph_optimization_level="all")
         _reorder_costs(fused, cpu, NoLookups(), "s", measured)  # type: ignore[arg-type]

@@ -75,10 +75,10 @@ def _fill(db: Path, model: Path, *, status: str = "ok") -> None:
     graph = dlbricks.load_model(model, batch_size=1)
     dec = dlbricks.decompose(graph)
     with Store.open(db) as store:
-        store.add_decomposition(dec, source=graph.source)
+        store.models.add(dec, source=graph.source)
         for signature in dec.bricks:
-            store.record(measurement(signature, median=2e-5, status=status, cfg=config()),
-                         collect_system_info())
+            store.measurements.record(measurement(signature, median=2e-5, status=status, cfg=config()),
+                                      collect_system_info())
 
 
 @pytest.fixture(scope="module")
@@ -315,7 +315,7 @@ def test_configuration_values_are_checked_before_the_db(work: Path, extra: list[
 
 def test_a_blank_system_id_is_refused_by_the_library() -> None:
     with Store(":memory:") as store, pytest.raises(dlbricks.InvalidArgumentError, match="non-blank"):
-        store.record_system(collect_system_info(), fingerprint=" ")
+        store.systems.record(collect_system_info(), fingerprint=" ")
 
 
 def test_nothing_to_measure_says_how_to_retry_failed_bricks(work: Path) -> None:

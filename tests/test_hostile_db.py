@@ -75,9 +75,9 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     graph = dlbricks.load_model(folder / "good.onnx", batch_size=1)
     dec = dlbricks.decompose(graph)
     with Store.open(folder / "base.db") as store:
-        store.add_decomposition(dec, source=graph.source)
+        store.models.add(dec, source=graph.source)
         for signature in dec.bricks:
-            store.record(measurement(signature, median=2e-5, cfg=config()), collect_system_info())
+            store.measurements.record(measurement(signature, median=2e-5, cfg=config()), collect_system_info())
     return folder
 
 
@@ -313,7 +313,7 @@ def test_a_system_id_with_control_characters_is_refused_before_the_database(work
         assert "\x1b" not in line and "'lab\\n\\x1b[31mred" in line and "unprintable" in line, line
     assert not new.exists() and _digest(db) == before and _state(db) == state
     with Store.open(db) as store, pytest.raises(dlbricks.InvalidArgumentError, match="unprintable"):
-        store.record_system(collect_system_info(), fingerprint=hostile)
+        store.systems.record(collect_system_info(), fingerprint=hostile)
     assert _query(db, "SELECT COUNT(*) FROM systems") == [(1,)]
 
 
@@ -399,15 +399,15 @@ def test_evaluate_refuses_a_hostile_suite_before_the_database(work: Path) -> Non
 
 
 def test_the_library_refuses_to_store_or_look_up_a_hostile_model_name(work: Path) -> None:
-    """Store.add_decomposition is where every command stores a model (validate and evaluate too)."""
+    """store.models.add is where every command stores a model (validate and evaluate too)."""
     db = work / "base.db"
     state = _state(db)
     graph = dlbricks.load_model(work / "good.onnx", batch_size=1, name="two\nlines")
     with Store.open(db) as store:
         with pytest.raises(dlbricks.InvalidArgumentError, match="The model name 'two\\\\nlines' has the unprintable"):
-            store.add_decomposition(dlbricks.decompose(graph), source=graph.source)
+            store.models.add(dlbricks.decompose(graph), source=graph.source)
         with pytest.raises(dlbricks.InvalidArgumentError, match="100000 characters long") as caught:
-            store.model("m" * 100_000)
+            store.models.get("m" * 100_000)
         assert len(str(caught.value)) < 400
     assert _state(db) == state
 

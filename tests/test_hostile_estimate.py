@@ -77,10 +77,10 @@ def test_estimate_reads_the_system_id_bench_recorded_under(work: Path) -> None:
     graph = dlbricks.load_model(work / "good.onnx", batch_size=1)
     dec = dlbricks.decompose(graph)
     with Store.open(db) as store:
-        store.add_decomposition(dec, source=graph.source)
-        lab = store.record_system(collect_system_info(), fingerprint="lab").fingerprint
+        store.models.add(dec, source=graph.source)
+        lab = store.systems.record(collect_system_info(), fingerprint="lab").fingerprint
         for signature in dec.bricks:
-            store.record(measurement(signature, median=2e-5, cfg=config()), lab)
+            store.measurements.record(measurement(signature, median=2e-5, cfg=config()), lab)
     digest, count = _digest(db), _count(db)
     args = ["estimate", str(work / "good.onnx"), "--batch-size", "1", "--db", str(db), "--on-missing", "error"]
     from_env = CliRunner().invoke(main, args, env={"DLBRICKS_SYSTEM_ID": "lab"})
@@ -103,7 +103,7 @@ def test_estimate_refuses_a_negative_top(work: Path) -> None:
 
 def _names(db: Path) -> list[str]:
     with Store.open(db, create=False, readonly=True) as store:
-        return [m.name for m in store.models()]
+        return [m.name for m in store.models.all()]
 
 
 def test_a_stored_model_is_never_relabelled_and_a_name_never_moves(work: Path) -> None:
@@ -226,7 +226,7 @@ def test_a_brick_that_fails_when_measured_for_an_estimate_stops_it_and_is_not_st
         estimate(dec, db, config=config(threads=2), on_missing="measure", budget=Budget(warmup_time=1.0, timeout=0.3))
     assert _content(db) == before
     with Store.open(db, readonly=True) as store:
-        assert store.claims() == []
+        assert store.claims.all() == []
 
 
 def test_the_costliest_bricks_are_tried_first_where_the_model_is_slow_against_the_budget(work: Path) -> None:

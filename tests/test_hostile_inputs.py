@@ -67,9 +67,9 @@ def work(tmp_path: Path) -> Path:
     graph = dlbricks.load_model(tmp_path / "good.onnx", batch_size=1)
     dec = dlbricks.decompose(graph)
     with Store.open(tmp_path / "good.db") as store:
-        store.add_decomposition(dec, source=graph.source)
+        store.models.add(dec, source=graph.source)
         for signature in dec.bricks:
-            store.record(measurement(signature, median=2e-5, cfg=config()), collect_system_info())
+            store.measurements.record(measurement(signature, median=2e-5, cfg=config()), collect_system_info())
     return tmp_path
 
 

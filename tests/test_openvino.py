@@ -194,12 +194,12 @@ def test_measurements_in_a_worker_are_stored(ov: ModuleType, squeezenet: dlbrick
     assert all(m.floor_s is not None and 0 < m.floor_s < measured[0].median_s for m in measured)
     system = collect_system_info()
     with Store(":memory:") as store:
-        store.add_decomposition(dec, squeezenet.source)
+        store.models.add(dec, squeezenet.source)
         for m in measured[1:]:
-            store.record(m, system)
-        stored = store.measurements(system=system, config_id=cfg.config_id)
+            store.measurements.record(m, system)
+        stored = store.measurements.bricks(system=system, config_id=cfg.config_id)
         assert {r.key for r in stored} == {m.key for m in measured[1:]}
-        (row,) = [b for b in store.backends() if b.config_id == cfg.config_id]
+        (row,) = [b for b in store.systems.backends() if b.config_id == cfg.config_id]
         assert row.version and row.version.startswith(importlib.metadata.version("openvino"))
 
 
@@ -230,7 +230,7 @@ def test_bench_estimate_and_validate_through_the_command_line(ov: ModuleType, ti
     conv = [line.split() for line in table if line.split()[1:2] == ["Conv"]]
     assert conv and all(float(r[4]) > 0 for r in conv), out  # the fused Conv+BN+Relu kernels on the Conv bricks
     with Store(db) as store:
-        (whole,) = store.model_measurements(status="ok")
+        (whole,) = store.measurements.models(status="ok")
         assert whole.config_id == OpenvinoConfig().config_id and whole.median_s > 0
 
 
@@ -258,7 +258,7 @@ def test_calibrate_stores_openvinos_own_peaks(ov: ModuleType, tmp_path: Path) ->
     code, out = _run("calibrate", "--backend", "openvino", "--db", str(db), "--budget", "quick")
     assert code == 0 and "with openvino, 1 thread(s)" in out, out
     with Store(db) as store:
-        peaks = store.peaks(collect_system_info())
+        peaks = store.systems.peaks(collect_system_info())
     own = peaks.details["backends"]
     assert set(own) == {"openvino"} and own["openvino"]["flops_per_s"] > 1e8 and own["openvino"]["int_gemm"]
     assert not own["openvino"]["conv_nchwc"]  # onnxruntime's layout only
@@ -348,8 +348,8 @@ def test_estimates_hold_against_the_whole_model(ov: ModuleType, squeezenet: dlbr
         dec = dlbricks.decompose(squeezenet, "fused", runtime="openvino") if granularity == "fused" else \
             dlbricks.decompose(squeezenet)
         system = collect_system_info()
-        stored = {s: store.measurement(s, system, cfg.config_id) for s in dec.bricks}
-        overheads = store.overheads(system, cfg.config_id, list(dec.bricks))
+        stored = {s: store.measurements.get(s, system, cfg.config_id) for s in dec.bricks}
+        overheads = store.systems.overheads(system, cfg.config_id, list(dec.bricks))
     raw = sum(stored[o.signature].median_s - stored[o.signature].floor_s for o in dec.occurrences)
     corrected = raw - sum(overheads.get(o.signature, 0.0) for o in dec.occurrences)
     measured = result.measured.median_s

@@ -129,8 +129,8 @@ def test_the_cache_and_memory_rate_come_from_the_database(tmp_path) -> None:
     with Store(tmp_path / "b.db") as store:
         assert memory_rate(store, system, cache) is None
         stream = ((cache // 2, 9e10), (cache * 6, 4e10))  # bytes moved, bytes/s
-        store.record_peaks(system, *merge_peaks(None, "onnxruntime", Calibration(Peaks(1e11, 9e10), (), stream,
-                                                                                 gemv=gemv)))
+        store.systems.record_peaks(system, *merge_peaks(None, "onnxruntime", Calibration(Peaks(1e11, 9e10), (), stream,
+                                                                                         gemv=gemv)))
         assert last_level_cache(store, system.fingerprint) == cache == last_level_cache(None, system)
         assert memory_rate(store, system.fingerprint, cache) == 3e10
         assert memory_rate(store, system, cache * 16) is None

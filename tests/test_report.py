@@ -144,11 +144,11 @@ def test_report_of_a_model_shows_the_estimates_numbers(filled: dict[str, Path], 
     _assert_self_contained(html)
     with Store.open(db, create=False, readonly=True) as store:
         est = estimate(str(model), store)
-        key = next(m.key for m in store.models() if m.name == est.model)
+        key = next(m.key for m in store.models.all() if m.name == est.model)
         from dlbricks.generators import OrtConfig, collect_system_info
 
-        measured = store.measurement(key, collect_system_info(), OrtConfig().config_id, kind="model")
-        in_context = {r.key for r in store.context_measurements(key, status="ok")}
+        measured = store.measurements.get(key, collect_system_info(), OrtConfig().config_id, kind="model")
+        in_context = {r.key for r in store.measurements.in_context(key, status="ok")}
     cells = _cells(html)
     name = est.model
     for field in ("sequential_s", "ci_low_s", "ci_high_s", "parallel_s", "lower_bound_s", "lower_bound_parallel_s",

@@ -85,7 +85,7 @@ def test_batch_sweep_measures_shared_bricks_once(tmp_path: Path) -> None:
     assert sum(p["measured_bricks"] for p in points) == len(union)
     assert all(p["estimate"]["coverage"] == 1.0 and p["estimate"]["sequential_s"] > 0 for p in points)
     with Store.open(db, create=False, readonly=True) as store:
-        measured = [r.key for r in store.measurements()]
+        measured = [r.key for r in store.measurements.bricks()]
     assert sorted(measured) == sorted(union)  # each brick measured once, shared ones too
 
     table = runner.invoke(main, ["estimate", str(model), "--db", str(db), "--batch-size", "1,2,4"])

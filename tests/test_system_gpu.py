@@ -35,7 +35,7 @@ def test_gpu_name_memory_driver_cuda_and_cudnn_are_recorded(tmp_path: Path, monk
     assert (gpu.cuda_version, gpu.cudnn_version) == ("13.0", "9.10")
     assert gpu.fingerprint != cpu.fingerprint  # another GPU or CUDA build is another system
     with Store(tmp_path / "g.db") as store:
-        record = store.record_system(gpu)
+        record = store.systems.record(gpu)
         assert record.gpu == "NVIDIA H100 80GB HBM3"
         assert record.details["cuda_version"] == "13.0" and record.details["gpu_memory_bytes"] == 81559 * 2**20
 

@@ -34,8 +34,8 @@ def rewrite(db: Path, ratio: float) -> None:
 def errors(db: Path) -> dict[str, float]:
     """Each measured model's estimate error against its stored whole-model median."""
     with Store(db) as store:
-        measured = {(r.key, r.system): r.median_s for r in store.model_measurements(status="ok")}
-        names = {key: store.model(key).name for key, _ in measured}
+        measured = {(r.key, r.system): r.median_s for r in store.measurements.models(status="ok")}
+        names = {key: store.models.get(key).name for key, _ in measured}
     out = {}
     for (key, system), median in measured.items():
         name = names[key]
