@@ -570,7 +570,8 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
         whole, result = _paired_rounds(graph, dec, store, system, cfg, budget, rounds or PAIRED_ROUNDS)
     else:
         whole = measure_whole(graph, cfg, budget, backend=backend_name(cfg))
-    store.measurements.record_model(whole, system, budget=budget)
+    # paired: the whole run of these rounds replaces the one stored, as the bricks' runs in them do
+    store.measurements.record_model(whole, system, budget=budget, rule="replace" if paired and whole.ok else "best")
     if not whole.ok:
         raise InvalidArgumentError(f"model '{graph.name}' could not be measured whole: {whole.error}")
     est = estimate(dec, store, system=system, config=config,

@@ -451,7 +451,9 @@ def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_T
                         paired[name] = result
                         whole = replace(result.whole, key=first.key, wall_time_s=first.wall_time_s)
             whole_time += first.wall_time_s
-            store.measurements.record_model(whole, system, budget=budget)
+            # from rounds: it replaces the whole run stored, as the bricks' runs in them do
+            store.measurements.record_model(whole, system, budget=budget,
+                                            rule="replace" if name in paired else "best")
     finally:
         workers.close()
     return whole_time, rounds_time, paired

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -95,6 +97,22 @@ def test_validate_bounds_hold(filled: tuple[Path, Path]) -> None:
     with Store(db) as store:
         (rec,) = store.measurements.models(status="ok")
         assert rec.median_s > 0
+
+
+def test_validate_again_stores_the_whole_run_its_bricks_met(filled: tuple[Path, Path]) -> None:
+    """A second paired validate replaces the stored whole run with its own, as it replaces the bricks'
+    runs in the model's context: the stored pair (what estimate and report read) is from one moment."""
+    model, db = filled
+    for k in range(2):
+        result = CliRunner().invoke(main, ["validate", str(model), "--db", str(db), "--budget", "quick"])
+        assert result.exit_code == 0, result.output
+        row = next(line.split() for line in result.output.splitlines() if line.startswith(model.stem + " "))
+        with Store(db) as store:
+            (rec,) = store.measurements.models(status="ok")
+            assert f"{rec.median_s * 1e3:.3f}" == row[1]
+            if k == 0:  # a whole run of another moment with many more samples, which "best" would keep
+                other = store.measurements.get(rec.key, rec.system, rec.config_id, kind="model")
+                store.measurements.record_model(dataclasses.replace(other, n=100_000, median_s=1.0), rec.system)
 
 
 def test_fused_estimates_are_kept_apart_from_layer_ones(filled: tuple[Path, Path], tmp_path: Path) -> None:
