@@ -639,11 +639,14 @@ def _require_specs(layers: tuple[LayerNode, ...], specs: dict[str, TensorSpec],
             f"re-export the model with static shapes.")
 
 
-#: Standard ops whose time depends on how their input's values are arranged, not only on how they
-#: are distributed: a non-maximum suppression's follows the boxes that pass its threshold and
-#: overlap. Its boxes and scores keep their values in the model's run
-#: (:meth:`~dlbricks.types.ValueStatistics.with_values`), which its brick is fed.
-VALUE_DEPENDENT_OPS = frozenset({"NonMaxSuppression"})
+#: Standard ops whose time depends on their input's values, not only on how they are distributed: a
+#: non-maximum suppression's follows the boxes that pass its threshold and overlap; a Softmax behind an
+#: attention mask reads the mask's huge negative values (float32's least, -3.4e38, from torch's
+#: exports), whose exponentials some x86 processors compute on a slow path (on an Intel Xeon, a
+#: BERT's four Softmax layers took 445 us each in the model against 25 us each for their brick fed
+#: normal values). Their inputs keep their values in the model's run
+#: (:meth:`~dlbricks.types.ValueStatistics.with_values`), which their bricks are fed.
+VALUE_DEPENDENT_OPS = frozenset({"NonMaxSuppression", "Softmax"})
 
 
 def _keep_values(layers: tuple[LayerNode, ...], specs: dict[str, TensorSpec], proto: onnx.ModelProto,

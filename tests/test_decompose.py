@@ -325,3 +325,43 @@ def test_a_suppressions_boxes_and_scores_are_its_models_own() -> None:
         assert all(s.statistics is None for b in dec.bricks.values() if b is not nms for s in b.inputs)
         signatures.append(nms.signature)
     assert signatures[0] != signatures[1]
+
+
+def _masked_softmax_model() -> onnx.ModelProto:
+    """Attention scores plus a mask of float32's least value where ``mask`` is 0 (as torch exports
+    it), then a Softmax."""
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("Cast", ["mask"], ["maskf"], to=TensorProto.FLOAT),
+        helper.make_node("Sub", ["one", "maskf"], ["inverted"]),
+        helper.make_node("Mul", ["inverted", "least"], ["bias"]),
+        helper.make_node("Add", ["scores", "bias"], ["masked"]),
+        helper.make_node("Softmax", ["masked"], ["probs"], axis=-1),
+    ]
+    inits = [helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
+             helper.make_tensor("least", TensorProto.FLOAT, [], [float(np.finfo(np.float32).min)])]
+    graph = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 2, 8, 8]),
+                                               helper.make_tensor_value_info("mask", TensorProto.INT64, [1, 1, 1, 8])],
+                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, 2, 8, 8])],
+                              initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_a_softmax_behind_an_attention_mask_is_fed_the_masks_values() -> None:
+    """A Softmax's brick keeps its input's values from the model's run, the mask's -3.4e38 among them,
+    and the onnxruntime backend feeds them: its time depends on them on some processors."""
+    from dlbricks.generators import OrtConfig
+    from dlbricks.generators.ort import OrtBackend
+    from dlbricks.inputs import random_inputs
+
+    graph = dlbricks.load_model(_masked_softmax_model())
+    x = random_inputs(graph.inputs, seed=0)
+    expected = x["scores"] + (1.0 - x["mask"].astype(np.float32)) * np.finfo(np.float32).min
+    assert (expected < -1e38).any()  # the seeded mask masks some positions
+    softmax = next(b for b in dlbricks.decompose(graph).bricks.values() if b.op_type == "Softmax")
+    (spec,) = softmax.inputs
+    np.testing.assert_array_equal(spec.statistics.recorded(spec.shape), expected)
+    prepared = OrtBackend().prepare(softmax.to_onnx(), OrtConfig(cache="warm"))
+    np.testing.assert_array_equal(prepared._inputs["in0"], expected)
+    prepared.close()
