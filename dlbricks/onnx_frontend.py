@@ -647,6 +647,15 @@ def _require_specs(layers: tuple[LayerNode, ...], specs: dict[str, TensorSpec],
 #: normal values). Their inputs keep their values in the model's run
 #: (:meth:`~dlbricks.types.ValueStatistics.with_values`), which their bricks are fed.
 VALUE_DEPENDENT_OPS = frozenset({"NonMaxSuppression", "Softmax"})
+#: Of these, the ops whose input keeps its values only where it is masked, holding a value below
+#: :data:`MASKED_BELOW`: an unmasked Softmax runs as fast on normal values, and its bricks stay shared
+#: across layers and models.
+MASK_DEPENDENT_OPS = frozenset({"Softmax"})
+#: A value below this is a mask's (float32's least is -3.4e38; a Softmax's scores are far above).
+MASKED_BELOW = -1e30
+#: Most bytes of values a model's bricks keep in all (a BERT-large at 384 tokens would keep 226 MB of
+#: masked scores): past it, the further tensors get statistics of normal values, as before.
+KEEP_VALUES_TOTAL_BYTES = 64 << 20
 
 
 def _keep_values(layers: tuple[LayerNode, ...], specs: dict[str, TensorSpec], proto: onnx.ModelProto,
@@ -655,21 +664,27 @@ def _keep_values(layers: tuple[LayerNode, ...], specs: dict[str, TensorSpec], pr
     """Give the float tensors (rank >= 3, up to :data:`~dlbricks.types.KEEP_VALUES_MAX_BYTES`) that
     ops of :data:`VALUE_DEPENDENT_OPS` read statistics that keep their values in one onnxruntime run
     of the model on the seeded inputs a whole model is measured with (none where it cannot run)."""
-    names = [t for la in layers if la.op_type in VALUE_DEPENDENT_OPS and la.domain in ("", "ai.onnx")
-             for t in la.all_inputs[:2] if t in specs and len(specs[t].shape) >= 3
-             and specs[t].numel * 4 <= KEEP_VALUES_MAX_BYTES]
-    if not names:
+    readers = [(t, la.op_type) for la in layers if la.op_type in VALUE_DEPENDENT_OPS and la.domain in ("", "ai.onnx")
+               for t in la.all_inputs[:2] if t in specs and len(specs[t].shape) >= 3
+               and specs[t].numel * 4 <= KEEP_VALUES_MAX_BYTES]
+    if not readers:
         return
+    names = list(dict.fromkeys(t for t, _ in readers))
+    masked_only = {t for t in names if all(op in MASK_DEPENDENT_OPS for u, op in readers if u == t)}
     from dlbricks._runtime_shapes import values_from_runtime
 
     try:
-        values = values_from_runtime(proto, concrete, ranges, list(dict.fromkeys(names)),
-                                     f"{label}: tensor '{names[0]}'")
+        values = values_from_runtime(proto, concrete, ranges, names, f"{label}: tensor '{names[0]}'")
     except ShapeInferenceError:  # a model onnxruntime cannot run: its bricks get random values, as others
         return
-    for name, array in values.items():
+    kept = 0
+    for name in names:
+        array = values.get(name)
+        if array is None or (name in masked_only and not (array < MASKED_BELOW).any()):
+            continue
         stats = ValueStatistics.of(array)
-        if stats is not None:
+        if stats is not None and kept + array.size * 4 <= KEEP_VALUES_TOTAL_BYTES:
+            kept += array.size * 4
             specs[name] = specs[name].with_statistics(stats.with_values(array))
 
 

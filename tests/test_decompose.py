@@ -365,3 +365,33 @@ def test_a_softmax_behind_an_attention_mask_is_fed_the_masks_values() -> None:
     prepared = OrtBackend().prepare(softmax.to_onnx(), OrtConfig(cache="warm"))
     np.testing.assert_array_equal(prepared._inputs["in0"], expected)
     prepared.close()
+
+
+def test_an_unmasked_softmax_keeps_no_values_and_its_bricks_stay_shared() -> None:
+    """Without a mask a Softmax runs as fast on normal values: its input keeps no values, and two
+    layers of the same shape share one brick."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Softmax", ["x"], ["p"], axis=-1), helper.make_node("Softmax", ["p"], ["q"], axis=-1)]
+    graph = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 8])],
+                              [helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 2, 8, 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    dec = dlbricks.decompose(dlbricks.load_model(model))
+    (brick,) = dec.bricks.values()
+    assert brick.inputs[0].statistics is None
+
+
+def test_kept_values_stop_at_the_models_total(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``KEEP_VALUES_TOTAL_BYTES`` a further masked Softmax keeps no values."""
+    from onnx import TensorProto, helper
+
+    import dlbricks.onnx_frontend as frontend
+
+    model = _masked_softmax_model()
+    model.graph.node.extend([helper.make_node("Add", ["probs", "bias"], ["again"]),
+                             helper.make_node("Softmax", ["again"], ["probs2"], axis=-1)])
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("probs2", TensorProto.FLOAT, [1, 2, 8, 8]))
+    monkeypatch.setattr(frontend, "KEEP_VALUES_TOTAL_BYTES", 2 * 8 * 8 * 4)
+    dec = dlbricks.decompose(dlbricks.load_model(model))
+    kept = [b.inputs[0].statistics is not None for b in dec.bricks.values() if b.op_type == "Softmax"]
+    assert sorted(kept) == [False, True]
