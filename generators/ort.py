@@ -64,8 +64,9 @@ IDLE_SPIN_S = 0.06
 #: :data:`MIN_COLD_WEIGHT_BYTES` of weights runs as one session in ``cache="cold-weights"``; 6: the
 #: cold copies come nearest to their span rather than reach it (:func:`cold_copies`); 7: on a CPU the
 #: brick before a brick writes the brick's first input (:meth:`OrtPrepared._feed_from_previous`); 8: the
-#: copies side by side that time a brick's repeat on an accelerator stay apart (:data:`KEEP_COPIES_APART`).
-MEASUREMENT_METHOD = 8
+#: copies side by side that time a brick's repeat on an accelerator stay apart (:data:`KEEP_COPIES_APART`);
+#: 9: the brick before leaves alone a first input that keeps its model's values (a masked Softmax's).
+MEASUREMENT_METHOD = 9
 #: Graph optimizers off in the session of a brick's copies side by side (:func:`repeat_time`): at level
 #: ``basic`` and above onnxruntime's common-subexpression elimination merges nodes that compute the same
 #: op from the same inputs, so four copies of a Conv+Relu that read one input and one weight ran as one
@@ -276,7 +277,10 @@ class OrtPrepared:
         weight_bytes: int = 0,
         model: onnx.ModelProto | None = None,
         empty: Any = None,
+        kept: frozenset[str] = frozenset(),
     ) -> None:
+        #: Inputs fed their model's own values (:func:`_seeded_inputs`), which the prime leaves alone.
+        self._kept = kept
         self.session = sessions[0]
         #: The brick, where ``queue_times`` also times copies of it side by side (CUDA), else None.
         self.model = model
@@ -365,8 +369,8 @@ class OrtPrepared:
             return
         name = self._sessions[0].get_inputs()[0].name
         array = self._inputs.get(name)
-        if array is None or not np.issubdtype(array.dtype, np.floating):
-            return
+        if array is None or not np.issubdtype(array.dtype, np.floating) or name in self._kept:
+            return  # an input that keeps its model's values: the prime would write others over them
         for meta, (shape, dtype) in zip(previous.session.get_outputs(), previous._output_types, strict=True):
             if tuple(shape) == tuple(array.shape) and dtype == array.dtype:
                 previous.binding.bind_ortvalue_output(meta.name, input_values[name])
@@ -583,7 +587,8 @@ class OrtBackend:
             previous = prepare_previous(functools.partial(self.prepare, timed=False), before, config)
         empty = self.prepare(floor_model(), config) if timed and config.device == "cpu" and _is_brick(model) else None
         keep = model if config.device == "cuda" and _is_brick(model) else None
-        return OrtPrepared(ort, sessions, inputs, first, config, previous, weight_bytes(model), keep, empty)
+        kept = frozenset(name for name, stats in value_statistics(model).items() if stats.values is not None)
+        return OrtPrepared(ort, sessions, inputs, first, config, previous, weight_bytes(model), keep, empty, kept)
 
     def prepare_chain(self, models: Sequence[onnx.ModelProto], config: Any) -> list[OrtPrepared | None]:
         """The bricks of one model prepared as a chain for rounds of single calls on a CPU

@@ -359,12 +359,22 @@ def test_a_softmax_behind_an_attention_mask_is_fed_the_masks_values() -> None:
     x = random_inputs(graph.inputs, seed=0)
     expected = x["scores"] + (1.0 - x["mask"].astype(np.float32)) * np.finfo(np.float32).min
     assert (expected < -1e38).any()  # the seeded mask masks some positions
-    softmax = next(b for b in dlbricks.decompose(graph).bricks.values() if b.op_type == "Softmax")
+    dec = dlbricks.decompose(graph)
+    softmax = next(b for b in dec.bricks.values() if b.op_type == "Softmax")
     (spec,) = softmax.inputs
     np.testing.assert_array_equal(spec.statistics.recorded(spec.shape), expected)
     prepared = OrtBackend().prepare(softmax.to_onnx(), OrtConfig(cache="warm"))
     np.testing.assert_array_equal(prepared._inputs["in0"], expected)
     prepared.close()
+    # the brick before it (the Add), run before each timed call, leaves those values alone
+    primed = OrtBackend().prepare(dec.in_context(softmax.signature).to_onnx(), OrtConfig(cache="cold-weights"))
+    assert primed.previous is not None
+    primed.prime()
+    primed.run()
+    masked = np.exp(expected - expected.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(primed.binding.copy_outputs_to_cpu()[0], masked / masked.sum(axis=-1, keepdims=True),
+                               rtol=1e-5, atol=1e-7)
+    primed.close()
 
 
 def test_an_unmasked_softmax_keeps_no_values_and_its_bricks_stay_shared() -> None:

@@ -258,7 +258,8 @@ def test_multithreaded_workers_share_one_pair_of_thread_pools() -> None:
 
 def test_a_shared_pool_worker_refuses_other_thread_counts() -> None:
     code = (
-        "from dlbricks.generators import OrtBackend, OrtConfig\n"
+        "from dlbricks.generators import OrtConfig\n"
+        "from dlbricks.generators.ort import OrtBackend\n"
         "from tests.test_generators_ort import conv_model\n"
         "OrtBackend().prepare(conv_model(), OrtConfig(intra_op_num_threads=2)).close()\n"
         "try:\n"
