@@ -671,6 +671,10 @@ def _keep_values(layers: tuple[LayerNode, ...], specs: dict[str, TensorSpec], pr
         return
     names = list(dict.fromkeys(t for t, _ in readers))
     masked_only = {t for t in names if all(op in MASK_DEPENDENT_OPS for u, op in readers if u == t)}
+    if masked_only and not _has_mask_constant(proto):  # no value that low to add: nothing to run for
+        names = [t for t in names if t not in masked_only]
+        if not names:
+            return
     from dlbricks._runtime_shapes import values_from_runtime
 
     try:
@@ -686,6 +690,23 @@ def _keep_values(layers: tuple[LayerNode, ...], specs: dict[str, TensorSpec], pr
         if stats is not None and kept + array.size * 4 <= KEEP_VALUES_TOTAL_BYTES:
             kept += array.size * 4
             specs[name] = specs[name].with_statistics(stats.with_values(array))
+
+
+def _has_mask_constant(proto: onnx.ModelProto, most_elements: int = 1024) -> bool:
+    """Whether a small constant of ``proto`` (an initializer or a Constant node's value, at most
+    ``most_elements``) holds a float below :data:`MASKED_BELOW`: what a mask adds to the scores it
+    masks (a BERT built with -10000 has none, and its model is not run for its Softmax inputs)."""
+    tensors = [t for t in proto.graph.initializer if math.prod(t.dims) <= most_elements]
+    tensors += [a.t for n in proto.graph.node if n.op_type == "Constant" for a in n.attribute
+                if a.name == "value" and math.prod(a.t.dims) <= most_elements]
+    for tensor in tensors:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            continue
+        if tensor.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16):
+            values = numpy_helper.to_array(tensor)
+            if values.size and float(np.min(values)) < MASKED_BELOW:
+                return True
+    return False
 
 
 def _check_reshapes(layers: tuple[LayerNode, ...], specs: Mapping[str, TensorSpec], label: str) -> None:

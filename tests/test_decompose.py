@@ -327,7 +327,7 @@ def test_a_suppressions_boxes_and_scores_are_its_models_own() -> None:
     assert signatures[0] != signatures[1]
 
 
-def _masked_softmax_model() -> onnx.ModelProto:
+def _masked_softmax_model(least: float = float(np.finfo(np.float32).min)) -> onnx.ModelProto:
     """Attention scores plus a mask of float32's least value where ``mask`` is 0 (as torch exports
     it), then a Softmax."""
     from onnx import TensorProto, helper
@@ -340,7 +340,7 @@ def _masked_softmax_model() -> onnx.ModelProto:
         helper.make_node("Softmax", ["masked"], ["probs"], axis=-1),
     ]
     inits = [helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
-             helper.make_tensor("least", TensorProto.FLOAT, [], [float(np.finfo(np.float32).min)])]
+             helper.make_tensor("least", TensorProto.FLOAT, [], [least])]
     graph = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 2, 8, 8]),
                                                helper.make_tensor_value_info("mask", TensorProto.INT64, [1, 1, 1, 8])],
                               [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, 2, 8, 8])],
@@ -405,3 +405,17 @@ def test_kept_values_stop_at_the_models_total(monkeypatch: pytest.MonkeyPatch) -
     dec = dlbricks.decompose(dlbricks.load_model(model))
     kept = [b.inputs[0].statistics is not None for b in dec.bricks.values() if b.op_type == "Softmax"]
     assert sorted(kept) == [False, True]
+
+
+def test_a_mask_of_minus_ten_thousand_runs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model whose constants hold no value below -1e30 (a BERT built with -10000 for its mask) is
+    not run for its Softmax inputs, and its Softmax brick keeps no values."""
+    import dlbricks._runtime_shapes as runtime
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model was run for its Softmax inputs")
+
+    monkeypatch.setattr(runtime, "values_from_runtime", refuse)
+    dec = dlbricks.decompose(dlbricks.load_model(_masked_softmax_model(least=-10000.0)))
+    (softmax,) = [b for b in dec.bricks.values() if b.op_type == "Softmax"]
+    assert softmax.inputs[0].statistics is None
