@@ -16,6 +16,9 @@ layer above every stage) and prints:
   the command line's own on a line of their own;
 - the cycles among module-level imports (``networkx.simple_cycles``; ``if TYPE_CHECKING`` blocks
   and imports inside functions left out);
+- the cycles among the imports that can run: module-level ones and those inside functions (which a
+  cycle hides until the function is called; ``if TYPE_CHECKING`` blocks, which never run, left out);
+- the imports of dlbricks modules inside functions that remain (``--list``: each one);
 - imports against the pipeline's direction: a stage that imports a stage to its right, or the
   command line (``python -m dlbricks``'s script, never imported, left out);
 - imports of the command line by a stage or the core (none may: the layer sits above them).
@@ -54,6 +57,12 @@ class Import:
     names: tuple[str, ...]
     line: int
     top_level: bool  # run when the module is imported (not in a function, not under TYPE_CHECKING)
+    in_function: bool = False  # run when a function is called (inside a def or lambda, not under TYPE_CHECKING)
+
+    @property
+    def runs(self) -> bool:
+        """Whether the import can run at all (an ``if TYPE_CHECKING`` block's never does)."""
+        return self.top_level or self.in_function
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:
@@ -70,19 +79,37 @@ def package_of(module: str) -> str:
     return max((p for p in PACKAGES if module == p or module.startswith(p + ".")), key=len, default="dlbricks")
 
 
-def _top_level(tree: ast.Module) -> set[int]:
-    """Ids of the import nodes that run when the module is imported."""
-    ids: set[int] = set()
-    for node in tree.body:
-        body = node.body if isinstance(node, ast.Try) else [node]
-        ids.update(id(n) for n in body if isinstance(n, (ast.Import, ast.ImportFrom)))
-    return ids
+def _is_type_checking(test: ast.expr) -> bool:
+    """Whether an ``if``'s test is ``TYPE_CHECKING`` (or ``typing.TYPE_CHECKING``)."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _places(tree: ast.Module) -> dict[int, str]:
+    """Where each import node of the module is, by its id: ``"module"`` (run when the module is
+    imported), ``"function"`` (inside a def or lambda: run when it is called) or ``"type_checking"``
+    (in the body of an ``if TYPE_CHECKING``, anywhere: never run)."""
+    places: dict[int, str] = {}
+
+    def visit(node: ast.AST, place: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = place
+            if isinstance(node, ast.If) and _is_type_checking(node.test) and child in node.body:
+                inner = "type_checking"
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and place == "module":
+                inner = "function"
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                places[id(child)] = inner
+            visit(child, inner)
+
+    visit(tree, "module")
+    return places
 
 
 def imports(name: str, path: Path) -> Iterator[Import]:
     """The imports of dlbricks modules in module ``name`` (at ``path``)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    top = _top_level(tree)
+    places = _places(tree)
     package = name if path.stem == "__init__" else name.rpartition(".")[0]
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
@@ -93,11 +120,13 @@ def imports(name: str, path: Path) -> Iterator[Import]:
             else:
                 target = node.module or ""
             if target.startswith("dlbricks"):
-                yield Import(name, target, tuple(a.name for a in node.names), node.lineno, id(node) in top)
+                yield Import(name, target, tuple(a.name for a in node.names), node.lineno,
+                             places[id(node)] == "module", places[id(node)] == "function")
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.startswith("dlbricks"):
-                    yield Import(name, alias.name, (), node.lineno, id(node) in top)
+                    yield Import(name, alias.name, (), node.lineno, places[id(node)] == "module",
+                                 places[id(node)] == "function")
 
 
 def all_imports(found: dict[str, Path] | None = None) -> list[Import]:
@@ -131,10 +160,24 @@ def cli_private_imports(found_imports: list[Import]) -> list[Import]:
 def import_cycles(found_imports: list[Import], found: dict[str, Path]) -> list[list[str]]:
     """Cycles among the modules' top-level imports (``from pkg import submodule`` is an import of the
     submodule, not of the package)."""
+    return _cycles([imp for imp in found_imports if imp.top_level], found)
+
+
+def runtime_cycles(found_imports: list[Import], found: dict[str, Path]) -> list[list[str]]:
+    """Cycles among the imports that can run: top-level ones and those inside functions (an import in a
+    function that closes a cycle only hides it), not those under ``if TYPE_CHECKING``."""
+    return _cycles([imp for imp in found_imports if imp.runs], found)
+
+
+def function_imports(found_imports: list[Import]) -> list[Import]:
+    """The imports of dlbricks modules made inside functions."""
+    return [imp for imp in found_imports if imp.in_function]
+
+
+def _cycles(found_imports: list[Import], found: dict[str, Path]) -> list[list[str]]:
+    """Cycles among ``found_imports``, shortest first."""
     graph = nx.DiGraph()
     for imp in found_imports:
-        if not imp.top_level:
-            continue
         submodules = [f"{imp.target}.{n}" for n in imp.names if f"{imp.target}.{n}" in found]
         targets = submodules if imp.names and len(submodules) == len(imp.names) else [imp.target]
         graph.add_edges_from((imp.module, t) for t in targets if t in found and t != imp.module)
@@ -213,6 +256,13 @@ def main() -> None:
                    args.list)
     cycles = import_cycles(found_imports, found)
     print(f"module-level import cycles: {len(cycles)}" + "".join(f"\n  {' -> '.join(c)}" for c in cycles))
+    hidden = runtime_cycles(found_imports, found)
+    print(f"import cycles counting imports inside functions: {len(hidden)}"
+          + "".join(f"\n  {' -> '.join(c)}" for c in hidden))
+    local = function_imports(found_imports)
+    print(f"imports of dlbricks modules inside functions: {len(local)}"
+          + "".join(f"\n  {found[i.module].relative_to(ROOT)}:{i.line} {i.target} {', '.join(i.names)}"
+                    for i in local if args.list))
     wrong = against_the_pipeline(found_imports)
     print(f"imports against the pipeline's direction: {len(wrong)}"
           + "".join(f"\n  {found[i.module].relative_to(ROOT)}:{i.line} {i.target}" for i in wrong))

@@ -7,18 +7,16 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dlbricks import InvalidArgumentError
 from dlbricks.errors import DatabaseError
 from dlbricks.benchmarks_db import _rows
 from dlbricks.benchmarks_db import sql as _sql
+from dlbricks.generators import Measurement
 
 from ._part import Part, guard
 from .records import QUEUE_FIELDS, STAT_FIELDS, Coverage, MeasurementRecord, OpSummary, RecordOutcome
-
-if TYPE_CHECKING:
-    from dlbricks.generators import Measurement
 
 __all__ = ["Measurements", "TABLES"]
 
@@ -130,8 +128,6 @@ class Measurements(Part):
         ``dlbricks.generators.Measurement``, its configuration rebuilt; None if there is none.
         With ``model`` (a stored model's name or key), the brick's measurement in that model's
         context (``record(..., model=)``), None if it has none."""
-        from dlbricks.generators import Measurement
-
         table = TABLES["context" if model is not None else kind]
         rows = _sql.measurements(self._db, table, items=[key], system=_rows.fingerprint_of(system),
                                  config_id=config_id,

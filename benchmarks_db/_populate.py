@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from dlbricks import Decomposition, InvalidArgumentError
+from dlbricks.generators import Budget, collect_system_info, get_backend
+from dlbricks.generators.runner import Runner, resolve_config
 
 from .jobs import BenchJob, BenchOptions, BenchProgress, BenchReport, Executor, lease_for
 from .schedule import LocalRun
@@ -81,9 +83,6 @@ def populate(store: Store, decompositions: Iterable[Decomposition], configs: Seq
     -------
     BenchReport
     """
-    from dlbricks.generators import Budget, collect_system_info, get_backend
-    from dlbricks.generators.runner import resolve_config
-
     options = options or BenchOptions()
     started = time.monotonic()
     budget = Budget() if options.budget is None else options.budget
@@ -153,6 +152,4 @@ def _check_executor_args(system: Any, system_id: str | None, runner_factory: Any
 
 
 def _default_runner(backend: str, config: Any, budget: Any, keep_samples: bool) -> Any:
-    from dlbricks.generators.runner import Runner
-
     return Runner(backend, config, budget, keep_samples=keep_samples)

@@ -30,6 +30,8 @@ from typing import Any
 
 from dlbricks import DlbricksError, InvalidArgumentError
 from dlbricks.errors import BackendUnavailableError
+from dlbricks.generators import collect_system_info, get_backend
+from dlbricks.generators.runner import Runner
 
 from .jobs import BenchJob, BenchProgress, BenchReport, _Costs, _Task, brick_overhead
 from .records import ClaimStatus, RecordOutcome
@@ -115,8 +117,6 @@ class _NodeMeasurer:
         address = ray.util.get_node_ip_address()
         label = os.environ.get(LABEL_ENV, "").strip() or None
         try:
-            from dlbricks.generators import collect_system_info, get_backend
-
             system = collect_system_info()
             backend = get_backend(self.backend_name)
             for config in self.configs:
@@ -139,8 +139,6 @@ class _NodeMeasurer:
 
     def calibrate_reorders(self, index: int) -> Any:
         """The backend's price of a layout reorder under configuration ``index`` on this node, or None."""
-        from dlbricks.generators import get_backend
-
         calibrate = getattr(get_backend(self.backend_name), "calibrate_reorders", None)
         return None if calibrate is None else calibrate(self.configs[index])
 
@@ -153,8 +151,6 @@ class _NodeMeasurer:
     def _runner(self, index: int) -> Any:
         runner = self.runners.get(index)
         if runner is None:
-            from dlbricks.generators.runner import Runner
-
             runner = self.runners[index] = Runner(self.backend_name, self.configs[index], self.budget,
                                                   keep_samples=self.keep_samples)
         return runner

@@ -25,6 +25,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dlbricks import Decomposition
+from dlbricks.bricks import BrickContext
+from dlbricks.generators.budget import PILOT_BUDGET, BrickShare, allocate, model_ci, topup_budget
+from dlbricks.generators.measurement import combine, pool, relative_half_width, spread_half_width
+from dlbricks.generators.system import last_level_cache_bytes
 
 from .jobs import (
     BenchJob,
@@ -104,8 +108,6 @@ def remeasure(store: Store, dec: Decomposition, signatures: Sequence[str], measu
     measurement of in its own context (``store.measurements.record(..., model=)``) is pooled with that one and
     stored there. Returns the measurements made and whether ``should_stop`` ended the rounds (what
     was measured until then is pooled all the same)."""
-    from dlbricks.generators.measurement import pool
-
     own: set[str] = set()
     if own_context and store.models.has(dec.model_key):
         own = {r.key for r in store.measurements.in_context(dec.model_key, system=system, config_id=config_id,
@@ -148,8 +150,6 @@ def remeasure(store: Store, dec: Decomposition, signatures: Sequence[str], measu
 def stored_context(store: Store, signature: str, system: Any, config_id: str) -> Any:
     """The :class:`~dlbricks.bricks.BrickContext` the stored measurement of a brick was first taken in
     (None where it has none, or none was stored)."""
-    from dlbricks.bricks import BrickContext
-
     rows = store.measurements.bricks(system=system, config_id=config_id, signatures=[signature])
     return BrickContext.from_json(rows[0].context) if rows else None
 
@@ -159,8 +159,6 @@ def out_of_context(store: Store, dec: Decomposition, system: Any, config_id: str
     ``dec`` (:meth:`dlbricks.bricks.BrickContext.same_as` on a cache of ``cache_bytes``) and that have no
     measurement in ``dec``'s context yet. A measurement stored without its context is left alone. A
     model not stored has none in its context: its measurements there are kept once it is stored."""
-    from dlbricks.bricks import BrickContext
-
     done = set()
     if store.models.has(dec.model_key):
         done = {r.key for r in store.measurements.in_context(dec.model_key, system=system, config_id=config_id,
@@ -180,9 +178,6 @@ def brick_shares(dec: Decomposition, measured: Mapping[str, Measurement]) -> lis
     times its median less the floor, the relative half-width of its median (from its samples'
     spread, :func:`~dlbricks.generators.measurement.spread_half_width`, else its CI), and the timed seconds
     behind it (samples times the longer of its median and a sample's least duration)."""
-    from dlbricks.generators.budget import PILOT_BUDGET, BrickShare
-    from dlbricks.generators.measurement import relative_half_width, spread_half_width
-
     counts = dec.counts()
     shares = []
     for sig in dec.bricks:
@@ -219,8 +214,6 @@ def _owed(shares: Sequence[Any], target_ci: float, estimate: float) -> dict[str,
     fixed cost (:data:`TOPUP_COST_S`): the bricks that carry most of the estimate's variance are
     measured again, as many of them as makes the total cheapest (Neyman's allocation among them, the
     others keeping what they have); where no choice reaches the target, all of them."""
-    from dlbricks.generators.budget import allocate
-
     order = sorted(shares, key=lambda s: -(s.total_s * s.half_width) ** 2)
     best: tuple[float, dict[str, float]] | None = None
     for count in range(len(order) + 1):
@@ -245,9 +238,6 @@ def _allocate_model(store: Store, dec: Decomposition, config: Any, system: str, 
     this run (``fresh``) at the moments :func:`drift_moments` gives them (their further time split
     between them, round robin). Returns
     the relative half-width reached by the estimate and the number of further measurements."""
-    from dlbricks.generators.budget import model_ci, topup_budget
-    from dlbricks.generators.measurement import combine
-
     stored = {r.key: r for r in store.measurements.bricks(system=system, config_id=config.config_id,
                                                           signatures=list(dec.bricks), status="ok")}
     shares = brick_shares(dec, stored)
@@ -291,8 +281,6 @@ class LocalRun:
 
     def __init__(self, job: BenchJob, decs: Sequence[Decomposition], system: str, options: BenchOptions,
                  runner_factory: Callable[..., Any], backend: Any) -> None:
-        from dlbricks.generators.budget import PILOT_BUDGET
-
         self.job, self.decs, self.system, self.options = job, list(decs), system, options
         self.factory, self.backend = runner_factory, backend
         self.tasks: list[_Task] = []
@@ -409,8 +397,6 @@ class LocalRun:
         for it; False if told to stop."""
         if self.options.contexts != "measure":
             return True
-        from dlbricks.generators.ort import last_level_cache_bytes
-
         cache = last_level_cache_bytes()
         for cfg in self.job.configs:
             for dec in (d for d in self.decs if self.job.store.models.has(d.model_key)):

@@ -20,6 +20,7 @@ import click
 from dlbricks import Brick, BrickSet, InvalidArgumentError, decompose
 from dlbricks.bricks import write_bricks
 from dlbricks.decomposition import GRANULARITIES
+from dlbricks.generators import get_backend
 from dlbricks.mxnet_bricks import check_mxnet_runnable
 from dlbricks.no_weights import KEPT_VALUES
 
@@ -50,8 +51,6 @@ CHECKS: dict[str, Callable[[Brick], str | None]] = {"onnxruntime": Brick.check_r
 def brick_check(backend: str) -> Callable[[Brick], str | None]:
     """How ``decompose --check`` checks a brick in ``backend``: its ``check_brick`` where it has one,
     else :data:`CHECKS`' entry, else onnxruntime's check."""
-    from dlbricks.generators import get_backend
-
     own = getattr(get_backend(backend), "check_brick", None)
     return own if own is not None else CHECKS.get(backend, Brick.check_runnable)
 

@@ -24,13 +24,14 @@ from dlbricks import DlbricksError, InvalidArgumentError, decompose
 from dlbricks.benchmarks_db import BenchOptions, Store, populate
 from dlbricks.benchmarks_db.export import FORMATS, check_output, remove_stale_scratch, scratch_path
 from dlbricks.benchmarks_db.jobs import CONTEXT_RULES, BenchProgress, BenchReport
-from dlbricks.benchmarks_db.ray import import_ray
+from dlbricks.benchmarks_db.ray import RayExecutor, import_ray
 from dlbricks.benchmarks_db.records import ClaimStatus
 from dlbricks.benchmarks_db.schedule import DOMINANT_SHARE
 from dlbricks.benchmarks_db.sql import EXPORT_QUERIES
 from dlbricks.benchmarks_db.store import DEFAULT_PATH
 from dlbricks.decomposition import GRANULARITIES
 from dlbricks.errors import DatabaseError, TempDirError
+from dlbricks.generators import Budget, collect_system_info, get_backend
 
 from ._util import (
     EXIT_INTERRUPTED,
@@ -71,15 +72,11 @@ _db_option = click.option("--db", "db_path", default=DEFAULT_PATH, show_default=
 def _fusion_runtime(backend: str, granularity: str) -> dict[str, str]:
     """``decompose``'s ``runtime`` for fused bricks of ``backend``: the runtime whose kernels its fused
     bricks are (its ``fusion_runtime``), none for layer bricks or for onnxruntime's own groups."""
-    from dlbricks.generators import get_backend
-
     runtime = getattr(get_backend(backend), "fusion_runtime", None) if granularity == "fused" else None
     return {"runtime": runtime} if runtime else {}
 
 
 def _budget(name: str, min_time: float | None, max_time: float | None, timeout: float | None) -> Any:
-    from dlbricks.generators import Budget
-
     presets = {"quick": Budget.quick, "default": Budget,
                "thorough": lambda: Budget(warmup_time=0.2, min_time=1.0, min_runs=20, max_time=10.0,
                                           rel_ci=0.01)}
@@ -95,8 +92,6 @@ def _configs(backend: str, options: Mapping[str, Any], sweeps: Sequence[str]) ->
     """One configuration dict per point of the ``--sweep`` grid: the backend's configuration of the
     command's options (``threads``, ``opt_level``, ``device``; None: not given) and of the point's
     option keys (:data:`OPTION_KEYS`), with the point's other keys set as fields."""
-    from dlbricks.generators import get_backend
-
     axes: dict[str, list[str]] = {}
     for text in sweeps:
         name, sep, values = text.partition("=")
@@ -410,8 +405,6 @@ def bench(ctx: click.Context, models: tuple[str, ...], zoo: str | None, batch_si
 
 def _ray_executor(address: str | None, each_node: bool, progress: _Progress) -> Any:
     """A :class:`RayExecutor` whose node events are lines on stderr between progress lines."""
-    from dlbricks.benchmarks_db.ray import RayExecutor
-
     def log(line: str) -> None:
         progress.finish()
         click.echo(line, err=True)
@@ -456,8 +449,6 @@ def _failed_count(store: Store, report: BenchReport, decompositions: Sequence[An
 
 def _print_plan(store: Store, decompositions: Sequence[Any], configs: Sequence[dict[str, Any]],
                 backend: str, system_id: str | None) -> None:
-    from dlbricks.generators import collect_system_info, get_backend
-
     backend_obj = get_backend(backend)
     system = system_id or collect_system_info().fingerprint
     signatures = list(dict.fromkeys(s for d in decompositions for s in d.bricks))
@@ -472,8 +463,6 @@ def _print_plan(store: Store, decompositions: Sequence[Any], configs: Sequence[d
 def _options_text(options: dict[str, Any], runtime: str) -> str:
     """The options that differ from the runtime's defaults, as ``k=v``."""
     try:
-        from dlbricks.generators import get_backend
-
         defaults = get_backend(runtime).default_config().to_dict()
     except Exception:  # noqa: BLE001 - a runtime not installed here: show everything
         defaults = {}

@@ -17,7 +17,17 @@ import click
 
 from dlbricks import InvalidArgumentError, MissingBricksError
 from dlbricks.benchmarks_db import Store
-from dlbricks.estimator import Estimate, Evaluation, calibrate_peaks, estimate, evaluate, plan, validate
+from dlbricks.estimator import (
+    Estimate,
+    Evaluation,
+    calibrate_peaks,
+    estimate,
+    evaluate,
+    model_report,
+    plan,
+    validate,
+    write_report,
+)
 from dlbricks.estimator.across import RuntimeComparison, compare_bricks, compare_ops, compare_runtimes
 from dlbricks.estimator.api import (
     ROUND_DESIGNS,
@@ -31,6 +41,8 @@ from dlbricks.estimator.api import (
 from dlbricks.estimator.calibrate import merge_peaks
 from dlbricks.estimator.estimation import ON_MISSING
 from dlbricks.estimator.evaluation import DEFAULT_TARGET_CI, EVALUATE_BUDGET, GRANULARITIES, suite_models
+from dlbricks.estimator.plot import plot_evaluation, require_matplotlib
+from dlbricks.estimator.report import check_report_path
 from dlbricks.estimator.sweep import SweepPoint, SweepShape, estimate_sweep, validate_sweep
 from dlbricks.generators import Budget, OrtConfig, collect_system_info, get_backend
 
@@ -123,8 +135,6 @@ def _run_config(targets: Sequence[Any], db: str, threads: int | None, opt_level:
 
 def _stored_format(name: str, db: str) -> str | None:
     """The format of the model stored under ``name`` (None if there is none)."""
-    from dlbricks import InvalidArgumentError
-
     with Store.open(db, create=False, readonly=True) as store:
         try:
             source = store.models.get(name).source
@@ -596,9 +606,6 @@ def evaluate_cmd(suite: str, db: str, threads: int | None, opt_level: str | None
     checked_names(models, "The --suite model name", "give zoo model names, as 'dlbricks zoo list' lists them")
     say = (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
     if plot_dir is not None or report_path is not None:  # before the minutes of measuring
-        from dlbricks.estimator.plot import require_matplotlib
-        from dlbricks.estimator.report import check_report_path
-
         require_matplotlib()
         if report_path is not None:
             check_report_path(report_path, db)
@@ -609,14 +616,10 @@ def evaluate_cmd(suite: str, db: str, threads: int | None, opt_level: str | None
                       algorithm_sweep=algorithm_sweep, rounds=ROUND_DESIGNS[round_design])
         _print_evaluation(ev)
         if report_path is not None:
-            from dlbricks.estimator import model_report, write_report
-
             reports = [model_report(r.model, store, config=config, system=ev.system,
                                     granularity="layer" if granularity == "layer" else "fused") for r in ev.rows]
             click.echo(f"wrote {write_report(report_path, reports, ev, title='dlbricks evaluate', database=db)}")
     if plot_dir is not None:
-        from dlbricks.estimator.plot import plot_evaluation
-
         for path in plot_evaluation(ev, plot_dir, dict(ev.op_times)):
             click.echo(f"wrote {path}")
 
@@ -645,10 +648,6 @@ def evaluate_cmd(suite: str, db: str, threads: int | None, opt_level: str | None
 def report_cmd(models: tuple[str, ...], output: Path, db: str, threads: int | None, opt_level: str | None,
                device: str | None, batch_size: int | None, input_shape: tuple[str, ...], granularity: str,
                on_missing: str, top: int, system_id: str | None) -> None:
-    from dlbricks.estimator import model_report, write_report
-    from dlbricks.estimator.plot import require_matplotlib
-    from dlbricks.estimator.report import check_report_path
-
     require_matplotlib()
     check_report_path(output, db)
     system_id = _checked_system_id(system_id)

@@ -18,6 +18,8 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from dlbricks import DlbricksError, InvalidArgumentError, ModelGraph, load_model
+from dlbricks.generators import available_backends, get_backend
+from dlbricks.model_zoo import build, list_models
 from dlbricks.names import check_identifier, shown
 
 __all__ = [
@@ -338,8 +340,6 @@ def iter_models(models: Sequence[str], zoo: str | None, batch_size: int | None,
     """Load each MODEL (a path, or a zoo model name) and the models of ``--zoo TASK|all``."""
     names: list[str] = list(models)
     if zoo is not None:
-        from dlbricks.model_zoo import list_models
-
         chosen = [m.name for m in list_models(None if zoo == "all" else zoo)]
         if not chosen:
             raise InvalidArgumentError(f"--zoo {zoo!r} selects no model; see 'dlbricks zoo list'.")
@@ -353,8 +353,6 @@ def iter_models(models: Sequence[str], zoo: str | None, batch_size: int | None,
             check_identifier(graph.name, "The model name", "rename the model file")  # stored and printed as it is
             yield graph
             continue
-        from dlbricks.model_zoo import build
-
         check_identifier(item, "The model name", "give a model file or a zoo model name")
         yield load_model(build(item, batch_size=batch_size or 1), input_shapes=input_shapes or None,
                          name=item, ignore_unknown_inputs=len(names) > 1)
@@ -402,8 +400,6 @@ class BackendName(click.ParamType):
     name = "backend"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from dlbricks.generators import available_backends
-
         names = available_backends()
         if value in names or (isinstance(value, str) and ":" in value):
             return value
@@ -411,8 +407,6 @@ class BackendName(click.ParamType):
                   "'module:attr' path.", param, ctx)
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
-        from dlbricks.generators import available_backends
-
         return "[" + "|".join(available_backends()) + "]"
 
 
@@ -467,8 +461,6 @@ def backend_formats(name: str) -> frozenset[str]:
     """The model formats that backend ``name`` runs: its ``model_formats`` where it declares them,
     else the formats whose default runtime it is (:data:`FORMAT_BACKENDS`), else ONNX (what the
     ``Backend`` protocol prepares)."""
-    from dlbricks.generators import get_backend
-
     declared = getattr(get_backend(name), "model_formats", None)
     if declared is not None:
         return frozenset(declared)
@@ -522,12 +514,10 @@ def backend_config(name: str, *, threads: int | None = None, opt_level: str | No
     InvalidArgumentError
         If an option was given that the backend does not take.
     """
-    from dlbricks.generators import get_backend
-
     backend = get_backend(name)
-    build = getattr(backend, "config_from_options", None)
-    if build is not None:
-        return build(threads=threads, opt_level=opt_level, device=device)
+    from_options = getattr(backend, "config_from_options", None)
+    if from_options is not None:
+        return from_options(threads=threads, opt_level=opt_level, device=device)
     given = [f"{option} {value}" for option, value in (("--threads", threads), ("--opt-level", opt_level),
                                                        ("--device", device)) if value is not None]
     if given:

@@ -24,13 +24,8 @@ import onnx
 from onnx import numpy_helper
 
 from dlbricks._canonical import canonical_nodes, signature_of, value_digest
-from dlbricks.bricks import (
-    EXACT_MAX_ELEMENTS,
-    POSITIVE_INPUTS,
-    SEMANTIC_INPUTS,
-    Brick,
-    ConstantSpec,
-)
+from dlbricks._constants import EXACT_MAX_ELEMENTS, POSITIVE_INPUTS, SEMANTIC_INPUTS, ConstantSpec
+from dlbricks.bricks import Brick
 from dlbricks.cost import node_flops
 from dlbricks.errors import UnrunnableBrickError
 from dlbricks.mxnet_frontend import MXNET_DOMAIN

@@ -17,7 +17,7 @@ import functools
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,10 +25,23 @@ from typing import Any
 import numpy as np
 import onnx
 
+from dlbricks._constants import (
+    DIGESTS_KEY,
+    EXACT_MAX_ELEMENTS,
+    GATHERS,
+    INTEGER_WEIGHT_INPUTS,
+    QUANTIZATION_PARAMETERS,
+    QUANTIZED_INPUTS,
+    SEMANTIC_INPUTS,
+    ConstantSpec,
+    index_kind,
+    value_is_hashed,
+)
 from dlbricks.cost import padding_flops
 from dlbricks.errors import InvalidArgumentError
 from dlbricks.graph import VALUE_RANGES_KEY, VALUE_STATISTICS_KEY
-from dlbricks.types import TensorSpec, ValueStatistics
+from dlbricks.no_weights import anonymous_nodes, without_values
+from dlbricks.types import TensorSpec, ValueStatistics, onnx_dtype_to_name
 
 __all__ = [
     "BRICK_META_KEY", "DIGESTS_KEY", "EXACT_MAX_ELEMENTS", "INTEGER_WEIGHT_INPUTS",
@@ -37,56 +50,6 @@ __all__ = [
     "value_is_hashed", "write_bricks", "split_previous", "PREVIOUS_KEY", "reuse_bytes", "BrickInContext"
 ]
 
-#: Constants of at most this many elements are always kept exactly.
-EXACT_MAX_ELEMENTS = 64
-#: Quantized ops (ONNX and onnxruntime's com.microsoft domain): positions of their scales, zero
-#: points and integer weights. Scales and zero points are kept exactly (onnxruntime checks some
-#: zero points, and its QDQ fusions compare them) but not hashed: the kernel's work does not depend
-#: on their values, and a quantized model has other ones at every layer. Integer weights and biases
-#: are weights like any other, synthetic by default.
-QUANTIZED_INPUTS: Mapping[str, tuple[frozenset[int], frozenset[int], frozenset[int]]] = {
-    "QuantizeLinear": (frozenset({1}), frozenset({2}), frozenset()),
-    "DequantizeLinear": (frozenset({1}), frozenset({2}), frozenset({0})),
-    "QLinearConv": (frozenset({1, 4, 6}), frozenset({2, 5, 7}), frozenset({3, 8})),
-    "QLinearMatMul": (frozenset({1, 4, 6}), frozenset({2, 5, 7}), frozenset({0, 3})),
-    "MatMulInteger": (frozenset(), frozenset({2, 3}), frozenset({0, 1})),
-    "ConvInteger": (frozenset(), frozenset({2, 3}), frozenset({1})),
-    "QGemm": (frozenset({1, 4, 7}), frozenset({2, 5, 8}), frozenset({0, 3, 6})),
-    "QLinearAdd": (frozenset({1, 4, 6}), frozenset({2, 5, 7}), frozenset({0, 3})),
-    "QLinearMul": (frozenset({1, 4, 6}), frozenset({2, 5, 7}), frozenset({0, 3})),
-    "QLinearGlobalAveragePool": (frozenset({1, 3}), frozenset({2, 4}), frozenset()),
-    "QLinearAveragePool": (frozenset({1, 3}), frozenset({2, 4}), frozenset()),
-    "QLinearSigmoid": (frozenset({1, 3}), frozenset({2, 4}), frozenset()),
-    "QLinearLeakyRelu": (frozenset({1, 3}), frozenset({2, 4}), frozenset()),
-    "DynamicQuantizeMatMul": (frozenset({2}), frozenset({3}), frozenset({1})),
-    "MatMulIntegerToFloat": (frozenset({2, 3}), frozenset({4, 5}), frozenset({0, 1})),
-}
-#: Integer types that hold quantized values (weights, activations), never shapes or indices.
-QUANTIZED_DTYPES = frozenset({"int8", "uint8"})
-#: Inputs (op type -> positions) whose values change what the op computes or how much work it does.
-SEMANTIC_INPUTS: Mapping[str, frozenset[int]] = {
-    "Reshape": frozenset({1}), "Expand": frozenset({1}), "Tile": frozenset({1}),
-    "Slice": frozenset({1, 2, 3, 4}), "Pad": frozenset({1, 2, 3}), "Resize": frozenset({1, 2, 3}),
-    "Upsample": frozenset({1}), "TopK": frozenset({1}), "Split": frozenset({1}),
-    "Squeeze": frozenset({1}), "Unsqueeze": frozenset({1}), "Gather": frozenset({1}),
-    "GatherElements": frozenset({1}), "GatherND": frozenset({1}), "ConstantOfShape": frozenset({0}),
-    "Range": frozenset({0, 1, 2}), "OneHot": frozenset({1}), "Clip": frozenset({1, 2}),
-    "ReduceSum": frozenset({1}), "ReduceMean": frozenset({1}), "ReduceMax": frozenset({1}),
-    "ReduceMin": frozenset({1}), "ReduceProd": frozenset({1}), "ReduceL2": frozenset({1}),
-    "CumSum": frozenset({1}), "Trilu": frozenset({1}), "Pow": frozenset({1}),
-    "LSTM": frozenset({4}), "GRU": frozenset({4}), "RNN": frozenset({4}),
-}
-#: Inputs that must be positive for the op to compute finite values (variances, divisors, scales).
-POSITIVE_INPUTS: Mapping[str, frozenset[int]] = {
-    "BatchNormalization": frozenset({4}), "BatchNorm": frozenset({4}), "Div": frozenset({1}), "Sqrt": frozenset({0}),
-    "Log": frozenset({0}), "Reciprocal": frozenset({0}), "Pow": frozenset({0}),
-    **{op: scales for op, (scales, _, _) in QUANTIZED_INPUTS.items()},
-}
-#: Scales and zero points of quantized ops: exact, not hashed.
-QUANTIZATION_PARAMETERS: Mapping[str, frozenset[int]] = {
-    op: scales | zero_points for op, (scales, zero_points, _) in QUANTIZED_INPUTS.items()}
-#: Integer inputs that are weights (values synthetic unless real weights are asked for).
-INTEGER_WEIGHT_INPUTS: Mapping[str, frozenset[int]] = {op: w for op, (_, _, w) in QUANTIZED_INPUTS.items()}
 #: metadata_props key of the brick description in serialized bricks.
 BRICK_META_KEY = "dlbricks.brick"
 #: Metadata key of a brick's signature in its ONNX model: what tells a backend that a model is a brick.
@@ -98,29 +61,7 @@ PREVIOUS_KEY = "dlbricks.previous"
 REUSE_KEY = "dlbricks.reuse_bytes"
 #: Metadata key of a brick's model whose synthetic weights are left to :func:`materialize`.
 DEFERRED_KEY = "dlbricks.deferred_weights"
-#: Metadata key of a weight-free brick's record of the values it replaced that its signature hashed:
-#: ``{"c0": digest}`` (see :meth:`Brick.without_weights`).
-DIGESTS_KEY = "dlbricks.value_digests"
 WEIGHT_MODES = ("synthetic", "real")
-
-
-GATHERS = frozenset({"Gather", "GatherElements", "GatherND"})
-"""Ops that read only the part of their data input that they return."""
-
-
-@dataclass(frozen=True, slots=True)
-class ConstantSpec:
-    """A constant input of a brick.
-
-    ``value`` holds the exact tensor (semantic constants, or real weights); otherwise it is
-    generated with ``synthetic`` (``"normal"``, ``"positive"``, or :func:`index_kind`'s range of
-    integers) at materialization (:func:`synthetic_array`).
-    """
-
-    spec: TensorSpec
-    exact: bool
-    synthetic: str = "normal"
-    value: onnx.TensorProto | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -252,8 +193,6 @@ class Brick:
         (:attr:`value_digests`, what the signature already commits to), so that the brick, cut
         again by :func:`~dlbricks.decompose`, has the same signature.
         """
-        from dlbricks.no_weights import without_values
-
         return without_values(self)
 
     # --------------------------------------------------------------------------- materialize
@@ -364,8 +303,6 @@ class Brick:
         props = {p.key: p.value for p in model.metadata_props}
         meta = json.loads(props[BRICK_META_KEY])
         g = model.graph
-        from dlbricks.types import onnx_dtype_to_name
-
         constants = []
         for tensor, (exact, synthetic) in zip(g.initializer, meta["constants"], strict=True):
             spec = TensorSpec(tensor.name, tuple(int(d) for d in tensor.dims),
@@ -413,21 +350,6 @@ def write_bricks(bricks: Iterable[Brick], out: str | Path, *, weights: str = "sy
     return paths
 
 
-def value_is_hashed(spec: TensorSpec, semantic: bool = False, integer_weight: bool = False,
-                    parameter: bool = False) -> bool:
-    """Whether the signature hashes a constant's value: at a semantic position, a scalar, or an
-    integer, bool or string tensor; not a weight (``integer_weight``: read at a position of
-    :data:`INTEGER_WEIGHT_INPUTS`, or of a quantized type such as int8) nor a scale or zero point
-    (``parameter``: :data:`QUANTIZATION_PARAMETERS`) unless it is semantic too."""
-    if semantic:
-        return True
-    if integer_weight or parameter or spec.dtype in QUANTIZED_DTYPES:
-        return spec.numel <= 1 and not parameter
-    if spec.numel <= 1 or spec.dtype in ("bool", "string"):
-        return True
-    return spec.dtype != "bfloat16" and bool(np.issubdtype(np.dtype(spec.dtype), np.integer))
-
-
 def _identity_source(nodes: Sequence[onnx.NodeProto], name: str) -> str:
     """The tensor that ``name`` copies through a chain of Identity nodes among ``nodes`` (``name``
     itself where no Identity writes it)."""
@@ -437,27 +359,7 @@ def _identity_source(nodes: Sequence[onnx.NodeProto], name: str) -> str:
     return name
 
 
-def anonymous_nodes(brick: Brick) -> tuple[onnx.NodeProto, ...]:
-    """The brick's nodes without names or doc strings, their inner tensors renamed ``t0``, ``t1``..."""
-    interface = ({s.name for s in brick.inputs} | {s.name for s in brick.outputs}
-                 | {c.spec.name for c in brick.constants})
-    renamed: dict[str, str] = {}
-    nodes = []
-    for node in brick.nodes:
-        copy = onnx.NodeProto()
-        copy.CopyFrom(node)
-        copy.name, copy.doc_string = "", ""
-        for field_ in (copy.input, copy.output):
-            for i, name in enumerate(field_):
-                if name and name not in interface:
-                    field_[i] = renamed.setdefault(name, f"t{len(renamed)}")
-        nodes.append(copy)
-    return tuple(nodes)
-
-
 def _spec_of(vi: onnx.ValueInfoProto) -> TensorSpec:
-    from dlbricks.types import onnx_dtype_to_name
-
     tt = vi.type.tensor_type
     return TensorSpec(vi.name, tuple(int(d.dim_value) for d in tt.shape.dim), onnx_dtype_to_name(tt.elem_type))
 
@@ -485,12 +387,6 @@ def _empty_tensor(spec: TensorSpec) -> onnx.TensorProto:
 
 def _seed(signature: str, index: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{signature}:{index}".encode()).digest()[:8], "little")
-
-
-def index_kind(low: int, high: int) -> str:
-    """The synthetic kind of integers uniform over ``[low, high)`` (a gather's indices), for
-    :attr:`ConstantSpec.synthetic` and :func:`synthetic_array`."""
-    return f"range:{int(low)}:{int(high)}"
 
 
 def synthetic_array(spec: TensorSpec, kind: str, seed: int) -> np.ndarray:
@@ -655,8 +551,6 @@ def materialize(model: onnx.ModelProto) -> onnx.ModelProto:
     value = next((p.value for p in model.metadata_props if p.key == DEFERRED_KEY), None)
     if value is None:
         return model
-    from dlbricks.types import onnx_dtype_to_name
-
     later = json.loads(value)
     out = onnx.ModelProto()
     out.CopyFrom(model)

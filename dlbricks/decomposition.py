@@ -11,28 +11,28 @@ import numpy as np
 import onnx
 
 from dlbricks._canonical import canonical_nodes, signature_of, value_digest
-from dlbricks._identities import join_constant_identities
-from dlbricks._mxnet_to_onnx import mxnet_brick_flops
-from dlbricks._ranges import consumer_range
-from dlbricks.bricks import (
+from dlbricks._constants import (
     EXACT_MAX_ELEMENTS,
     INTEGER_WEIGHT_INPUTS,
     POSITIVE_INPUTS,
     QUANTIZATION_PARAMETERS,
     SEMANTIC_INPUTS,
-    WEIGHT_MODES,
-    Brick,
-    BrickInContext,
     ConstantSpec,
     value_is_hashed,
 )
+from dlbricks._identities import join_constant_identities
+from dlbricks._mxnet_to_onnx import mxnet_brick_flops
+from dlbricks._ranges import consumer_range
+from dlbricks.bricks import WEIGHT_MODES, Brick, BrickInContext
 from dlbricks.cost import node_flops
 from dlbricks.errors import InvalidArgumentError
+from dlbricks.fusion import CHANNELS_LAST_KERNELS, fusion_groups
 from dlbricks.graph import LayerNode, ModelGraph
 from dlbricks.memory import check_fits_memory
 from dlbricks.mxnet_frontend import MXNET_DOMAIN
 from dlbricks.no_weights import recorded_digests
 from dlbricks.onnx_frontend import ModelLike, load_model
+from dlbricks.ov_fusion import openvino_fusion_groups
 from dlbricks.types import TensorSpec, runnable_ir_version
 
 __all__ = ["GRANULARITIES", "BrickSet", "BrickSetSummary", "Decomposition", "Occurrence", "decompose"]
@@ -350,13 +350,9 @@ def decompose(model: ModelLike | ModelGraph, granularity: str = "layer", *, weig
         if opt_level is not None:
             raise InvalidArgumentError("'opt_level' applies to onnxruntime's fusion only; leave it out with "
                                        "runtime='openvino'.")
-        from dlbricks.ov_fusion import openvino_fusion_groups
-
         plan = openvino_fusion_groups(graph)
         level = plan.opt_level
     else:
-        from dlbricks.fusion import fusion_groups
-
         level = opt_level or DEFAULT_FUSION_LEVEL
         plan = fusion_groups(graph, level)
     groups, kept = join_constant_identities(graph, plan.layer_groups(graph))
@@ -500,8 +496,6 @@ def _channels_last_kernel(graph: ModelGraph, group: tuple[LayerNode, ...], input
     on 8-bit values as an NhwcMaxPool), reading ``inputs[0]`` and writing ``outputs[0]`` in NHWC
     layout; None if the group is not one 4-D 8-bit op between its DequantizeLinear and
     QuantizeLinear, which then runs as its layers."""
-    from dlbricks.fusion import CHANNELS_LAST_KERNELS
-
     ops = [la for la in group if la.op_type not in ("DequantizeLinear", "QuantizeLinear")]
     kernel = next(((d, k) for (d, k), op in CHANNELS_LAST_KERNELS.items()
                    if len(ops) == 1 and ops[0].op_type == op), None)

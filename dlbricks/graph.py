@@ -11,7 +11,7 @@ import networkx as nx
 import numpy as np
 import onnx
 
-from dlbricks.types import TensorSpec, runnable_ir_version
+from dlbricks.types import TensorSpec, onnx_dtype_to_name, runnable_ir_version
 
 __all__ = ["LayerNode", "ModelGraph", "ModelSource", "VALUE_RANGES_KEY", "VALUE_STATISTICS_KEY"]
 
@@ -128,8 +128,6 @@ class ModelGraph:
         if spec is not None:
             return spec
         tensor = self.constants[name]
-        from dlbricks.types import onnx_dtype_to_name
-
         return TensorSpec(name, tuple(int(d) for d in tensor.dims), onnx_dtype_to_name(tensor.data_type))
 
     def value_ranges(self) -> dict[str, tuple[int, int]]:

@@ -23,13 +23,18 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from dlbricks.errors import UnrunnableBrickError
-from dlbricks.mxnet_frontend import (
+from dlbricks._mxnet import (
     LAYOUTS_ATTR,
     MXNET_DOMAIN,
     POSITIVE_MXNET_INPUTS,
+    first_line,
     import_mxnet,
+    runs_on_onednn_layouts,
+    to_ndarray,
+    unfused,
 )
+from dlbricks.errors import UnrunnableBrickError
+from dlbricks.inputs import random_inputs
 
 __all__ = [
     "MxnetModel", "brick_to_symbol", "check_mxnet_runnable", "is_mxnet_onnx", "model_to_symbol",
@@ -109,8 +114,6 @@ def check_mxnet_runnable(brick: Any) -> str | None:
 
     The MXNet counterpart of :meth:`Brick.check_runnable`: what the mxnet backend does before timing.
     """
-    from dlbricks.mxnet_frontend import first_line
-
     try:
         mx = import_mxnet(f"brick {brick.signature[:12]}")
         _run_once(mx, brick)
@@ -123,27 +126,14 @@ def check_mxnet_runnable(brick: Any) -> str | None:
 
 def _run_once(mx: Any, brick: Any) -> None:
     """Bind the brick on synthetic weights and inputs and run it once (its arrays freed on return)."""
-    from dlbricks.inputs import random_inputs
-    from dlbricks.mxnet_frontend import _unfused
-
     symbol, arg, aux, names = brick_to_symbol(brick, weights="synthetic")
     for name, value in random_inputs(brick.inputs).items():
         if name in names:
             arg[name] = to_ndarray(mx, value)
-    with _unfused():
+    with unfused():
         executor = symbol.bind(mx.cpu(), args=arg, aux_states=aux, grad_req="null")
     executor.forward(is_train=False)
     mx.nd.waitall()
-
-
-def to_ndarray(mx: Any, value: np.ndarray, ctx: Any = None) -> Any:
-    """``value`` copied into a new NDArray of its dtype on ``ctx`` (default CPU).
-
-    Unlike ``mx.nd.array`` it does not probe scipy.sparse (a deprecation warning per call).
-    """
-    out = mx.nd.empty(value.shape, ctx=ctx or mx.cpu(), dtype=value.dtype)
-    out[:] = np.ascontiguousarray(value)
-    return out
 
 
 def model_to_symbol(model: onnx.ModelProto) -> MxnetModel:
@@ -200,7 +190,7 @@ def model_to_symbol(model: onnx.ModelProto) -> MxnetModel:
         aux_names = set(symbol.list_auxiliary_states())
         arg_names = set(symbol.list_arguments())
     except mx.base.MXNetError as e:
-        raise UnrunnableBrickError(f"{label}: MXNet rejects the symbol: {_mx_error(e)}") from e
+        raise UnrunnableBrickError(f"{label}: MXNet rejects the symbol: {first_line(e)}") from e
     arg_params: dict[str, np.ndarray] = {}
     aux_params: dict[str, np.ndarray] = {}
     for name, tensor in inits.items():
@@ -241,8 +231,6 @@ def _input_layouts(graph: onnx.GraphProto, inputs: set[str]) -> dict[str, str]:
 def reorders_onednn_inputs(model: onnx.ModelProto) -> bool:
     """Whether an op of MXNet brick ``model`` has no oneDNN kernel in MXNet 1.9, so that it reorders
     an input in oneDNN's blocked layout to the plain one on each call (``elemwise_mul``, ``clip``...)."""
-    from dlbricks.mxnet_frontend import runs_on_onednn_layouts
-
     return any(not runs_on_onednn_layouts(node.op_type, _string_attrs(node))
                for node in model.graph.node if node.domain == MXNET_DOMAIN)
 
@@ -268,8 +256,3 @@ def _positive_constants(graph: onnx.GraphProto, inits: Mapping[str, onnx.TensorP
                 out.add(node.input[position])
     return out
 
-
-def _mx_error(error: BaseException) -> str:
-    from dlbricks.mxnet_frontend import first_line
-
-    return first_line(error)

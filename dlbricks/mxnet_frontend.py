@@ -17,7 +17,6 @@ mxnet is imported lazily, inside functions: ``import dlbricks`` works without it
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import hashlib
 import json
@@ -36,35 +35,30 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from dlbricks._arguments import check_batch_size, check_input_shapes
+from dlbricks._mxnet import (
+    BLOCKING_OPS,
+    LAYOUTS_ATTR,
+    MXNET_DOMAIN,
+    POSITIVE_MXNET_INPUTS,
+    first_line,
+    import_mxnet,
+    runs_on_onednn_layouts,
+    to_ndarray,
+)
 from dlbricks.bricks import synthetic_array
 from dlbricks.errors import InvalidArgumentError, ModelLoadError, ShapeInferenceError
 from dlbricks.graph import LayerNode, ModelGraph, ModelSource
 from dlbricks.inputs import random_inputs
-from dlbricks.onnx_frontend import _check_batch_size, _check_input_shapes
+from dlbricks.mxnet_bricks import is_mxnet_onnx, model_to_symbol
 from dlbricks.types import KEEP_VALUES_MAX_BYTES, TensorSpec, ValueStatistics
 
 __all__ = ["LAYOUTS_ATTR", "MXNET_DOMAIN", "MXNET_OPSET", "first_line", "import_mxnet", "is_mxnet_model",
            "load_mxnet", "runs_on_onednn_layouts"]
 
-#: Domain of the ONNX nodes that stand for MXNet ops.
-MXNET_DOMAIN = "org.mxnet"
 #: Version of that domain (the representation, not MXNet's version).
 MXNET_OPSET = 1
 IR_VERSION = 8
-#: Inputs of MXNet ops that must be positive when synthetic (BatchNorm's moving variance).
-POSITIVE_MXNET_INPUTS: Mapping[str, frozenset[int]] = {"BatchNorm": frozenset({4}),
-                                                      "SyncBatchNorm": frozenset({4})}
-#: Attribute of every ``org.mxnet`` node: the layout each input has in the model under oneDNN
-#: (``onednn``: a blocked layout written by a oneDNN kernel; ``plain``; ``const``). Part of the
-#: signature: a brick is measured with its inputs in the layout they have in the model.
-LAYOUTS_ATTR = "dlbricks_input_layouts"
-SUBGRAPH_ENV = "MXNET_SUBGRAPH_BACKEND"
-#: Ops whose oneDNN kernel writes a blocked layout whatever its input's (MXNet 1.9, CPU).
-_BLOCKING_OPS = frozenset({"Convolution", "Deconvolution"})
-#: Ops whose oneDNN kernel keeps its (first) input's layout; ``act_type`` restricts Activation.
-_KEEPING_OPS = frozenset({"BatchNorm", "Pooling", "LRN", "elemwise_add", "_Plus", "_plus", "_add",
-                          "add_n", "ElementWiseSum", "Concat", "concat", "Activation", "LeakyReLU"})
-_ONEDNN_ACTS = frozenset({"relu", "sigmoid", "tanh", "softrelu", "leaky", "elu"})
 #: Inputs that MXNet's kernels of an op write to when it runs (BatchNorm sets a fixed gamma to 1).
 _WRITTEN_INPUTS: Mapping[str, tuple[int, ...]] = {"BatchNorm": (1,), "SyncBatchNorm": (1,),
                                                   "_contrib_SyncBatchNorm": (1,)}
@@ -73,17 +67,6 @@ _MX_DTYPES = {0: "float32", 1: "float64", 2: "float16", 3: "uint8", 4: "int32", 
               7: "bool"}
 
 SymbolLike = str | os.PathLike | onnx.ModelProto | Any  # also an mx.sym.Symbol or a gluon.HybridBlock
-
-
-def import_mxnet(label: str = "MXNet model") -> ModuleType:
-    """Import mxnet, or raise :class:`ModelLoadError` saying how to install it."""
-    try:
-        import mxnet
-    except ImportError as e:
-        raise ModelLoadError(
-            f"{label}: needs mxnet, which cannot be imported ({e}); install the extra: "
-            f"pip install 'dlbricks[mxnet]' (Python 3.11 with numpy<1.24).") from e
-    return mxnet
 
 
 def is_mxnet_model(model: object) -> bool:
@@ -161,8 +144,8 @@ def load_mxnet(
     InvalidArgumentError
         Bad ``input_shapes`` / ``batch_size``, or an input name the model does not have.
     """
-    batch_size = _check_batch_size(batch_size)
-    shapes = _check_input_shapes(input_shapes)
+    batch_size = check_batch_size(batch_size)
+    shapes = check_input_shapes(input_shapes)
     src = _read(symbol, params, shapes)
     if ignore_unknown_inputs:
         known = set(src.symbol.list_arguments())
@@ -264,8 +247,6 @@ def _unique_symbol(mx: ModuleType, symbol: Any) -> Any:
 
 def _read_onnx(model: onnx.ModelProto) -> _Source:
     """An MXNet model in its ONNX form (``ModelGraph.to_onnx()`` of a graph loaded by load_mxnet)."""
-    from dlbricks.mxnet_bricks import is_mxnet_onnx, model_to_symbol
-
     label = f"<org.mxnet model {model.graph.name or 'in memory'}>"
     if not is_mxnet_onnx(model):
         raise InvalidArgumentError(f"{label}: has nodes of domains other than {MXNET_DOMAIN}; load it with "
@@ -523,8 +504,6 @@ def _value_statistics(label: str, symbol: Any, weights: Mapping[str, Any], input
     ModelLoadError
         If MXNet cannot run the model.
     """
-    from dlbricks.mxnet_bricks import to_ndarray
-
     mx = import_mxnet(label)
     wanted = set(names)
     seen: dict[str, ValueStatistics | None] = {}
@@ -679,28 +658,6 @@ def release_memory(mx: ModuleType) -> None:
     trim(0)
 
 
-@contextlib.contextmanager
-def _unfused() -> Iterator[None]:
-    """Bind without graph partitioning: MXNet reads ``MXNET_SUBGRAPH_BACKEND`` at every bind, and
-    its default, oneDNN fusion, cannot bind a group of a model's internal tensors. The C++ log line
-    MXNet writes to stderr for "NONE" at every bind is kept from the user's terminal."""
-    old = os.environ.get(SUBGRAPH_ENV)
-    os.environ[SUBGRAPH_ENV] = "NONE"
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-        if old is None:
-            del os.environ[SUBGRAPH_ENV]
-        else:
-            os.environ[SUBGRAPH_ENV] = old
-
-
 def _var_dtype(sym: Any, var: str) -> str:
     code = sym.attr_dict().get(var, {}).get("__dtype__")
     return _MX_DTYPES.get(int(code), "float32") if code not in (None, "") else "float32"
@@ -735,18 +692,6 @@ def _attributes(node: Mapping[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in sorted(attrs.items()) if not k.startswith("__")}
 
 
-def runs_on_onednn_layouts(op: str, attrs: Mapping[str, str]) -> bool:
-    """Whether MXNet 1.9's CPU kernel of ``op`` reads oneDNN's blocked layouts as they are (a oneDNN
-    kernel); every other op reorders such an input to the plain layout on each call."""
-    if op in _BLOCKING_OPS:
-        return True
-    if op in ("Activation", "LeakyReLU"):
-        return attrs.get("act_type", "leaky") in _ONEDNN_ACTS
-    if op == "Pooling":
-        return attrs.get("pool_type", "max") in ("max", "avg")
-    return op in _KEEPING_OPS
-
-
 def _output_layout(op: str, attrs: Mapping[str, str], in_layouts: Sequence[str]) -> str:
     """The layout of an op's outputs in a model run with oneDNN (MXNet 1.9 CPU kernels).
 
@@ -755,7 +700,7 @@ def _output_layout(op: str, attrs: Mapping[str, str], in_layouts: Sequence[str])
     Measured on MXNet 1.9.1 by feeding each op's output to a Concat, which is ten times faster on
     blocked inputs.
     """
-    if op in _BLOCKING_OPS:
+    if op in BLOCKING_OPS:
         return "onednn"
     if runs_on_onednn_layouts(op, attrs):
         data = [x for x in in_layouts if x != "const"]
@@ -775,8 +720,6 @@ def _positive_variables(nodes: Sequence[Mapping[str, Any]]) -> set[str]:
 def _weight(src: _Source, var: str, spec: TensorSpec, positive: bool) -> Any:
     """Weight ``var`` as an NDArray (taken out of ``src.params``): a file's own array, else a copy
     of the given or synthetic (seeded) value."""
-    from dlbricks.mxnet_bricks import to_ndarray
-
     mx = import_mxnet(src.label)
     value = src.params.pop(var, None)
     if value is None:
@@ -813,12 +756,3 @@ def _content_hash(graph: Mapping[str, Any], constants: Mapping[str, onnx.TensorP
         h.update(str(list(tensor.dims)).encode())
         h.update(tensor.raw_data if tensor.raw_data else tensor.SerializeToString(deterministic=True))
     return h.hexdigest()
-
-
-def first_line(error: BaseException) -> str:
-    """The informative line of an MXNet error (its last line that is not a stack frame)."""
-    lines = [x.strip() for x in str(error).strip().splitlines() if x.strip()]
-    useful = [x for x in lines if not x.startswith(("File ", "Traceback", "[bt]", "Stack trace", "["))
-              or "Check failed" in x or "Error" in x]
-    text = (useful or lines or [type(error).__name__])[-1]
-    return text[:300]

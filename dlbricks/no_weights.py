@@ -19,26 +19,28 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 
 from dlbricks._canonical import value_digest
-from dlbricks._ranges import consumer_range
-from dlbricks.bricks import (
+from dlbricks._constants import (
     DIGESTS_KEY,
     GATHERS,
     INTEGER_WEIGHT_INPUTS,
     QUANTIZATION_PARAMETERS,
     SEMANTIC_INPUTS,
-    Brick,
     ConstantSpec,
-    anonymous_nodes,
     index_kind,
     value_is_hashed,
 )
+from dlbricks._ranges import consumer_range
 from dlbricks.errors import ModelLoadError
 from dlbricks.types import TensorSpec
+
+if TYPE_CHECKING:
+    from dlbricks.bricks import Brick
 
 __all__ = ["KEPT_VALUES", "recorded_digests", "without_values"]
 
@@ -69,6 +71,24 @@ def without_values(brick: Brick) -> Brick:
         constants.append(ConstantSpec(const.spec, False, _kind(const, ranges.get(name)), None))
     return replace(brick, constants=tuple(constants), nodes=anonymous_nodes(brick), weights="synthetic",
                    value_digests=tuple(sorted(digests.items())))
+
+
+def anonymous_nodes(brick: Brick) -> tuple[onnx.NodeProto, ...]:
+    """The brick's nodes without names or doc strings, their inner tensors renamed ``t0``, ``t1``..."""
+    interface = ({s.name for s in brick.inputs} | {s.name for s in brick.outputs}
+                 | {c.spec.name for c in brick.constants})
+    renamed: dict[str, str] = {}
+    nodes = []
+    for node in brick.nodes:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        copy.name, copy.doc_string = "", ""
+        for field_ in (copy.input, copy.output):
+            for i, name in enumerate(field_):
+                if name and name not in interface:
+                    field_[i] = renamed.setdefault(name, f"t{len(renamed)}")
+        nodes.append(copy)
+    return tuple(nodes)
 
 
 def recorded_digests(model: onnx.ModelProto, label: str) -> dict[str, str]:

@@ -23,9 +23,13 @@ from google.protobuf.message import DecodeError
 from onnx import external_data_helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from dlbricks import _runtime_shapes
+from dlbricks._arguments import check_batch_size, check_input_shapes
+from dlbricks._ranges import index_ranges
 from dlbricks.errors import InvalidArgumentError, ModelLoadError, ShapeInferenceError
 from dlbricks.graph import VALUE_RANGES_KEY, LayerNode, ModelGraph, ModelSource
 from dlbricks.memory import check_input_sizes, check_largest_tensor
+from dlbricks.mxnet_frontend import is_mxnet_model, load_mxnet
 from dlbricks.types import KEEP_VALUES_MAX_BYTES, TensorSpec, ValueStatistics, onnx_dtype_to_name
 
 __all__ = ["FOLD_MAX_ELEMENTS", "QUANTIZATION_OPS", "load_model", "unique_dequantize"]
@@ -84,13 +88,11 @@ def load_model(
     >>> len(graph) > 50
     True
     """
-    from dlbricks.mxnet_frontend import is_mxnet_model, load_mxnet
-
     if is_mxnet_model(model):  # an MXNet symbol file, symbol, Gluon block, or org.mxnet ModelProto
         return _checked(load_mxnet(model, input_shapes=input_shapes, batch_size=batch_size, name=name,
                                    ignore_unknown_inputs=ignore_unknown_inputs))
-    batch_size = _check_batch_size(batch_size)
-    shapes = _check_input_shapes(input_shapes)
+    batch_size = check_batch_size(batch_size)
+    shapes = check_input_shapes(input_shapes)
     proto, path = _read(model)
     if is_mxnet_model(proto):
         return _checked(load_mxnet(proto, input_shapes=input_shapes, batch_size=batch_size,
@@ -137,33 +139,6 @@ def _checked(graph: ModelGraph) -> ModelGraph:
     """``graph``, refused if one of its tensors alone is larger than this machine's memory."""
     check_largest_tensor(graph.name, graph.inputs, [*graph.inputs, *graph.tensors.values()])
     return graph
-
-
-# ----------------------------------------------------------------------------------- arguments
-def _check_batch_size(batch_size: object) -> int | None:
-    if batch_size is None:
-        return None
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) or batch_size <= 0:
-        raise InvalidArgumentError(
-            f"The 'batch_size' of load_model must be a positive int. Got {batch_size!r} instead.")
-    return int(batch_size)
-
-
-def _check_input_shapes(input_shapes: Mapping[str, Sequence[int]] | None) -> dict[str, tuple[int, ...]]:
-    if input_shapes is None:
-        return {}
-    if not isinstance(input_shapes, Mapping):
-        raise InvalidArgumentError(
-            f"'input_shapes' must map input names to shapes, e.g. {{'x': (1, 3, 224, 224)}}. "
-            f"Got {input_shapes!r} instead.")
-    out: dict[str, tuple[int, ...]] = {}
-    for key, dims in input_shapes.items():
-        if isinstance(dims, str | bytes) or not isinstance(dims, Sequence) or not all(
-                isinstance(d, int | np.integer) and not isinstance(d, bool) and d > 0 for d in dims):
-            raise InvalidArgumentError(
-                f"The shape of input '{key}' must be a sequence of positive ints. Got {dims!r} instead.")
-        out[str(key)] = tuple(int(d) for d in dims)
-    return out
 
 
 # ----------------------------------------------------------------------------------- reading
@@ -595,8 +570,6 @@ def _free_names(graph: onnx.GraphProto) -> list[str]:
 def _model_value_ranges(proto: onnx.ModelProto, nodes: list[onnx.NodeProto], folded: set[int],
                         specs: Mapping[str, TensorSpec], label: str) -> dict[str, tuple[int, int]]:
     """Valid ranges of integer tensors: from consumers (Gather indices...) and the model's metadata."""
-    from dlbricks._ranges import index_ranges
-
     ranges = index_ranges([n for i, n in enumerate(nodes) if i not in folded], specs)
     for prop in proto.metadata_props:
         if prop.key == VALUE_RANGES_KEY:
@@ -620,8 +593,6 @@ def _require_specs(layers: tuple[LayerNode, ...], specs: dict[str, TensorSpec],
                if t and t not in specs and t not in constants]
     if not missing:
         return
-    from dlbricks._runtime_shapes import shapes_from_runtime
-
     def where(tensor: str) -> str:
         producer = next((la for la in layers if tensor in la.outputs), None)
         if producer is None:
@@ -630,8 +601,8 @@ def _require_specs(layers: tuple[LayerNode, ...], specs: dict[str, TensorSpec],
         return f" produced by node '{producer.name}' ({op})"
 
     missing = list(dict.fromkeys(missing))
-    specs.update(shapes_from_runtime(proto, concrete, ranges, missing, f"{label}: tensor '{missing[0]}'"
-                                     f"{where(missing[0])}"))
+    specs.update(_runtime_shapes.shapes_from_runtime(proto, concrete, ranges, missing,
+                                                     f"{label}: tensor '{missing[0]}'{where(missing[0])}"))
     still = [t for t in missing if t not in specs]
     if still:
         raise ShapeInferenceError(
@@ -675,10 +646,9 @@ def _keep_values(layers: tuple[LayerNode, ...], specs: dict[str, TensorSpec], pr
         names = [t for t in names if t not in masked_only]
         if not names:
             return
-    from dlbricks._runtime_shapes import values_from_runtime
-
     try:
-        values = values_from_runtime(proto, concrete, ranges, names, f"{label}: tensor '{names[0]}'")
+        values = _runtime_shapes.values_from_runtime(proto, concrete, ranges, names,
+                                                     f"{label}: tensor '{names[0]}'")
     except ShapeInferenceError:  # a model onnxruntime cannot run: its bricks get random values, as others
         return
     kept = 0

@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 
 from dlbricks import BackendError, ModelGraph
+from dlbricks.generators.mxnet import MxnetBackend, MxnetConfig
+from dlbricks.generators.util import pin_to_core
 
 from ._profile import InModelTimes
 
@@ -74,8 +76,6 @@ def _profile(folder: Path, runs: int, warmup: int) -> list[tuple[str, float]]:
     """In the subprocess: the median duration of each operator event of one run, in order."""
     import onnx
 
-    from dlbricks.generators.mxnet import MxnetBackend, MxnetConfig
-
     mx = __import__("mxnet")
     model = onnx.load_model(str(folder / "model.onnx"))
     config = MxnetConfig.from_dict(json.loads((folder / "config.json").read_text()))
@@ -118,8 +118,6 @@ def _per_position(events: list[dict], runs: int) -> list[tuple[str, float]]:
 
 
 def main(argv: list[str]) -> int:
-    from dlbricks.generators.util import pin_to_core
-
     pin_to_core()  # as the workers that measure the bricks and the whole model
     folder, runs, warmup = Path(argv[0]), int(argv[1]), int(argv[2])
     events = _profile(folder, runs, warmup)

@@ -13,15 +13,18 @@ from dlbricks.benchmarks_db import BenchOptions, Store, populate
 from dlbricks.benchmarks_db.rounds import measure_in_rounds, model_measurements
 from dlbricks.benchmarks_db.schedule import out_of_context
 from dlbricks.generators import Budget, Measurement, OrtConfig, collect_system_info, get_backend
-from dlbricks.generators.ort import last_level_cache_bytes
+from dlbricks.generators.system import last_level_cache_bytes
 from dlbricks.generators.ort_kernels import ReorderCost
 from dlbricks.generators.protocols import BackendConfig
 from dlbricks.generators.rounds import PairedRounds, RoundsBudget
 from dlbricks.generators.runner import Runner
+from dlbricks.model_zoo import build
 from dlbricks.names import check_identifier
 
+from ._mxnet_profile import mxnet_in_model_times
 from ._profile import InModelTimes, in_model_times
 from ._runs import check_runs, stop_on_failure
+from ._whole import EVALUATE_BUDGET, measure_whole
 from .estimation import (
     COMPOSITION_NEIGHBOURS,
     CompositionReference,
@@ -103,8 +106,6 @@ def _decomposition(model: Any, store: Store, granularity: str, config: OrtConfig
     if isinstance(model, str) and not os.path.exists(model) and not model.endswith(".onnx"):
         if _is_stored(store, model):  # an ambiguous name is refused, listing the models it names
             return store.models.decomposition(model, _label(granularity, config))
-        from dlbricks.model_zoo import build
-
         return _decompose(load_model(build(model), name=model), granularity, config)
     graph = model if isinstance(model, ModelGraph) else load_model(model)
     return _decompose(graph, granularity, config)
@@ -348,8 +349,6 @@ def _graph_of(model: Any, store: Store) -> ModelGraph | None:
     if isinstance(model, Decomposition):
         return None
     if isinstance(model, str) and not os.path.exists(model) and not model.endswith(".onnx"):
-        from dlbricks.model_zoo import build
-
         try:
             return _stored_graph(store, model) or load_model(build(model), name=model)
         except InvalidArgumentError:
@@ -553,16 +552,12 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
         if isinstance(model, str) and not os.path.exists(model) and not model.endswith(".onnx"):
             graph = _stored_graph(store, model)
             if graph is None:
-                from dlbricks.model_zoo import build
-
                 graph = load_model(build(model), name=model)
         else:
             graph = load_model(model)
     cfg = config or OrtConfig()
     dec = _decompose(graph, granularity, cfg)
     store.models.add(dec, graph.source)
-    from .evaluation import EVALUATE_BUDGET, measure_whole
-
     budget = budget or EVALUATE_BUDGET
     result = None
     if paired:
@@ -585,8 +580,6 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     in_model = None
     if per_brick:
         if backend_name(config) == "mxnet":
-            from ._mxnet_profile import mxnet_in_model_times
-
             times = mxnet_in_model_times(graph, config)
         else:
             times = in_model_times(graph, config)

@@ -22,6 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 from dlbricks import BackendError
 from dlbricks.generators import Budget, Measurement, OrtConfig, benchmark
 from dlbricks.generators.protocols import BackendConfig
+from dlbricks.mxnet_frontend import import_mxnet, load_mxnet
 
 from .estimation import Peaks
 
@@ -129,8 +130,6 @@ def stream_model(elements: int) -> onnx.ModelProto:
 def mxnet_gemm_model(n: int, rows: int | None = None) -> onnx.ModelProto:
     """``Y = X @ W.T`` with an n x n float32 ``W`` and ``rows`` rows of ``X`` (default n), as an MXNet
     FullyConnected (``org.mxnet`` model)."""
-    from dlbricks.mxnet_frontend import import_mxnet, load_mxnet
-
     rows = n if rows is None else rows
     mx = import_mxnet()
     y = mx.sym.FullyConnected(mx.sym.var("x"), num_hidden=n, no_bias=True, flatten=False, name="fc")
@@ -139,8 +138,6 @@ def mxnet_gemm_model(n: int, rows: int | None = None) -> onnx.ModelProto:
 
 def mxnet_conv_model(channels: int, size: int) -> onnx.ModelProto:
     """:func:`conv_model` as an MXNet Convolution (``org.mxnet`` model)."""
-    from dlbricks.mxnet_frontend import import_mxnet, load_mxnet
-
     mx = import_mxnet()
     y = mx.sym.Convolution(mx.sym.var("x"), num_filter=channels, kernel=(3, 3), pad=(1, 1), no_bias=True,
                            name="conv")
@@ -149,8 +146,6 @@ def mxnet_conv_model(channels: int, size: int) -> onnx.ModelProto:
 
 def mxnet_stream_model(elements: int) -> onnx.ModelProto:
     """``C = A + B`` over float32 vectors, as an MXNet elemwise_add (``org.mxnet`` model)."""
-    from dlbricks.mxnet_frontend import import_mxnet, load_mxnet
-
     mx = import_mxnet()
     c = mx.sym.elemwise_add(mx.sym.var("a"), mx.sym.var("b"), name="add")
     return load_mxnet(c, input_shapes={"a": (elements,), "b": (elements,)}, name=f"add{elements}").to_onnx()

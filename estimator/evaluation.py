@@ -26,6 +26,7 @@ from dlbricks.generators.measurement import pool
 from dlbricks.generators.rounds import PairedRounds, RoundsBudget
 from dlbricks.generators.runner import Runner, lock_waited_s
 from dlbricks.generators.system import SystemInfo
+from dlbricks.model_zoo import build, list_models
 
 from .api import (
     PAIRED_ROUNDS,
@@ -38,8 +39,9 @@ from .api import (
     ratio_half_width,
     threads_of,
 )
+from ._whole import DEFAULT_TARGET_CI, EVALUATE_BUDGET, WHOLE_WORKERS, measure_whole
 from .calibrate import calibrate_peaks, calibrated_backends, merge_peaks
-from .estimation import paired_interval
+from .estimation import CompositionReference, composition_error, joined_interval, paired_interval
 
 __all__ = ["DEFAULT_SUITE", "GRANULARITIES", "EvaluationRow", "Evaluation", "evaluate", "measure_whole", "pool",
            "suite_models", "EVALUATE_BUDGET", "WHOLE_WORKERS", "DEFAULT_TARGET_CI"]
@@ -51,18 +53,10 @@ DEFAULT_SUITE = ("resnet18_v1", "resnet50_v1", "mobilenet_v2_1.0", "squeezenet1_
 #: Granularities of the main job: "both" estimates fused bricks and, in the same run, layer bricks at
 #: the same optimization level (the comparison column).
 GRANULARITIES = ("layer", "fused", "both")
-#: Relative 95% half-width to ask of each model's estimate in the main job (``target_ci``, which is
-#: opt-in); whole models are measured to the same half-width of their median (:data:`EVALUATE_BUDGET`).
-DEFAULT_TARGET_CI = 0.01
-#: Budget of the main job: whole models (and, without ``target_ci``, bricks) are timed until the
-#: 95% CI of their median is within +-:data:`DEFAULT_TARGET_CI`.
-EVALUATE_BUDGET = Budget(warmup_time=0.02, min_time=0.1, min_runs=10, max_time=1.0, rel_ci=2 * DEFAULT_TARGET_CI)
 #: The peaks' runs in ``evaluate`` (a roofline's peaks take each kernel's fastest run; a tenth of a
 #: second of runs per size finds it within a few percent of ``calibrate_peaks``' default budget, in
 #: two thirds of its time).
 CALIBRATION_BUDGET = Budget(warmup_time=0.05, min_time=0.1, max_time=0.5)
-#: Worker processes each whole model is measured in.
-WHOLE_WORKERS = 3
 #: The default suite of the MXNet path: Gluon vision models of several families.
 DEFAULT_MXNET_SUITE = ("gluon_resnet18_v1", "gluon_resnet50_v1", "gluon_resnet50_v2", "gluon_mobilenet1.0",
                        "gluon_mobilenetv2_1.0", "gluon_squeezenet1.1", "gluon_densenet121",
@@ -71,8 +65,6 @@ DEFAULT_MXNET_SUITE = ("gluon_resnet18_v1", "gluon_resnet50_v1", "gluon_resnet50
 
 def suite_models(suite: str, framework: str = "onnx") -> list[str]:
     """Model names of ``default`` or ``full`` (every zoo model of the framework), or a list."""
-    from dlbricks.model_zoo import list_models
-
     if suite == "default":
         known = {m.name for m in list_models(framework=framework)}
         chosen = DEFAULT_MXNET_SUITE if framework == "mxnet" else DEFAULT_SUITE
@@ -201,13 +193,6 @@ class Evaluation:
 
 def _measured(m: Measurement | None) -> bool:
     return m is not None and m.ok
-
-
-def measure_whole(graph: ModelGraph, config: Any, budget: Budget, workers: int = WHOLE_WORKERS,
-                  backend: str = "onnxruntime") -> Measurement:
-    """A whole model measured in ``workers`` separate worker processes, pooled (see :func:`pool`)."""
-    return pool([next(iter(benchmark([graph], backend=backend, config=config, budget=budget)))
-                 for _ in range(workers)])
 
 
 def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, config: Any = None,
@@ -364,8 +349,6 @@ def _decompose_suite(models: Sequence[str], store: Store, granularity: str,
                      config: Any) -> tuple[BrickSet, BrickSet]:
     """Build and decompose each zoo model, storing it; the bricks of ``granularity`` and, with
     "both", the layer bricks beside them (else an empty set)."""
-    from dlbricks.model_zoo import build
-
     options = {} if granularity == "layer" else fusion_options(config)
     brickset, layer_set = BrickSet(), BrickSet()
     for name in models:
@@ -412,8 +395,6 @@ def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_T
     in rounds (:func:`_in_rounds`), one set of rounds per granularity, and the first one's whole
     runs are the model's measurement. A model measured whole by an earlier run of the database has
     its new bricks measured and no rounds."""
-    from dlbricks.model_zoo import build
-
     backend = backend_name(config)
     chained = _bricks_in_rounds(rounds, config)
     whole_time = rounds_time = 0.0
@@ -520,8 +501,6 @@ def _leave_one_out(rows: Sequence[EvaluationRow]) -> list[EvaluationRow]:
     row's own model left out): the rounds hold the machine's swing, the other models the method's.
     A model whose rounds the swing left wider than :data:`~dlbricks.estimator.TRUSTED_SWING` is no
     reference: its error is the machine's, not the method's."""
-    from .estimation import CompositionReference, composition_error, joined_interval
-
     references = [CompositionReference(r.model, r.measured_s, r.estimated_s) for r in rows
                   if r.pairing is None or r.pairing <= TRUSTED_SWING]
     out = []

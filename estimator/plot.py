@@ -18,6 +18,7 @@ from typing import Any
 
 from dlbricks import InvalidArgumentError
 
+from .api import threads_of
 from .evaluation import Evaluation
 
 __all__ = [
@@ -313,8 +314,6 @@ def plot_evaluation(ev: Evaluation, out_dir: str | Path,
         raise InvalidArgumentError(f"--plot {out}: cannot create the folder ({e.strerror}).") from e
     points = [SuitePoint(r.model, r.measured_s, r.estimated_s, r.ci_low_s, r.ci_high_s, r.lower_bound_s,
                          r.roofline_s) for r in ev.rows if r.measured_s > 0 and math.isfinite(r.measured_s)]
-    from .api import threads_of
-
     title = f"{ev.system.cpu_model}, {threads_of(ev.config)} thread(s), {ev.granularity}"
     paths = [_save_png(suite_figure(points, title), out / "estimated_vs_measured.png")]
     if op_times:

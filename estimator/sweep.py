@@ -10,6 +10,7 @@ from typing import Any
 from dlbricks import InvalidArgumentError, ModelGraph, load_model
 from dlbricks.benchmarks_db import Store
 from dlbricks.generators import Budget, OrtConfig
+from dlbricks.model_zoo import build, list_models
 
 from .api import Validation, _decompose, _system_key, estimate, open_store, validate
 from .estimation import Estimate, Peaks
@@ -170,8 +171,6 @@ def _load_at(model: Any, store: Store, shape: SweepShape) -> ModelGraph:
     if isinstance(model, ModelGraph):
         return load_model(model.proto, shapes, shape.batch_size, name=model.name)
     if isinstance(model, str) and not os.path.exists(model) and not model.endswith((".onnx", ".json")):
-        from dlbricks.model_zoo import build, list_models
-
         if model in {m.name for m in list_models()}:
             return load_model(build(model, batch_size=shape.batch_size or 1), shapes, name=model)
         source = store.models.get(model).source

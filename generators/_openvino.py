@@ -37,7 +37,8 @@ from dlbricks.ov_fusion import OPENVINO, REORDER_TYPE, RuntimeKernel, kernel_lay
 from ._config import ConfigBase
 from .inputs import input_specs, random_inputs, value_statistics
 from .items import floor_model
-from .ort import CACHE_STATES, COLD_SPANS, _is_brick, session_copies, weight_bytes
+from ._ort_config import CACHE_STATES, COLD_SPANS
+from .ort import _is_brick, session_copies, weight_bytes
 from .util import closed, prepare_previous, round_robin
 
 __all__ = ["OpenvinoBackend", "OpenvinoConfig", "OpenvinoPrepared", "installed_openvino_version"]
@@ -49,7 +50,7 @@ PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
 PRECISIONS = ("f32", "bf16", "f16")
 EXECUTION_MODES = ("PERFORMANCE", "ACCURACY")
 #: Version of how bricks are measured, part of every :attr:`OpenvinoConfig.config_id` (as
-#: :data:`dlbricks.generators.ort.MEASUREMENT_METHOD` for onnxruntime).
+#: :attr:`dlbricks.generators.OrtConfig.measurement_method` for onnxruntime).
 MEASUREMENT_METHOD = 2
 #: The op type of a kernel that the CPU plugin inserts to change a tensor's layout (no node of the
 #: model runs in it), as :meth:`OpenvinoBackend.profile_kernels` reports it.

@@ -14,6 +14,16 @@ import signal
 import sys
 from typing import Any, BinaryIO
 
+from dlbricks.errors import UnrunnableBrickError
+
+from ._cache import PreparedCache, digest
+from ._ipc import read_message_blocking, write_message
+from ._registry import get_backend, register_backend
+from .floor import measure_floor
+from .harness import measure_prepared
+from .rounds import time_rounds
+from .util import one_line, pin_to_core
+
 __all__ = ["main"]
 
 #: Floor measurements taken in a row per request; the fastest is kept (:func:`_floor`).
@@ -24,8 +34,6 @@ class _State:
     """The worker's caches: backends by name, held items by key, items kept prepared for reuse."""
 
     def __init__(self) -> None:
-        from ._cache import PreparedCache
-
         self.backends: dict[str, Any] = {}
         self.held: dict[str, tuple[Any, Any, Any]] = {}  # key -> (prepared, backend, config)
         self.kept = PreparedCache(0)
@@ -34,14 +42,10 @@ class _State:
 def main() -> int:
     """Serve requests until end of input or an ``exit`` request."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
-    from .util import pin_to_core
-
     pin_to_core()  # before a runtime starts its threads
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    from ._ipc import read_message_blocking, write_message
-
     stdin: BinaryIO = sys.stdin.buffer
     state = _State()
     while True:
@@ -55,8 +59,6 @@ def main() -> int:
 
 def _answer(state: _State, request: tuple[str, Any]) -> tuple[str, Any]:
     """``("ok", result)`` or ``("error", "Type: message")`` for one request."""
-    from .util import one_line
-
     kind, payload = request
     try:
         if kind == "init":
@@ -83,8 +85,6 @@ def _init(payload: dict[str, Any]) -> dict[str, Any]:
     """Adopt the parent's ``sys.path`` and backend registrations; import the heavy modules now."""
     import scipy.stats  # noqa: F401 - so that the first measurement does not pay for it
 
-    from ._registry import register_backend
-
     for entry in reversed(payload["sys_path"]):
         if entry not in sys.path:
             sys.path.insert(0, entry)
@@ -95,8 +95,6 @@ def _init(payload: dict[str, Any]) -> dict[str, Any]:
 
 def _backend(state: _State, name: str) -> Any:
     """The backend named ``name``, built once per worker."""
-    from ._registry import get_backend
-
     if name not in state.backends:
         state.backends[name] = get_backend(name)
     return state.backends[name]
@@ -110,9 +108,6 @@ def _measure(state: _State, payload: dict[str, Any]) -> Any:
     import time
 
     import onnx
-
-    from ._cache import digest
-    from .harness import measure_prepared
 
     backend = _backend(state, payload["backend"])
     config = payload["config"]
@@ -148,8 +143,6 @@ def _measure(state: _State, payload: dict[str, Any]) -> Any:
 
 def _again(state: _State, payload: dict[str, Any]) -> Any:
     """Time a held model again (it stays prepared); returns ``(Measurement, Timing)``."""
-    from .harness import measure_prepared
-
     if payload["key"] not in state.held:
         raise KeyError(f"no model {payload['key'][:12]} is held in this worker; measure it with hold=True")
     prepared, backend, config = state.held[payload["key"]]
@@ -170,11 +163,6 @@ def _rounds(state: _State, payload: dict[str, Any]) -> Any:
 
     import numpy as np
     import onnx
-
-    from dlbricks.errors import UnrunnableBrickError
-
-    from ._cache import digest
-    from .rounds import time_rounds
 
     if payload["whole"] not in state.held:
         raise KeyError(f"no model {payload['whole'][:12]} is held in this worker; measure it with hold=True")
@@ -242,8 +230,6 @@ def _floor(state: _State, payload: dict[str, Any]) -> Any:
     one-node model ran fastest (a constant cost that noise only adds to; the first runs of a fresh
     process pay its start). Not the lowest floor: that would pick the calibration whose cost of a
     further node, taken off it, came out highest."""
-    from .floor import measure_floor
-
     backend = _backend(state, payload["backend"])
     runs = [measure_floor(backend, payload["config"], payload["budget"], details=True)
             for _ in range(FLOOR_REPEATS)]

@@ -30,11 +30,14 @@ from dlbricks import InvalidArgumentError
 from dlbricks.bricks import SIGNATURE_KEY, split_previous
 from dlbricks.errors import BackendUnavailableError, UnrunnableBrickError
 from dlbricks.inputs import ar1_noise
+from dlbricks.mxnet_bricks import model_to_symbol, reorders_onednn_inputs, to_ndarray
+from dlbricks.mxnet_frontend import first_line
 
 from ._config import ConfigBase
 from .inputs import random_inputs, statistics_array, value_statistics
 from .items import floor_model
-from .ort import COLD_SPANS, cold_copies, cold_span_bytes
+from ._ort_config import COLD_SPANS
+from .ort import cold_copies, cold_span_bytes
 from .util import CPU_ENV, closed, last_core, one_line, prepare_previous, round_robin
 
 __all__ = [
@@ -50,7 +53,7 @@ INPUT_KINDS = ("model", "activations", "normal")
 #: on mobilenetv2_1.0), which an AR(1) process with this coefficient reproduces.
 ACTIVATION_CORRELATION = 0.75
 #: Version of how bricks are measured, part of every :attr:`MxnetConfig.config_id` (as
-#: :data:`dlbricks.generators.ort.MEASUREMENT_METHOD` for onnxruntime). 1: each cold copy with its
+#: :attr:`dlbricks.generators.OrtConfig.measurement_method` for onnxruntime). 1: each cold copy with its
 #: own outputs; 2: the copies share the first executor's memory, as a model's layers share its pool,
 #: and cycle through up to INPUT_VARIANTS input draws; 3: the copies span the data a run of the
 #: brick's model touches (``cold_span``); 4: the floor is extrapolated to a call with no node; 5: the
@@ -413,8 +416,6 @@ class MxnetBackend:
         self.check(config)
         _warn_environment(config)
         mx = _mx()
-        from dlbricks.mxnet_bricks import model_to_symbol, reorders_onednn_inputs, to_ndarray
-
         model, before = split_previous(model)
         built = model_to_symbol(model)
         brick = _is_brick(model)
@@ -503,8 +504,6 @@ def _to_onednn(mx: ModuleType, array: Any) -> Any:
     An identity 1x1 convolution computes it exactly (each output is one input times 1.0); other
     arrays are returned unchanged.
     """
-    from dlbricks.mxnet_bricks import to_ndarray
-
     if array.ndim not in (4, 5) or array.dtype != np.float32:
         return array
     channels = array.shape[1]
@@ -524,8 +523,6 @@ def _bind(mx: ModuleType, built: Any, inputs: Mapping[str, Any], ctx: Any, model
     ``shared``'s (``bind(shared_exec=...)``), as a model's layers share their executor's memory
     pool; without, its own.
     """
-    from dlbricks.mxnet_bricks import to_ndarray
-
     args = dict(inputs)
     args.update({k: to_ndarray(mx, v, ctx) for k, v in built.arg_params.items()})
     aux = {k: to_ndarray(mx, v, ctx) for k, v in built.aux_params.items()}
@@ -535,8 +532,6 @@ def _bind(mx: ModuleType, built: Any, inputs: Mapping[str, Any], ctx: Any, model
         for out in executor.outputs:
             out.wait_to_read()
     except mx.base.MXNetError as e:
-        from dlbricks.mxnet_frontend import first_line
-
         raise UnrunnableBrickError(f"mxnet cannot run model {model.graph.name!r}: {first_line(e)}") from e
     except Exception as e:  # MXNet raises untyped errors from bind's argument checks
         raise UnrunnableBrickError(f"mxnet cannot bind model {model.graph.name!r}: {one_line(e)}") from e

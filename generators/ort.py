@@ -11,9 +11,9 @@ import functools
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from types import ModuleType
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import onnx
@@ -23,22 +23,17 @@ from dlbricks import BackendError, InvalidArgumentError
 from dlbricks.bricks import PREVIOUS_KEY, SIGNATURE_KEY, reuse_bytes, split_previous
 from dlbricks.errors import BackendUnavailableError, UnrunnableBrickError
 
-from ._config import ConfigBase
+from . import ort_kernels
+from ._cuda import NO_SYNC_ENTRY, REPEAT_COPIES, REPEAT_MAX_DEVICE_S, cuda_probe, repeat_s
+from ._ort_config import OrtConfig, _ort
 from .inputs import input_specs, random_inputs, value_ranges, value_statistics
 from .items import floor_model, side_by_side
+from .system import last_level_cache_bytes
 from .util import closed, one_line, prepare_previous, round_robin
 
 __all__ = ["OrtBackend", "OrtConfig", "OrtPrepared", "repeat_time", "last_level_cache_bytes"]
 
-DEVICES = ("cpu", "cuda")
-EXECUTION_MODES = ("sequential", "parallel")
-OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
-CUDNN_CONV_ALGO_SEARCHES = ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-CACHE_STATES = ("cold-weights", "cold", "warm")
-#: How much data a brick's cold copies cycle through: what one run of the brick's model touches
-#: (:attr:`~dlbricks.bricks.BrickInContext.reuse_bytes`), or twice the last-level cache.
-COLD_SPANS = ("model", "cache")
 #: Most session copies of one brick: enough for a small brick's copies to span twice the last-level
 #: cache (fewer leave its weights in the cache, faster than in its model; see "Enough copies" in
 #: docs/methodology.md).
@@ -56,17 +51,6 @@ THREAD_POOLS_ENV = "DLBRICKS_ORT_THREAD_POOLS"
 #: run, and none in the next seconds). In ``evaluate --threads 2`` the whole model's short samples,
 #: taken right after a brick, ran on one free core: SqueezeNet 3.2-7.9 ms against 3.2 ms alone.
 IDLE_SPIN_S = 0.06
-#: Version of how bricks are measured, part of every :attr:`OrtConfig.config_id`: results measured
-#: another way are another configuration, never mixed in one estimate. 1: each cold copy with its own
-#: arena, at most 16 copies at level "all"; 2: the copies share one arena, one cap at every level;
-#: 3: the copies span the data a run of the brick's model touches (``cold_span``); 4: the floor is
-#: extrapolated to a call with no node (:mod:`dlbricks.generators.floor`); 5: a brick with less than
-#: :data:`MIN_COLD_WEIGHT_BYTES` of weights runs as one session in ``cache="cold-weights"``; 6: the
-#: cold copies come nearest to their span rather than reach it (:func:`cold_copies`); 7: on a CPU the
-#: brick before a brick writes the brick's first input (:meth:`OrtPrepared._feed_from_previous`); 8: the
-#: copies side by side that time a brick's repeat on an accelerator stay apart (:data:`KEEP_COPIES_APART`);
-#: 9: the brick before leaves alone a first input that keeps its model's values (a masked Softmax's).
-MEASUREMENT_METHOD = 9
 #: Graph optimizers off in the session of a brick's copies side by side (:func:`repeat_time`): at level
 #: ``basic`` and above onnxruntime's common-subexpression elimination merges nodes that compute the same
 #: op from the same inputs, so four copies of a Conv+Relu that read one input and one weight ran as one
@@ -109,145 +93,6 @@ def no_cuda_message(available: list[str], installed: set[str]) -> str:
                 f"pip uninstall -y {others} && pip install --force-reinstall --no-deps onnxruntime-gpu")
     return (said + "onnxruntime-gpu is installed but found no GPU: check the driver and the CUDA and cuDNN "
             "libraries it needs")
-
-
-def _ort() -> ModuleType:
-    """Import onnxruntime, or say how to get it."""
-    try:
-        import onnxruntime
-    except ImportError as e:
-        raise BackendUnavailableError(
-            f"onnxruntime cannot be imported ({e}); install it: pip install onnxruntime"
-        ) from e
-    return onnxruntime
-
-
-def installed_ort_version() -> str:
-    """The version of the onnxruntime that this process would use."""
-    return str(_ort().__version__)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OrtConfig(ConfigBase):
-    """A configuration of the onnxruntime backend.
-
-    Parameters
-    ----------
-    device : {"cpu", "cuda"}, default "cpu"
-        Execution provider: CPUExecutionProvider, or CUDAExecutionProvider (with CPU fallback for
-        the ops CUDA lacks).
-    intra_op_num_threads : int, default 1
-        Threads inside an op (0 lets onnxruntime choose; 1 gives unimodal timings on small machines).
-    inter_op_num_threads : int, default 1
-        Threads across ops (used by ``execution_mode="parallel"``).
-    execution_mode : {"sequential", "parallel"}, default "sequential"
-    graph_optimization_level : {"disable", "basic", "extended", "all"}, default "disable"
-    allow_spinning : bool, default True
-        Whether idle pool threads spin (``session.intra_op/inter_op.allow_spinning``).
-    enable_cpu_mem_arena : bool, default True
-    device_id : int, default 0
-        CUDA device ordinal.
-    cudnn_conv_algo_search : {"EXHAUSTIVE", "HEURISTIC", "DEFAULT"}, default "EXHAUSTIVE"
-        CUDA provider option.
-    provider_options : mapping of str to str, default empty
-        Further CUDA provider options, stored as a sorted tuple of pairs.
-    cache : {"cold-weights", "cold", "warm"}, default "cold-weights"
-        Cache state a *brick* meets (whole models always run one session again and again).
-        ``"cold-weights"``: several copies of the brick's session, each with its own weights,
-        sharing one input, one output and one arena, run round-robin, so that each run meets cold
-        weights and a warm input and output, as a layer inside its model does. ``"cold"``: each copy
-        its own output too. ``"warm"``: one session again and again (the lower bound's state). On
-        CUDA a brick runs as one session (:data:`CUDA_COPIES`). Why: methodology, "Cache state".
-    cold_span : {"model", "cache"}, default "model"
-        How much data the cold copies cycle through: what one run of the brick's model touches (its
-        weights and live activations, carried by a :class:`~dlbricks.bricks.BrickInContext`), at most twice
-        the last-level cache (``"model"``); or twice the last-level cache (``"cache"``).
-    previous_layer : bool, default True
-        With a cold ``cache``, run the brick before it in its model (carried by a
-        :class:`~dlbricks.bricks.BrickInContext`) untimed before each timed run. Why: methodology, "The
-        brick before".
-    onnxruntime_version : str, default the installed version
-        Part of the configuration: results of another version are another configuration.
-
-    Examples
-    --------
-    >>> cfg = OrtConfig(graph_optimization_level="all")
-    >>> cfg.to_dict()["graph_optimization_level"]
-    'all'
-    >>> len(cfg.config_id)
-    16
-    """
-
-    backend: ClassVar[str] = "onnxruntime"
-    measurement_method: ClassVar[int] = MEASUREMENT_METHOD
-
-    device: str = "cpu"
-    intra_op_num_threads: int = 1
-    inter_op_num_threads: int = 1
-    execution_mode: str = "sequential"
-    graph_optimization_level: str = "disable"
-    allow_spinning: bool = True
-    enable_cpu_mem_arena: bool = True
-    device_id: int = 0
-    cudnn_conv_algo_search: str = "EXHAUSTIVE"
-    provider_options: tuple[tuple[str, str], ...] = ()
-    cache: str = "cold-weights"
-    cold_span: str = "model"
-    previous_layer: bool = True
-    onnxruntime_version: str = field(default_factory=installed_ort_version)
-
-    def __post_init__(self) -> None:
-        if isinstance(self.provider_options, Mapping):
-            pairs = tuple(sorted((str(k), str(v)) for k, v in self.provider_options.items()))
-            object.__setattr__(self, "provider_options", pairs)
-        problems = _config_problems(self)
-        if problems:
-            raise InvalidArgumentError("Invalid OrtConfig: " + "; ".join(problems) + ".")
-
-    @property
-    def threads(self) -> int:
-        """Threads one run computes with (``intra_op_num_threads``)."""
-        return self.intra_op_num_threads
-
-    def to_dict(self) -> dict[str, Any]:
-        """The configuration as a JSON-safe dict (``provider_options`` as a dict)."""
-        data = ConfigBase.to_dict(self)
-        data["provider_options"] = dict(self.provider_options)
-        return data
-
-
-def _config_problems(cfg: OrtConfig) -> list[str]:
-    """Every rule that ``cfg`` breaks, as phrases naming the field and value."""
-    problems = []
-    choices = {
-        "device": DEVICES,
-        "execution_mode": EXECUTION_MODES,
-        "graph_optimization_level": OPTIMIZATION_LEVELS,
-        "cudnn_conv_algo_search": CUDNN_CONV_ALGO_SEARCHES,
-        "cache": CACHE_STATES,
-        "cold_span": COLD_SPANS,
-    }
-    for name, allowed in choices.items():
-        value = getattr(cfg, name)
-        if value not in allowed:
-            options = ", ".join(repr(a) for a in allowed)
-            problems.append(f"'{name}' must be one of {options}. Got {value!r} instead")
-    for name in ("intra_op_num_threads", "inter_op_num_threads", "device_id"):
-        value = getattr(cfg, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            problems.append(f"'{name}' must be an int >= 0. Got {value!r} instead")
-    for name in ("allow_spinning", "enable_cpu_mem_arena", "previous_layer"):
-        if not isinstance(getattr(cfg, name), bool):
-            problems.append(f"'{name}' must be a bool. Got {getattr(cfg, name)!r} instead")
-    if not isinstance(cfg.onnxruntime_version, str) or not cfg.onnxruntime_version:
-        problems.append(f"'onnxruntime_version' must be a str. Got {cfg.onnxruntime_version!r} instead")
-    pairs_ok = isinstance(cfg.provider_options, tuple) and all(
-        isinstance(p, tuple) and len(p) == 2 and all(isinstance(x, str) for x in p)
-        for p in cfg.provider_options
-    )
-    if not pairs_ok:
-        problems.append(f"'provider_options' must map str to str. Got {cfg.provider_options!r} instead")
-    return problems
 
 
 class OrtPrepared:
@@ -394,8 +239,6 @@ class OrtPrepared:
         None on the CPU, or where the CUDA driver cannot be reached from here."""
         if self._config.device != "cuda" or self.binding is None:
             return None
-        from ._cuda import NO_SYNC_ENTRY, REPEAT_MAX_DEVICE_S, cuda_probe
-
         probe = cuda_probe(self._config.device_id)
         if probe is None:
             return None
@@ -534,10 +377,8 @@ class OrtBackend:
         if (config.graph_optimization_level != "all" or config.device != "cpu"
                 or not getattr(brick, "granularity", "layer").startswith("fused")):
             return None
-        from .ort_kernels import brick_session_kernels
-
         previous = getattr(item, "previous", None) if config.previous_layer else None
-        kernels = brick_session_kernels(brick, "all", config.intra_op_num_threads, previous)
+        kernels = ort_kernels.brick_session_kernels(brick, "all", config.intra_op_num_threads, previous)
         return kernels.leftover_share * max(run_s, 0.0)
 
     def calibrate_reorders(self, config: Any) -> tuple[tuple[int, ...], tuple[float, ...]] | None:
@@ -545,9 +386,7 @@ class OrtBackend:
         (sizes in bytes, seconds per byte); None elsewhere. See :func:`calibrate_reorder`."""
         if config.graph_optimization_level != "all" or config.device != "cpu":
             return None
-        from .ort_kernels import calibrate_reorder
-
-        cost = calibrate_reorder(config)
+        cost = ort_kernels.calibrate_reorder(config)
         return cost.sizes, cost.seconds_per_byte
 
     def prepare(self, model: onnx.ModelProto, config: Any, *, timed: bool = True) -> OrtPrepared:
@@ -760,8 +599,6 @@ def repeat_time(model: onnx.ModelProto, config: OrtConfig, inputs: Mapping[str, 
     UnrunnableBrickError
         If onnxruntime cannot load the copies.
     """
-    from ._cuda import REPEAT_COPIES, repeat_s
-
     copies = REPEAT_COPIES if copies is None else copies
     ort = _ort()
     runs, held = [], []
@@ -917,8 +754,6 @@ def _providers(config: OrtConfig) -> list[Any]:
         "cudnn_conv_algo_search": config.cudnn_conv_algo_search,
         **dict(config.provider_options),
     }
-    from ._cuda import cuda_probe
-
     probe = cuda_probe(config.device_id)
     if probe is not None:  # the stream whose runs the probe times (queue_times)
         cuda_options["user_compute_stream"] = str(probe.stream_handle)
@@ -972,11 +807,3 @@ def weight_bytes(model: onnx.ModelProto) -> int:
         for t in model.graph.initializer
         if t.data_type != onnx.TensorProto.STRING
     )
-
-
-def last_level_cache_bytes() -> int:
-    """Size of the largest cache of this machine (32 MiB when the OS does not tell)."""
-    from .system import _cache_sizes
-
-    sizes = [size for _, size in _cache_sizes()]
-    return max(sizes) if sizes else 32 << 20

@@ -48,7 +48,7 @@ from dlbricks.ortutil import session_options
 from .api import benchmark
 from .budget import Budget
 from .items import floor_model
-from .ort import OrtConfig
+from ._ort_config import OrtConfig
 
 __all__ = ["brick_session_kernels", "calibrate_reorder", "kernel_medians", "ReorderCost", "SessionKernels",
            "REORDER_SHAPES"]

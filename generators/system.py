@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SystemInfo", "collect_system_info"]
+__all__ = ["SystemInfo", "collect_system_info", "last_level_cache_bytes"]
 
 ISA_FLAGS = (
     "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
@@ -198,6 +198,12 @@ def _cpu_isa(cpuinfo: str) -> tuple[str, ...]:
     values = _cpuinfo_values(cpuinfo, "flags") or _cpuinfo_values(cpuinfo, "Features")
     present = set(values[0].split()) if values else set()
     return tuple(flag for flag in ISA_FLAGS if flag in present)
+
+
+def last_level_cache_bytes() -> int:
+    """Size of the largest cache of this machine (32 MiB when the OS does not tell)."""
+    sizes = [size for _, size in _cache_sizes()]
+    return max(sizes) if sizes else 32 << 20
 
 
 def _cache_sizes() -> tuple[tuple[str, int], ...]:

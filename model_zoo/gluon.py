@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 
 from dlbricks import InvalidArgumentError, ModelGraph
+from dlbricks.mxnet_bricks import to_ndarray
+from dlbricks.mxnet_frontend import import_mxnet, load_mxnet
 
 from .spec import ZooModel
 
@@ -100,8 +102,6 @@ def _check_int(what: str, value: object, minimum: int) -> int:
 
 
 def _mx() -> ModuleType:
-    from dlbricks.mxnet_frontend import import_mxnet
-
     return import_mxnet("the Gluon model zoo")
 
 
@@ -137,8 +137,6 @@ def gluon_block(name: str, batch_size: int = 1, seed: int = 0) -> Any:
     # finishes deferred initialization otherwise) took seconds for VGG
     block.infer_shape(mx.nd.zeros((batch_size, 3, size, size)))
     block.initialize(mx.init.Zero(), force_reinit=True)
-    from dlbricks.mxnet_bricks import to_ndarray
-
     for param in params.values():
         param.set_data(to_ndarray(mx, _init_value(param.name, tuple(param.shape), seed)))
     return block
@@ -167,8 +165,6 @@ def build_gluon(name: str, batch_size: int = 1, seed: int = 0) -> ModelGraph:
     >>> graph.opsets  # doctest: +SKIP
     {'org.mxnet': 1}
     """
-    from dlbricks.mxnet_frontend import load_mxnet
-
     bare = _gluon_name(name)
     size = _image_size(bare)
     block = gluon_block(bare, batch_size, seed)

@@ -26,6 +26,7 @@ from dlbricks.model_zoo import (
 from dlbricks.names import shown
 
 from ._builder import GraphBuilder
+from .gluon import build_gluon, list_gluon_models
 from .spec import TASKS, ZooEntry, ZooModel
 
 __all__ = ["list_models", "get_model", "build", "export", "EXTERNAL_DATA_THRESHOLD"]
@@ -84,8 +85,6 @@ def list_models(task: str | None = None, framework: str = "onnx") -> list[ZooMod
         raise InvalidArgumentError(f"Unknown zoo framework {framework!r}. Valid: {', '.join(FRAMEWORKS)}.")
     if framework == "mxnet":
         _require_mxnet()
-        from .gluon import list_gluon_models
-
         return [m for m in list_gluon_models() if task is None or m.task == task]
     models = [e.model for e in _entries().values() if task is None or e.model.task == task]
     return sorted(models, key=lambda m: TASKS.index(m.task))
@@ -153,8 +152,6 @@ def build(name: str, batch_size: int = 1, seed: int = 0) -> onnx.ModelProto:
     """
     if name.startswith("gluon_"):
         _require_mxnet()
-        from .gluon import build_gluon
-
         return build_gluon(name, batch_size=batch_size, seed=seed).to_onnx()
     e = _lookup(name)
     _check_int("batch_size", batch_size, 1)

@@ -53,6 +53,30 @@ def test_a_cycle_is_found(surface, tmp_path: Path) -> None:
     assert sorted(cycles[0]) == ["dlbricks._a", "dlbricks._b"]
 
 
+def test_no_import_cycle_hidden_in_a_function(surface, found, found_imports) -> None:
+    """No cycle either among the imports that can run, those inside functions counted too (an import
+    moved into a function does not break a cycle, it hides it until the function is called)."""
+    assert surface.runtime_cycles(found_imports, found) == []
+
+
+def test_a_cycle_hidden_in_a_function_is_found(surface, tmp_path: Path) -> None:
+    """The check sees a cycle that an import inside a function closes, and not one that only an
+    ``if TYPE_CHECKING`` block (which never runs) closes."""
+    (tmp_path / "dlbricks").mkdir()
+    (tmp_path / "dlbricks" / "__init__.py").write_text("__all__ = []\n")
+    (tmp_path / "dlbricks" / "_a.py").write_text("from dlbricks._b import x\nfrom dlbricks._c import z\n")
+    (tmp_path / "dlbricks" / "_b.py").write_text("def f():\n    from dlbricks._a import y\n")
+    (tmp_path / "dlbricks" / "_c.py").write_text(
+        "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from dlbricks._a import y\n")
+    found = surface.modules(tmp_path)
+    found_imports = surface.all_imports(found)
+    assert surface.import_cycles(found_imports, found) == []
+    assert [sorted(c) for c in surface.runtime_cycles(found_imports, found)] == [["dlbricks._a", "dlbricks._b"]]
+    assert [(i.module, i.line) for i in surface.function_imports(found_imports)] == [("dlbricks._b", 2)]
+    typing_only = [i for i in found_imports if i.module == "dlbricks._c"]
+    assert [(i.top_level, i.in_function, i.runs) for i in typing_only] == [(False, False, False)]
+
+
 def test_stages_import_only_stages_to_their_left(surface, found_imports) -> None:
     wrong = surface.against_the_pipeline(found_imports)
     assert wrong == [], [f"{i.module}:{i.line} imports {i.target}" for i in wrong]
@@ -145,3 +169,16 @@ def test_errors_come_from_the_public_package(surface, found_imports) -> None:
                  if i.target == "dlbricks.errors" and surface.package_of(i.module) != "dlbricks"
                  and set(i.names) & public]
     assert offending == []
+
+
+#: The generators' modules that run one runtime (each backend's own module and its helpers).
+BACKEND_MODULES = ("dlbricks.generators.ort", "dlbricks.generators.ort_kernels", "dlbricks.generators._ort_config",
+                   "dlbricks.generators.mxnet", "dlbricks.generators._openvino", "dlbricks.generators._cuda")
+
+
+def test_the_database_imports_no_backend(found_imports) -> None:
+    """The brick database reaches runtimes only through the backend registry (``get_backend``):
+    none of its modules imports a backend's module, at the top or in a function."""
+    found = [(i.module, i.target) for i in found_imports
+             if i.module.startswith("dlbricks.benchmarks_db") and i.target.startswith(BACKEND_MODULES)]
+    assert found == []
