@@ -613,17 +613,18 @@ def _require_specs(layers: tuple[LayerNode, ...], specs: dict[str, TensorSpec],
 #: Standard ops whose time depends on their input's values, not only on how they are distributed: a
 #: non-maximum suppression's follows the boxes that pass its threshold and overlap; a Softmax behind an
 #: attention mask reads the mask's huge negative values (float32's least, -3.4e38, from torch's
-#: exports), whose exponentials some x86 processors compute on a slow path (on an Intel Xeon, a
-#: BERT's four Softmax layers took 445 us each in the model against 25 us each for their brick fed
-#: normal values). Their inputs keep their values in the model's run
-#: (:meth:`~dlbricks.types.ValueStatistics.with_values`), which their bricks are fed.
+#: exports; -10000 in a BERT built by hand), whose exponentials underflow and some x86 processors
+#: compute on a slow path (on an Intel Xeon, a BERT's four Softmax layers took 445 us each in the
+#: model against 25 us each for their brick fed normal values). Their inputs keep their values in
+#: the model's run (:meth:`~dlbricks.types.ValueStatistics.with_values`), which their bricks are fed.
 VALUE_DEPENDENT_OPS = frozenset({"NonMaxSuppression", "Softmax"})
 #: Of these, the ops whose input keeps its values only where it is masked, holding a value below
 #: :data:`MASKED_BELOW`: an unmasked Softmax runs as fast on normal values, and its bricks stay shared
 #: across layers and models.
 MASK_DEPENDENT_OPS = frozenset({"Softmax"})
-#: A value below this is a mask's (float32's least is -3.4e38; a Softmax's scores are far above).
-MASKED_BELOW = -1e30
+#: A value below this is a mask's: its exponential underflows float32 (below -87.3) however the
+#: Softmax shifts its row, and a Softmax's scores stay far above it (masks add -10000 or -3.4e38).
+MASKED_BELOW = -1e3
 #: Most bytes of values a model's bricks keep in all (a BERT-large at 384 tokens would keep 226 MB of
 #: masked scores): past it, the further tensors get statistics of normal values, as before.
 KEEP_VALUES_TOTAL_BYTES = 64 << 20
@@ -634,7 +635,11 @@ def _keep_values(layers: tuple[LayerNode, ...], specs: dict[str, TensorSpec], pr
                  label: str) -> None:
     """Give the float tensors (rank >= 3, up to :data:`~dlbricks.types.KEEP_VALUES_MAX_BYTES`) that
     ops of :data:`VALUE_DEPENDENT_OPS` read statistics that keep their values in one onnxruntime run
-    of the model on the seeded inputs a whole model is measured with (none where it cannot run)."""
+    of the model on the seeded inputs a whole model is measured with (none where it cannot run).
+
+    A masked Softmax's input of the shape of an earlier one's takes the earlier one's values: the
+    mask, the same in every layer, is what its time follows, so its layers keep sharing one brick,
+    and the model runs only as far as the first of each shape (``only_execute_path_to_fetches``)."""
     readers = [(t, la.op_type) for la in layers if la.op_type in VALUE_DEPENDENT_OPS and la.domain in ("", "ai.onnx")
                for t in la.all_inputs[:2] if t in specs and len(specs[t].shape) >= 3
                and specs[t].numel * 4 <= KEEP_VALUES_MAX_BYTES]
@@ -646,26 +651,33 @@ def _keep_values(layers: tuple[LayerNode, ...], specs: dict[str, TensorSpec], pr
         names = [t for t in names if t not in masked_only]
         if not names:
             return
+    first_of_shape = {t: next(u for u in names if u in masked_only and specs[u].shape == specs[t].shape
+                              and specs[u].dtype == specs[t].dtype) for t in names if t in masked_only}
+    fetched = [t for t in names if first_of_shape.get(t, t) == t]
     try:
-        values = _runtime_shapes.values_from_runtime(proto, concrete, ranges, names,
-                                                     f"{label}: tensor '{names[0]}'")
+        values = _runtime_shapes.values_from_runtime(proto, concrete, ranges, fetched,
+                                                     f"{label}: tensor '{fetched[0]}'", path_only=True)
     except ShapeInferenceError:  # a model onnxruntime cannot run: its bricks get random values, as others
         return
-    kept = 0
-    for name in names:
+    kept: dict[str, ValueStatistics] = {}
+    total = 0
+    for name in fetched:
         array = values.get(name)
         if array is None or (name in masked_only and not (array < MASKED_BELOW).any()):
             continue
         stats = ValueStatistics.of(array)
-        if stats is not None and kept + array.size * 4 <= KEEP_VALUES_TOTAL_BYTES:
-            kept += array.size * 4
-            specs[name] = specs[name].with_statistics(stats.with_values(array))
+        if stats is not None and total + array.size * 4 <= KEEP_VALUES_TOTAL_BYTES:
+            total += array.size * 4
+            kept[name] = stats.with_values(array)
+    for name in names:
+        if first_of_shape.get(name, name) in kept:
+            specs[name] = specs[name].with_statistics(kept[first_of_shape.get(name, name)])
 
 
 def _has_mask_constant(proto: onnx.ModelProto, most_elements: int = 1024) -> bool:
     """Whether a small constant of ``proto`` (an initializer or a Constant node's value, at most
     ``most_elements``) holds a float below :data:`MASKED_BELOW`: what a mask adds to the scores it
-    masks (a BERT built with -10000 has none, and its model is not run for its Softmax inputs)."""
+    masks (a model without one is not run for its Softmax inputs)."""
     tensors = [t for t in proto.graph.initializer if math.prod(t.dims) <= most_elements]
     tensors += [a.t for n in proto.graph.node if n.op_type == "Constant" for a in n.attribute
                 if a.name == "value" and math.prod(a.t.dims) <= most_elements]

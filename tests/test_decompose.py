@@ -391,31 +391,68 @@ def test_an_unmasked_softmax_keeps_no_values_and_its_bricks_stay_shared() -> Non
     assert brick.inputs[0].statistics is None
 
 
-def test_kept_values_stop_at_the_models_total(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past ``KEEP_VALUES_TOTAL_BYTES`` a further masked Softmax keeps no values."""
+def _two_masked_softmaxes(second_shape: tuple[int, ...]) -> onnx.ModelProto:
+    """:func:`_masked_softmax_model` and a second masked Softmax behind it, of ``second_shape``."""
     from onnx import TensorProto, helper
 
+    model = _masked_softmax_model()
+    model.graph.node.extend([helper.make_node("Reshape", ["probs", "shape2"], ["scores2"]),
+                             helper.make_node("Add", ["scores2", "least"], ["again"]),
+                             helper.make_node("Softmax", ["again"], ["probs2"], axis=-1)])
+    model.graph.initializer.append(helper.make_tensor("shape2", TensorProto.INT64, [len(second_shape)], second_shape))
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("probs2", TensorProto.FLOAT, list(second_shape)))
+    return model
+
+
+def test_masked_softmaxes_of_one_shape_share_the_first_ones_values_and_brick(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A masked Softmax of the shape of an earlier one takes its values: the two layers share one brick,
+    and the model runs only as far as the first (onnxruntime's ``only_execute_path_to_fetches``)."""
+    import dlbricks._runtime_shapes as runtime
+
+    asked: list[tuple[list[str], bool]] = []
+    run = runtime.values_from_runtime
+
+    def spy(proto, concrete, ranges, names, label, *, path_only=False):
+        asked.append((list(names), path_only))
+        return run(proto, concrete, ranges, names, label, path_only=path_only)
+
+    monkeypatch.setattr(runtime, "values_from_runtime", spy)
+    dec = dlbricks.decompose(dlbricks.load_model(_two_masked_softmaxes((1, 2, 8, 8))))
+    (softmax,) = [b for b in dec.bricks.values() if b.op_type == "Softmax"]
+    assert dec.counts()[softmax.signature] == 2
+    assert (softmax.inputs[0].statistics.recorded(softmax.inputs[0].shape) < -1e38).any()
+    assert asked == [(["masked"], True)]
+
+
+def test_kept_values_stop_at_the_models_total(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``KEEP_VALUES_TOTAL_BYTES`` a further masked Softmax (of another shape) keeps no values."""
     import dlbricks.onnx_frontend as frontend
 
-    model = _masked_softmax_model()
-    model.graph.node.extend([helper.make_node("Add", ["probs", "bias"], ["again"]),
-                             helper.make_node("Softmax", ["again"], ["probs2"], axis=-1)])
-    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("probs2", TensorProto.FLOAT, [1, 2, 8, 8]))
     monkeypatch.setattr(frontend, "KEEP_VALUES_TOTAL_BYTES", 2 * 8 * 8 * 4)
-    dec = dlbricks.decompose(dlbricks.load_model(model))
+    dec = dlbricks.decompose(dlbricks.load_model(_two_masked_softmaxes((1, 4, 4, 8))))
     kept = [b.inputs[0].statistics is not None for b in dec.bricks.values() if b.op_type == "Softmax"]
     assert sorted(kept) == [False, True]
 
 
-def test_a_mask_of_minus_ten_thousand_runs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A model whose constants hold no value below -1e30 (a BERT built with -10000 for its mask) is
-    not run for its Softmax inputs, and its Softmax brick keeps no values."""
+def test_a_mask_of_minus_ten_thousand_is_kept() -> None:
+    """A BERT built by hand masks with -10000, whose exponential underflows as float32's least does:
+    its Softmax's brick keeps the masked values too."""
+    dec = dlbricks.decompose(dlbricks.load_model(_masked_softmax_model(least=-10000.0)))
+    (softmax,) = [b for b in dec.bricks.values() if b.op_type == "Softmax"]
+    (spec,) = softmax.inputs
+    assert (spec.statistics.recorded(spec.shape) < -9000).any()
+
+
+def test_a_model_without_a_mask_value_runs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model whose constants hold no value below ``MASKED_BELOW`` (here -50 added before a Softmax)
+    is not run for its Softmax inputs, and its Softmax brick keeps no values."""
     import dlbricks._runtime_shapes as runtime
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("the model was run for its Softmax inputs")
 
     monkeypatch.setattr(runtime, "values_from_runtime", refuse)
-    dec = dlbricks.decompose(dlbricks.load_model(_masked_softmax_model(least=-10000.0)))
+    dec = dlbricks.decompose(dlbricks.load_model(_masked_softmax_model(least=-50.0)))
     (softmax,) = [b for b in dec.bricks.values() if b.op_type == "Softmax"]
     assert softmax.inputs[0].statistics is None

@@ -7,8 +7,13 @@ Usage::
     python benchmarks/probes/probe_combined_session.py MODEL
 
 Printed: the time to create the sessions each way, and each brick's median call both ways (15 calls
-after 3, alternating), summed; whether the combined session accepts a brick's own inputs alone.
+after 3, alternating), summed; whether the combined session accepts a brick's own inputs alone. Then
+the combined session run whole (every brick, one call) with onnxruntime's profiler on: each brick's
+kernels' median time per call from the profile (``*_kernel_time`` events) against its own session's
+median call less the one-node floor, and what one profiled call of everything costs.
 """
+import json
+import os
 import argparse, time
 import numpy as np, onnx, onnxruntime as ort
 from onnx import compose, helper
@@ -84,6 +89,50 @@ def main(name: str) -> None:
     print(f"sum separate {sep.sum()/1e3:.2f} ms, combined {comb.sum()/1e3:.2f} ms; per brick combined-separate median {np.median(d):.1f} us, p10 {np.percentile(d,10):.1f}, p90 {np.percentile(d,90):.1f}; ratio median {np.median(comb/sep):.3f}")
     small = sep < 50
     print(f"bricks < 50 us: {small.sum()}, their median diff {np.median(d[small]) if small.any() else 0:.1f} us")
+    profiled(combined, so, allfeeds, sep, len(keys))
+
+
+def profiled(combined, so, allfeeds, sep, n_bricks: int, runs: int = 20) -> None:
+    """The combined session run whole with the profiler on: each brick's kernel time per call against
+    its own session's median call less the floor (a one-node Identity session's median call)."""
+    from onnx import TensorProto
+    po = ort.SessionOptions(); po.intra_op_num_threads = 1; po.inter_op_num_threads = 1
+    po.graph_optimization_level = so.graph_optimization_level; po.execution_mode = so.execution_mode
+    po.enable_profiling = True
+    t0 = time.perf_counter()
+    sess = ort.InferenceSession(combined.SerializeToString(), po, providers=["CPUExecutionProvider"])
+    t1 = time.perf_counter()
+    outs = [o.name for o in combined.graph.output]
+    for _ in range(3):
+        sess.run(outs, allfeeds)
+    calls = []
+    for _ in range(runs):
+        a = time.perf_counter_ns(); sess.run(outs, allfeeds); calls.append(time.perf_counter_ns() - a)
+    path = sess.end_profiling()
+    events = json.load(open(path)); os.remove(path)
+    per: dict[int, list[float]] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            i = int(e["name"][1:e["name"].index("_")])
+            per.setdefault(i, []).append(e["dur"])
+    kernel = np.array([sum(per.get(i, [])) / (runs + 3) for i in range(n_bricks)])  # us per call
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    floor_model = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "f", [x], [y]))
+    fs = ort.InferenceSession(floor_model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    fx = {"x": np.ones(1, np.float32)}
+    for _ in range(50): fs.run(None, fx)
+    ft = []
+    for _ in range(200):
+        a = time.perf_counter_ns(); fs.run(None, fx); ft.append(time.perf_counter_ns() - a)
+    floor = float(np.median(ft)) / 1e3
+    own = np.maximum(sep - floor, 0.01)
+    ratio = kernel / own
+    print(f"profiled combined session: created in {t1-t0:.2f} s; one call of all bricks {np.median(calls)/1e6:.2f} ms "
+          f"(kernels {kernel.sum()/1e3:.2f} ms), floor {floor:.1f} us")
+    print(f"bricks' own calls less the floor sum to {own.sum()/1e3:.2f} ms; profiled kernels / own: median "
+          f"{np.median(ratio):.3f}, p10 {np.percentile(ratio, 10):.3f}, p90 {np.percentile(ratio, 90):.3f}; "
+          f"sum ratio {kernel.sum()/own.sum():.3f}")
 
 
 if __name__ == "__main__":
