@@ -42,6 +42,9 @@ def main(name: str) -> None:
         return out
 
     prefixed = [compose.add_prefix(m, f"b{i}_") for i, m in enumerate(models)]
+    for i, m in enumerate(prefixed):  # every node named after its brick, for the profile
+        for j, node in enumerate(m.graph.node):
+            node.name = f"b{i}_n{j}"
     opset = models[0].opset_import
     graph = helper.make_graph(
         [n for m in prefixed for n in m.graph.node], "all",
