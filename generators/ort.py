@@ -490,7 +490,10 @@ def prepare_chain(backend: OrtBackend, models: Sequence[onnx.ModelProto],
       against 2 us for the same model run again and again, which the floor's calibration sees.
     - Each brick's first input is the first output of the brick before it in the model, where that
       brick is in the chain and shape and floating type match: a round in the model's order writes
-      each input just before its reader reads it, as the model does.
+      each input just before its reader reads it, as the model does. An input that keeps its
+      values from the model's run (a masked Softmax's scores, a NonMaxSuppression's boxes:
+      :class:`~dlbricks.types.ValueStatistics` ``values``) keeps its own buffer: what another brick
+      writes from seeded values would take the kernel off the path its values take in the model.
     - First outputs go to :data:`CHAIN_SLOTS` shared buffers in turn, never the one the brick reads:
       a brick writes memory that a brick just before it touched, as a layer writes the space of a
       dead tensor inside its model, not a buffer of its own last touched a round ago. A chained
@@ -516,7 +519,7 @@ def prepare_chain(backend: OrtBackend, models: Sequence[onnx.ModelProto],
         if prepared is None:
             continue
         writer = written.get(_previous_signature(model) or "")
-        read = _feed_from_chain(prepared, writer, recent)
+        read = _feed_from_chain(prepared, writer, recent, _kept_values(model))
         signature = next((p.value for p in model.metadata_props if p.key == SIGNATURE_KEY), None)
         if read and writer is not None and read[0] == writer[2] and _in_place(model, prepared, writer[1]):
             prepared.bind_value(prepared.session.get_outputs()[0].name, writer[0], writer[1], output=True)
@@ -564,17 +567,24 @@ def _first_output_bytes(prepared: OrtPrepared | None) -> int:
     return int(math.prod(shape)) * np.dtype(dtype).itemsize
 
 
+def _kept_values(model: onnx.ModelProto) -> frozenset[str]:
+    """The inputs of ``model`` fed the values they hold in the model's run (their statistics keep them)."""
+    return frozenset(name for name, stats in value_statistics(model).items() if stats.values is not None)
+
+
 def _feed_from_chain(prepared: OrtPrepared, writer: _Written | None,
-                     recent: Mapping[tuple[tuple[int, ...], np.dtype], _Written]) -> list[int]:
+                     recent: Mapping[tuple[tuple[int, ...], np.dtype], _Written],
+                     kept: frozenset[str] = frozenset()) -> list[int]:
     """Bind ``prepared``'s float inputs to outputs of the chain written before it: its first input to
     ``writer``'s (the brick before it in the model) where shape and type match, and every other
     input (the first too where ``writer`` does not match) to the last output of its shape and type
     (``recent``), as inside a model a layer reads activations that layers before it just wrote, not
-    a buffer last touched a round ago. Returns the slots it reads, the first input's first."""
+    a buffer last touched a round ago; an input of ``kept`` (fed its values in the model's run) keeps
+    its own. Returns the slots it reads, the first input's first."""
     read: list[int] = []
     for position, meta in enumerate(prepared.session.get_inputs()):
         mine = prepared._inputs.get(meta.name)
-        if mine is None or not np.issubdtype(mine.dtype, np.floating):
+        if mine is None or not np.issubdtype(mine.dtype, np.floating) or meta.name in kept:
             continue
         kind = (tuple(mine.shape), mine.dtype)
         source = writer if position == 0 and writer is not None and (tuple(writer[1].shape), writer[1].dtype) == kind \

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
+from onnx import TensorProto, helper
 
 import dlbricks
 from dlbricks.cli import main
@@ -61,6 +63,45 @@ def test_a_chain_feeds_each_brick_what_the_brick_before_it_wrote() -> None:
     assert fed >= 4 and in_place >= 1
     for p in chain:
         p.close()
+
+
+def _masked_attention() -> onnx.ModelProto:
+    """Scores scaled, plus -10000 where the mask is 0 (as a BERT built by hand masks), then a Softmax."""
+    nodes = [helper.make_node("Mul", ["scores", "scale"], ["scaled"]),
+             helper.make_node("Cast", ["mask"], ["maskf"], to=TensorProto.FLOAT),
+             helper.make_node("Sub", ["one", "maskf"], ["inverted"]),
+             helper.make_node("Mul", ["inverted", "least"], ["bias"]),
+             helper.make_node("Add", ["scaled", "bias"], ["masked"]),
+             helper.make_node("Softmax", ["masked"], ["probs"], axis=-1)]
+    inits = [helper.make_tensor("scale", TensorProto.FLOAT, [], [0.125]),
+             helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
+             helper.make_tensor("least", TensorProto.FLOAT, [], [-10000.0])]
+    graph = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 2, 8, 8]),
+                                               helper.make_tensor_value_info("mask", TensorProto.INT64, [1, 1, 1, 8])],
+                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, 2, 8, 8])],
+                              initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_a_chain_feeds_a_masked_softmax_the_values_of_the_models_run() -> None:
+    """A Softmax behind an attention mask keeps the scores of the model's run, -10000 among them,
+    in a chain too: the brick before it writes values drawn from seeds, which would take the kernel
+    off the slow path the mask's underflow takes in the model."""
+    dec = dlbricks.decompose(dlbricks.load_model(_masked_attention(), name="attn"))
+    keys = list(dict.fromkeys(o.signature for o in dec.occurrences))
+    (softmax,) = [k for k in keys if dec.bricks[k].op_types == ("Softmax",)]
+    assert dec.previous(softmax).signature in keys  # the Add before it is in the chain
+    chain = OrtBackend().prepare_chain([dec.in_context(k).to_onnx() for k in keys], OrtConfig())
+    for prepared in chain:
+        prepared.run()
+    brick = dec.bricks[softmax]
+    kept = brick.inputs[0].statistics.recorded(brick.inputs[0].shape)
+    assert kept is not None and kept.min() < -1e3
+    expected = np.exp(kept - kept.max(axis=-1, keepdims=True))
+    expected /= expected.sum(axis=-1, keepdims=True)
+    np.testing.assert_allclose(chain[keys.index(softmax)].outputs()[0], expected, rtol=1e-5, atol=1e-7)
+    for prepared in chain:
+        prepared.close()
 
 
 def test_a_chain_is_for_the_cpu() -> None:
