@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from dlbricks import Decomposition
 from dlbricks.generators.runner import ROUND_PROCESSES, rounds_in_processes
 
+from ._populate import _price_reorders
+from .jobs import brick_overhead
 from .store import Store
 
 if TYPE_CHECKING:
@@ -71,9 +73,17 @@ def measure_in_rounds(store: Store, dec: Decomposition, runner: Any, whole: Any,
     over the rounds as its measurement in the model's context (the model must be stored; ``budget`` is
     stored with each row). With ``all_bricks``, every brick of the model joins the rounds, measured
     or not, and a brick with no measurement of its own outside a model's context gets its runs over
-    the rounds as that too (the rounds are then how the bricks are measured: chained rounds). Returns
+    the rounds as that too, with what its backend says its own run does beyond its model (a fused
+    brick's reorders at level "all": ``brick_overhead_s``), and the backend's price of a layout
+    reorder is calibrated where the database has none, as :func:`~dlbricks.benchmarks_db.populate`
+    does (the rounds are then how the bricks are measured: chained rounds). Returns
     the rounds as measurements (the whole model's is the caller's to store), or None where the
     rounds failed: what was stored stands."""
+    if all_bricks and dec.reorder_bytes:  # the rounds stand in for populate: the price it would calibrate
+        store.systems.record(system)
+        store.systems.record_backend(runner.config, runner.backend.name,
+                                     version=runner.backend.describe(runner.config).get("version"))
+        _price_reorders(store, [dec], [runner.config], runner.backend, system)
     stored = {k: m for k, m in model_measurements(store, dec, system, runner.config.config_id).items() if m.ok}
     keys = [sig for sig in round_order(dec) if all_bricks or sig in stored]
     if not keys:
@@ -88,5 +98,7 @@ def measure_in_rounds(store: Store, dec: Decomposition, runner: Any, whole: Any,
         store.measurements.record(m, system, budget=budget, rule="replace", context=dec.in_context(sig).context,
                                   model=dec.model_key)
         if all_bricks and not _measured(store.measurements.get(sig, system, runner.config.config_id)):
-            store.measurements.record(m, system, budget=budget, rule="replace", context=dec.in_context(sig).context)
+            item = dec.in_context(sig)
+            store.measurements.record(m, system, budget=budget, rule="replace", context=item.context,
+                                      overhead_s=brick_overhead(runner.backend, item, runner.config, m))
     return dataclasses.replace(paired, bricks=bricks)

@@ -106,10 +106,11 @@ _target_ci_option = click.option(
          "runs an allocation gives them by weight and noise; whole models are measured to the same "
          "half-width. 0: every brick under --budget instead.")
 _rounds_option = click.option(
-    "--rounds", "round_design", type=click.Choice(tuple(ROUND_DESIGNS)), default="bursts", show_default=True,
-    help="How a model and its bricks are timed together: bursts (a millisecond or two of each brick a round, on "
-         "its cold copies) or chained (one call of each brick a round on bricks chained as in the model, which "
-         "measures them; onnxruntime on a CPU, bursts elsewhere).")
+    "--rounds", "round_design", type=click.Choice(tuple(ROUND_DESIGNS)), default=None,
+    help="How a model and its bricks are timed together: chained (one call of each brick a round on bricks "
+         "chained as in the model, which measures them; onnxruntime on a CPU, bursts elsewhere) or bursts (a "
+         "millisecond or two of each brick a round, on its cold copies). Default: chained where the backend "
+         "chains bricks on a CPU, else bursts.")
 _budget_option = click.option("--budget", "budget_name", type=click.Choice(tuple(_BUDGETS)), default="default",
                               show_default=True, help="Stopping rule for bricks and whole models.")
 
@@ -384,7 +385,7 @@ def plan_cmd(model: str, db: str, threads: int | None, opt_level: str | None, de
 @handle_errors
 def validate_cmd(models: tuple[str, ...], db: str, threads: int | None, opt_level: str | None, device: str | None,
                  batch_size: str | None, input_shape: tuple[str, ...], per_brick: bool,
-                 top: int, paired: bool, granularity: str, budget_name: str, round_design: str) -> None:
+                 top: int, paired: bool, granularity: str, budget_name: str, round_design: str | None) -> None:
     rows, validations = [], []
     sweep = _sweep_shapes(batch_size, input_shape)
     Store.preflight(db)
@@ -410,7 +411,7 @@ def validate_cmd(models: tuple[str, ...], db: str, threads: int | None, opt_leve
         for model in targets:
             v = validate(model, store, config=config, granularity=granularity,
                          budget=_BUDGETS[budget_name](), per_brick=per_brick, paired=paired,
-                         rounds=ROUND_DESIGNS[round_design])
+                         rounds=ROUND_DESIGNS.get(round_design))
             validations.append(v)
             rows.append([v.estimate.model, _ms(v.measured.median_s), _ms(v.estimate.sequential_s),
                          f"{100 * v.error:+.1f}", f"{_ms(v.estimate.ci_low_s)}-{_ms(v.estimate.ci_high_s)}",
@@ -592,7 +593,7 @@ def _name(row: Any) -> str:
 @handle_errors
 def evaluate_cmd(suite: str, db: str, threads: int | None, opt_level: str | None, device: str | None,
                  plot_dir: Path | None, report_path: Path | None, quiet: bool, granularity: str, budget_name: str,
-                 target_ci: float | None, algorithm_sweep: bool, round_design: str) -> None:
+                 target_ci: float | None, algorithm_sweep: bool, round_design: str | None) -> None:
     """The main job: benchmark the suite's unique bricks, estimate every model, validate.
 
     Prints, per model, layers, unique bricks, measured and estimated latency, error, parallel
@@ -613,7 +614,7 @@ def evaluate_cmd(suite: str, db: str, threads: int | None, opt_level: str | None
     with open_store(db) as store:
         ev = evaluate(models, store, config=config, budget=_BUDGETS[budget_name](),
                       granularity=granularity, say=say, target_ci=target_ci or None,
-                      algorithm_sweep=algorithm_sweep, rounds=ROUND_DESIGNS[round_design])
+                      algorithm_sweep=algorithm_sweep, rounds=ROUND_DESIGNS.get(round_design))
         _print_evaluation(ev)
         if report_path is not None:
             reports = [model_report(r.model, store, config=config, system=ev.system,

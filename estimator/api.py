@@ -40,7 +40,7 @@ from .estimation import (
 from .predict import LatencyPredictor, Predictor, brick_call_s
 
 __all__ = [
-    "CHAINED_ROUNDS", "PAIRED_ROUNDS", "ROUND_DESIGNS", "TRUSTED_SWING", "estimate",
+    "CHAINED_ROUNDS", "PAIRED_ROUNDS", "ROUND_DESIGNS", "TRUSTED_SWING", "chains_bricks", "default_rounds", "estimate",
     "composition_references", "validate", "plan", "Validation", "open_store", "last_level_cache",
     "matvec_rates", "memory_rate", "backend_name", "device_of", "peaks_key", "threads_of", "cache_capacity"
 ]
@@ -56,6 +56,19 @@ PAIRED_ROUNDS = RoundsBudget(min_rounds=6, min_time=0.5, max_time=4.0, rel_ci=0.
 CHAINED_ROUNDS = RoundsBudget(min_rounds=20, min_time=0.2, max_time=4.0, rel_ci=0.02, chained=True)
 #: The rounds ``evaluate --rounds`` chooses among.
 ROUND_DESIGNS = {"bursts": PAIRED_ROUNDS, "chained": CHAINED_ROUNDS}
+
+
+def chains_bricks(config: Any) -> bool:
+    """Whether ``config``'s backend measures bricks in chained rounds: on a CPU, with a backend that
+    prepares a model's bricks as a chain (onnxruntime's ``prepare_chain``)."""
+    return (getattr(config, "device", "cpu") == "cpu"
+            and hasattr(get_backend(backend_name(config)), "prepare_chain"))
+
+
+def default_rounds(config: Any) -> RoundsBudget:
+    """The rounds of a paired run under ``config`` when none are asked for: :data:`CHAINED_ROUNDS`
+    where its backend chains bricks on a CPU (:func:`chains_bricks`), else :data:`PAIRED_ROUNDS`."""
+    return CHAINED_ROUNDS if chains_bricks(config) else PAIRED_ROUNDS
 #: Relative half-width that the machine's swing may leave in an estimate (the 95% interval of the
 #: ratio of a model's bricks to its whole runs over their rounds) before its figure is said not to be
 #: trusted.
@@ -535,7 +548,7 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     """Measure the whole model with the same harness, store the run, and compare with the estimate.
 
     Paired (the default), the model is held in a worker beside its bricks and timed with them in
-    interleaved rounds (``rounds``, default :data:`PAIRED_ROUNDS`;
+    interleaved rounds (``rounds``, default :func:`default_rounds`: chained on a CPU with onnxruntime;
     :func:`~dlbricks.benchmarks_db.rounds.measure_in_rounds`): the estimate reads each brick's runs over
     the rounds and the measured latency is the whole model's median over the same rounds, so that
     both meet the same moments of the machine; the interval holds what the rounds saw of its swing
@@ -562,7 +575,7 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     result = None
     if paired:
         estimate(dec, store, system=system, config=config, on_missing=on_missing, budget=budget)  # bricks first
-        whole, result = _paired_rounds(graph, dec, store, system, cfg, budget, rounds or PAIRED_ROUNDS)
+        whole, result = _paired_rounds(graph, dec, store, system, cfg, budget, rounds or default_rounds(cfg))
     else:
         whole = measure_whole(graph, cfg, budget, backend=backend_name(cfg))
     # paired: the whole run of these rounds replaces the one stored, as the bricks' runs in them do

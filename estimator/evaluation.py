@@ -32,6 +32,8 @@ from .api import (
     PAIRED_ROUNDS,
     TRUSTED_SWING,
     backend_name,
+    chains_bricks,
+    default_rounds,
     estimate,
     fusion_options,
     open_store,
@@ -206,10 +208,13 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     more with warm caches, the fastest state a brick can meet, for the lower bound; on CUDA the launch
     queue's times already hold each brick's kernels after themselves, which its lower bound takes,
     and the warm run is left out. The suite runs model by model: each model is measured whole
-    (the measurement whose time the benchmarking speedup counts) and held in the worker that measures
-    its bricks; its new bricks are measured; then the whole model and every one of its bricks run in
-    interleaved rounds (:data:`PAIRED_ROUNDS`, :func:`~dlbricks.benchmarks_db.rounds.measure_in_rounds`), so
-    that its estimate and its measured latency come from the same moments of the machine. Each
+    (the measurement whose time the benchmarking speedup counts) and held in a worker; then the whole
+    model and every one of its bricks run in interleaved rounds
+    (:func:`~dlbricks.benchmarks_db.rounds.measure_in_rounds`), so that its estimate and its measured
+    latency come from the same moments of the machine: on a CPU with onnxruntime, rounds of single
+    calls on its bricks prepared as a chain, which measure them
+    (:data:`~dlbricks.estimator.api.CHAINED_ROUNDS`); elsewhere its new bricks are measured first, then
+    rounds of short bursts of each (:data:`PAIRED_ROUNDS`). Each
     brick's runs over the rounds are stored in the model's context; the model's measured latency is
     its median over the rounds, and its interval holds what the rounds saw of the machine's swing
     (:func:`~dlbricks.estimator.estimation.paired_interval`) and how far the suite's other models landed from
@@ -228,8 +233,9 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     :func:`algorithm_configs` (pilot budget): the lower bound takes each at its fastest, and each row
     gets the gap between the estimate's kernels and the best ones found.
 
-    ``rounds`` is the rounds' budget (default :data:`PAIRED_ROUNDS`; :data:`CHAINED_ROUNDS` for
-    rounds of single calls on bricks prepared as a chain).
+    ``rounds`` is the rounds' budget (default :func:`~dlbricks.estimator.api.default_rounds`:
+    :data:`~dlbricks.estimator.api.CHAINED_ROUNDS`, rounds of single calls on bricks prepared as a
+    chain, where the backend chains bricks on a CPU, else :data:`PAIRED_ROUNDS`, rounds of bursts).
     """
     start, waited = time.perf_counter(), lock_waited_s()
     store = open_store(db)
@@ -250,7 +256,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     configs = [config] + ([replace(config, cache="warm")] if lower_bound_sweep and not queued else [])
     turns = [_Turns(brickset, configs, target_ci)] + (
         [_Turns(layer_set, [config], target_ci)] if granularity == "both" else [])
-    rounds = rounds or PAIRED_ROUNDS
+    rounds = rounds or default_rounds(config)
     bricks_in_rounds = _bricks_in_rounds(rounds, config)
     whole_time, rounds_s, paired = _measure_suite(models, brickset, turns, store, system, config, budget, say,
                                                     rounds)
@@ -367,8 +373,7 @@ def _bricks_in_rounds(rounds: RoundsBudget, config: Any) -> bool:
     """Whether the rounds measure the bricks themselves: chained rounds on a CPU, with a backend that
     prepares a chain (each brick once a round, no copies; the populate pass and the warm sweep are
     left out, and the bricks' benchmarking time is what their side of the rounds took)."""
-    return (rounds.chained and getattr(config, "device", "cpu") == "cpu"
-            and hasattr(get_backend(backend_name(config)), "prepare_chain"))
+    return rounds.chained and chains_bricks(config)
 
 
 def _calibrate_once(store: Store, system: SystemInfo, config: Any, say: Callable[[str], object]) -> None:

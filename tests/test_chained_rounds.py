@@ -104,6 +104,50 @@ def test_a_chain_feeds_a_masked_softmax_the_values_of_the_models_run() -> None:
         prepared.close()
 
 
+def _casts() -> onnx.ModelProto:
+    """Float activations cast to int64 and back, then element-wise ops that write buffers of their own."""
+    names = ["x", "r", "c1", "f1", "s", "n", "a", "e", "t"]
+    ops = [("Relu", {}), ("Cast", {"to": TensorProto.INT64}), ("Cast", {"to": TensorProto.FLOAT}), ("Sigmoid", {}),
+           ("Neg", {}), ("Abs", {}), ("Exp", {}), ("Floor", {})]
+    nodes = [helper.make_node(op, [a], [b], **attrs) for (op, attrs), a, b in zip(ops, names[:-1], names[1:], strict=True)]
+    graph = helper.make_graph(nodes, "casts", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 64])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_a_chain_shares_buffers_among_float_outputs_only() -> None:
+    """A reader of a chain's shared buffer reads what was written there last: an int64 tensor read as
+    float32 is denormals and NaNs (a MatMul ran 26x slower on them), so a brick whose output is not
+    float32 writes a buffer of its own."""
+    dec = dlbricks.decompose(dlbricks.load_model(_casts(), name="casts"))
+    keys = list(dict.fromkeys(o.signature for o in dec.occurrences))
+    chain = OrtBackend().prepare_chain([dec.in_context(k).to_onnx() for k in keys], OrtConfig())
+    spans = {True: [], False: []}  # float32 or not: the memory each first output is written to
+    for prepared in chain:
+        prepared.run()
+        out = prepared.binding.get_outputs()[0]
+        nbytes = prepared.outputs()[0].nbytes
+        spans[out.data_type() == "tensor(float)"].append((out.data_ptr(), out.data_ptr() + nbytes))
+
+    def overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+        return a[0] < b[1] and b[0] < a[1]
+
+    assert spans[True] and spans[False]
+    assert not any(overlap(f, o) for f in spans[True] for o in spans[False])
+    assert any(overlap(a, b) for i, a in enumerate(spans[True]) for b in spans[True][i + 1:])  # the shared buffers
+    for prepared in chain:
+        prepared.close()
+
+
+def test_rounds_are_chained_by_default_where_the_backend_chains_bricks_on_a_cpu() -> None:
+    """onnxruntime on a CPU chains a model's bricks: its rounds are chained unless asked otherwise; on
+    a GPU the rounds are bursts."""
+    from dlbricks.estimator.api import CHAINED_ROUNDS, PAIRED_ROUNDS, default_rounds
+
+    assert default_rounds(OrtConfig()) is CHAINED_ROUNDS
+    assert default_rounds(OrtConfig(device="cuda")) is PAIRED_ROUNDS
+
+
 def test_a_chain_is_for_the_cpu() -> None:
     with pytest.raises(dlbricks.InvalidArgumentError, match="CPU only"):
         OrtBackend().prepare_chain([], OrtConfig(device="cuda"))
@@ -120,6 +164,25 @@ def test_evaluate_with_chained_rounds_through_the_command_line(with_peaks) -> No
     row = next(line for line in result.output.splitlines() if line.startswith("squeezenet1_1 "))
     error = float(row.split()[5])
     assert abs(error) < 25.0  # a quick budget on a shared machine: the level, not the accuracy
+
+
+def test_evaluate_fused_bricks_at_all_in_the_default_rounds(with_peaks) -> None:
+    """``dlbricks evaluate --opt-level all --granularity fused`` as typed: the rounds are chained and
+    measure the fused bricks, and each stores what its own run does beyond its model (its layout
+    reorders at level "all"), as the bricks' own pass does, so that its estimate can read it."""
+    import sqlite3
+
+    db = with_peaks("f.db")
+    result = CliRunner().invoke(main, ["evaluate", "--suite", "squeezenet1_1", "--db", str(db), "--budget", "quick",
+                                       "--opt-level", "all", "--granularity", "fused"])
+    assert result.exit_code == 0, result.output
+    assert "chained rounds" in result.output
+    row = next(line for line in result.output.splitlines() if line.startswith("squeezenet1_1 "))
+    assert abs(float(row.split()[5])) < 25.0  # a quick budget on a shared machine: the level, not the accuracy
+    with sqlite3.connect(db) as conn:
+        bricks = conn.execute("SELECT COUNT(*) FROM measurements WHERE status = 'ok'").fetchone()[0]
+        overheads = conn.execute("SELECT COUNT(*) FROM brick_overheads").fetchone()[0]
+    assert bricks > 0 and overheads == bricks
 
 
 def test_evaluate_refuses_an_unknown_round_design(tmp_path) -> None:

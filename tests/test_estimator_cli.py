@@ -331,7 +331,7 @@ def test_evaluate_times_a_brick_of_an_earlier_model_again_in_the_next_models_rou
                                                                 config_id=OrtConfig().config_id, status="ok")}
     assert shared <= set(own) and set(own) == set(decs[1].bricks)
     rounds = ev.rows[1].rounds
-    assert rounds >= _evaluate.PAIRED_ROUNDS.min_rounds
+    assert rounds >= _evaluate.default_rounds(OrtConfig()).min_rounds
     assert all(own[sig].n == rounds for sig in shared)  # one median a round
     assert any(line.startswith(f"ncf_ml20m: {rounds} rounds of the whole model and {len(decs[1].bricks)} layer")
                for line in lines)
@@ -354,7 +354,7 @@ def test_evaluate_times_each_model_with_its_bricks_in_rounds(with_peaks: Callabl
         key = store.models.get("squeezenet1_1").key
         stored = store.measurements.get(key, collect_system_info(), OrtConfig().config_id, kind="model")
     assert stored is not None and stored.ok
-    assert stored.n == row.rounds >= _evaluate.PAIRED_ROUNDS.min_rounds  # one whole run a round
+    assert stored.n == row.rounds >= _evaluate.default_rounds(OrtConfig()).min_rounds  # one whole run a round
     assert stored.median_s == pytest.approx(row.measured_s)
     assert 0 < ev.whole_time_s < 2.0 and ev.whole_time_s == pytest.approx(stored.wall_time_s)
     assert ev.rounds_s > 0 and row.swing is not None and row.swing >= 1.0

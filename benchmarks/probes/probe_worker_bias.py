@@ -2,13 +2,15 @@
 
 Usage::
 
-    python benchmarks/probes/probe_worker_bias.py MODEL [--workers 6]
+    python benchmarks/probes/probe_worker_bias.py MODEL [--workers 6] [--rounds bursts|chained]
 
-The zoo model and all its bricks are timed in rounds (``dlbricks.estimator.api.PAIRED_ROUNDS``) in
-``--workers`` fresh worker processes, one after another; printed per worker: its rounds, the whole
-model's median, the ratio of the bricks' sum to the whole runs with its 95% interval, and the three
-heaviest bricks' medians. Workers whose ratios differ by more than their intervals drew a bias that
-lasts as long as the process.
+The zoo model and all its bricks are timed in rounds (``dlbricks.estimator.api.ROUND_DESIGNS``, bursts
+by default) in ``--workers`` fresh worker processes, one after another; printed per worker: its
+rounds and the seconds a round took, the whole model's median, the ratio of the bricks' sum to the
+whole runs with its 95% interval, and the three heaviest bricks' medians. Workers whose ratios
+differ by more than their intervals drew a bias that lasts as long as the process; a ratio that
+holds while the whole model's median moves from worker to worker is the pairing at work. The ratio
+is raw: none of the estimator's corrections (the floor) are taken off.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import argparse
 import numpy as np
 
 import dlbricks
-from dlbricks.estimator.api import PAIRED_ROUNDS
+from dlbricks.estimator.api import ROUND_DESIGNS
 from dlbricks.generators import Budget, OrtConfig
 from dlbricks.generators.runner import Runner
 from dlbricks.model_zoo import build
@@ -31,6 +33,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model")
     parser.add_argument("--workers", type=int, default=6)
+    parser.add_argument("--rounds", choices=tuple(ROUND_DESIGNS), default="bursts")
     args = parser.parse_args()
     graph = dlbricks.load_model(build(args.model), name=args.model)
     dec = dlbricks.decompose(graph)
@@ -41,7 +44,7 @@ def main() -> None:
         for worker in range(args.workers):
             runner.close()  # the next request starts a fresh worker
             held = runner.measure_detailed(graph, hold=True, budget=HOLD)[0]
-            part = runner.rounds(held.key, items, [counts[sig] for sig in keys], PAIRED_ROUNDS, seed=worker)
+            part = runner.rounds(held.key, items, [counts[sig] for sig in keys], ROUND_DESIGNS[args.rounds], seed=worker)
             if part is None:
                 print(f"worker {worker}: its rounds failed")
                 continue
@@ -49,7 +52,9 @@ def main() -> None:
             heaviest = np.argsort([-counts[sig] * part.bricks[sig].median_s for sig in keys])[:3]
             bricks = ", ".join(f"{dec.bricks[keys[i]].op_type} {1e3 * part.bricks[keys[i]].median_s:.3f} ms"
                                for i in heaviest)
-            print(f"{args.model} worker {worker}: {part.rounds.count} rounds, whole {1e3 * part.whole.median_s:.3f} ms, "
+            per_round = part.rounds.elapsed_s / part.rounds.count
+            print(f"{args.model} worker {worker}: {part.rounds.count} rounds of {per_round:.2f} s, "
+                  f"whole {1e3 * part.whole.median_s:.3f} ms, "
                   f"bricks over whole {ratio:.3f} [{low:.3f}, {high:.3f}]; heaviest bricks {bricks}")
 
 
