@@ -494,9 +494,10 @@ def prepare_chain(backend: OrtBackend, models: Sequence[onnx.ModelProto],
       values from the model's run (a masked Softmax's scores, a NonMaxSuppression's boxes:
       :class:`~dlbricks.types.ValueStatistics` ``values``) keeps its own buffer: what another brick
       writes from seeded values would take the kernel off the path its values take in the model.
-    - First float32 outputs go to :data:`CHAIN_SLOTS` shared buffers in turn, never the one the brick
-      reads: a brick writes memory that a brick just before it touched, as a layer writes the space of
-      a dead tensor inside its model, not a buffer of its own last touched a round ago. A chained
+    - First outputs go to :data:`CHAIN_SLOTS` shared buffers of their element type in turn, never the
+      one the brick reads: a brick writes memory that a brick just before it touched, as a layer
+      writes the space of a dead tensor inside its model, not a buffer of its own last touched a
+      round ago; a float brick never reads what an integer one wrote. A chained
       brick of one op of :data:`IN_PLACE_OPS` writes over its input, as it does inside the model.
 
     The other bricks of the round then pass through the caches between two calls of a brick as the
@@ -509,13 +510,17 @@ def prepare_chain(backend: OrtBackend, models: Sequence[onnx.ModelProto],
             chain.append(backend.prepare(model, warm))
         except UnrunnableBrickError:
             chain.append(None)
-    sizes = [_first_output_bytes(p) if _slotted(p) else MAX_SLOT_BYTES + 1 for p in chain]
-    slot_bytes = max((n for n in sizes if n <= MAX_SLOT_BYTES), default=0)
-    slots = [_aligned(slot_bytes) for _ in range(CHAIN_SLOTS)] if slot_bytes else []
+    kinds = [_first_output_type(p) for p in chain]
+    sizes = [_first_output_bytes(p) for p in chain]
+    pools: dict[np.dtype, list[np.ndarray]] = {}  # element type -> its shared buffers
+    for kind in dict.fromkeys(k for k in kinds if k is not None):
+        most = max((n for n, k in zip(sizes, kinds, strict=True) if k == kind and n <= MAX_SLOT_BYTES), default=0)
+        if most:
+            pools[kind] = [_aligned(most) for _ in range(CHAIN_SLOTS)]
+    picks = dict.fromkeys(pools, 0)
     written: dict[str, _Written] = {}  # signature -> its first output
     recent: dict[tuple[tuple[int, ...], np.dtype], _Written] = {}  # shape and type -> the last output of them
-    pick = 0
-    for model, prepared, size in zip(models, chain, sizes, strict=True):
+    for model, prepared, size, kind in zip(models, chain, sizes, kinds, strict=True):
         if prepared is None:
             continue
         writer = written.get(_previous_signature(model) or "")
@@ -526,15 +531,16 @@ def prepare_chain(backend: OrtBackend, models: Sequence[onnx.ModelProto],
             if signature is not None:
                 written[signature] = writer
             continue
-        free = [k for k in range(CHAIN_SLOTS) if k not in read]
-        if not slots or size > slot_bytes or not prepared._output_types or not free:
+        pool = pools.get(kind) if kind is not None else None
+        free = [k for k in range(CHAIN_SLOTS) if (kind, k) not in read]
+        if pool is None or size > pool[0].nbytes or not free:
             continue
-        pick = next((k for k in free if k > pick), free[0])
+        pick = picks[kind] = next((k for k in free if k > picks[kind]), free[0])
         shape, dtype = prepared._output_types[0]
-        array = slots[pick][:size].view(dtype).reshape(shape)
+        array = pool[pick][:size].view(dtype).reshape(shape)
         value = _ort().OrtValue.ortvalue_from_numpy(array)  # over the slot's memory
         prepared.bind_value(prepared.session.get_outputs()[0].name, value, array, output=True)
-        out = _Written(value, array, pick)
+        out = _Written(value, array, (kind, pick))
         recent[(tuple(array.shape), array.dtype)] = out
         if signature is not None:
             written[signature] = out
@@ -542,11 +548,12 @@ def prepare_chain(backend: OrtBackend, models: Sequence[onnx.ModelProto],
 
 
 class _Written(NamedTuple):
-    """A chain brick's first output: its ``OrtValue``, the array it is over, and its slot."""
+    """A chain brick's first output: its ``OrtValue``, the array it is over, and its slot (its element
+    type's pool and the buffer in it)."""
 
     value: Any
     array: np.ndarray
-    slot: int
+    slot: tuple[np.dtype, int]
 
 
 def _in_place(model: onnx.ModelProto, prepared: OrtPrepared, read: np.ndarray) -> bool:
@@ -560,13 +567,14 @@ def _in_place(model: onnx.ModelProto, prepared: OrtPrepared, read: np.ndarray) -
     return tuple(shape) == tuple(read.shape) and np.dtype(dtype) == read.dtype
 
 
-def _slotted(prepared: OrtPrepared | None) -> bool:
-    """Whether ``prepared``'s first output may go to a chain's shared buffers: float32 only. A reader
-    of a shared buffer reads whatever was written there last; an integer or boolean tensor read as
-    float32 holds denormals and NaNs, on which a MatMul ran 26x slower (3.66 against 0.14 ms)."""
+def _first_output_type(prepared: OrtPrepared | None) -> np.dtype | None:
+    """The element type of ``prepared``'s first output (None for none): a chain's shared buffers are
+    pooled by it, since a reader of a shared buffer reads whatever was written there last, and an
+    integer tensor read as float32 is denormals and NaNs, on which a MatMul ran 26x slower (3.66
+    against 0.14 ms)."""
     if prepared is None or not prepared._output_types:
-        return False
-    return np.dtype(prepared._output_types[0][1]) == np.float32
+        return None
+    return np.dtype(prepared._output_types[0][1])
 
 
 def _first_output_bytes(prepared: OrtPrepared | None) -> int:
@@ -583,14 +591,14 @@ def _kept_values(model: onnx.ModelProto) -> frozenset[str]:
 
 def _feed_from_chain(prepared: OrtPrepared, writer: _Written | None,
                      recent: Mapping[tuple[tuple[int, ...], np.dtype], _Written],
-                     kept: frozenset[str] = frozenset()) -> list[int]:
+                     kept: frozenset[str] = frozenset()) -> list[tuple[np.dtype, int]]:
     """Bind ``prepared``'s float inputs to outputs of the chain written before it: its first input to
     ``writer``'s (the brick before it in the model) where shape and type match, and every other
     input (the first too where ``writer`` does not match) to the last output of its shape and type
     (``recent``), as inside a model a layer reads activations that layers before it just wrote, not
     a buffer last touched a round ago; an input of ``kept`` (fed its values in the model's run) keeps
     its own. Returns the slots it reads, the first input's first."""
-    read: list[int] = []
+    read: list[tuple[np.dtype, int]] = []
     for position, meta in enumerate(prepared.session.get_inputs()):
         mine = prepared._inputs.get(meta.name)
         if mine is None or not np.issubdtype(mine.dtype, np.floating) or meta.name in kept:

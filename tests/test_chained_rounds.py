@@ -109,16 +109,17 @@ def _casts() -> onnx.ModelProto:
     names = ["x", "r", "c1", "f1", "s", "n", "a", "e", "t"]
     ops = [("Relu", {}), ("Cast", {"to": TensorProto.INT64}), ("Cast", {"to": TensorProto.FLOAT}), ("Sigmoid", {}),
            ("Neg", {}), ("Abs", {}), ("Exp", {}), ("Floor", {})]
-    nodes = [helper.make_node(op, [a], [b], **attrs) for (op, attrs), a, b in zip(ops, names[:-1], names[1:], strict=True)]
+    nodes = [helper.make_node(op, [a], [b], **attrs)
+             for (op, attrs), a, b in zip(ops, names[:-1], names[1:], strict=True)]
     graph = helper.make_graph(nodes, "casts", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
                               [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 64])])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 
-def test_a_chain_shares_buffers_among_float_outputs_only() -> None:
+def test_a_chain_shares_buffers_among_outputs_of_one_element_type() -> None:
     """A reader of a chain's shared buffer reads what was written there last: an int64 tensor read as
-    float32 is denormals and NaNs (a MatMul ran 26x slower on them), so a brick whose output is not
-    float32 writes a buffer of its own."""
+    float32 is denormals and NaNs (a MatMul ran 26x slower on them), so the shared buffers are pooled
+    by element type, and a float brick never writes where an integer one did."""
     dec = dlbricks.decompose(dlbricks.load_model(_casts(), name="casts"))
     keys = list(dict.fromkeys(o.signature for o in dec.occurrences))
     chain = OrtBackend().prepare_chain([dec.in_context(k).to_onnx() for k in keys], OrtConfig())

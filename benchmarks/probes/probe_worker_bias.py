@@ -7,7 +7,8 @@ Usage::
 The zoo model and all its bricks are timed in rounds (``dlbricks.estimator.api.ROUND_DESIGNS``, bursts
 by default) in ``--workers`` fresh worker processes, one after another; printed per worker: its
 rounds and the seconds a round took, the whole model's median, the ratio of the bricks' sum to the
-whole runs with its 95% interval, and the three heaviest bricks' medians. Workers whose ratios
+whole runs with its 95% interval and the spread of one round's ratio, and the three heaviest
+bricks' medians. Workers whose ratios
 differ by more than their intervals drew a bias that lasts as long as the process; a ratio that
 holds while the whole model's median moves from worker to worker is the pairing at work. The ratio
 is raw: none of the estimator's corrections (the floor) are taken off.
@@ -53,9 +54,12 @@ def main() -> None:
             bricks = ", ".join(f"{dec.bricks[keys[i]].op_type} {1e3 * part.bricks[keys[i]].median_s:.3f} ms"
                                for i in heaviest)
             per_round = part.rounds.elapsed_s / part.rounds.count
+            each = part.rounds.sums(part.counts) / np.asarray(part.rounds.whole_s)
+            spread = np.percentile(each, [10, 90])
             print(f"{args.model} worker {worker}: {part.rounds.count} rounds of {per_round:.2f} s, "
                   f"whole {1e3 * part.whole.median_s:.3f} ms, "
-                  f"bricks over whole {ratio:.3f} [{low:.3f}, {high:.3f}]; heaviest bricks {bricks}")
+                  f"bricks over whole {ratio:.3f} [{low:.3f}, {high:.3f}], one round's {spread[0]:.3f}-{spread[1]:.3f} "
+                  f"(p10-p90); heaviest bricks {bricks}")
 
 
 if __name__ == "__main__":
