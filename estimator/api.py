@@ -65,10 +65,12 @@ def chains_bricks(config: Any) -> bool:
             and hasattr(get_backend(backend_name(config)), "prepare_chain"))
 
 
-def default_rounds(config: Any) -> RoundsBudget:
+def default_rounds(config: Any, granularity: str = "layer") -> RoundsBudget:
     """The rounds of a paired run under ``config`` when none are asked for: :data:`CHAINED_ROUNDS`
-    where its backend chains bricks on a CPU (:func:`chains_bricks`), else :data:`PAIRED_ROUNDS`."""
-    return CHAINED_ROUNDS if chains_bricks(config) else PAIRED_ROUNDS
+    for layer bricks where the backend chains bricks on a CPU (:func:`chains_bricks`), else
+    :data:`PAIRED_ROUNDS` (fused bricks at "all" came out high in chained rounds: 4.0% and 8/12 in a
+    main job on an Intel Xeon, see the methodology)."""
+    return CHAINED_ROUNDS if granularity == "layer" and chains_bricks(config) else PAIRED_ROUNDS
 #: Relative half-width that the machine's swing may leave in an estimate (the 95% interval of the
 #: ratio of a model's bricks to its whole runs over their rounds) before its figure is said not to be
 #: trusted.
@@ -548,7 +550,8 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     """Measure the whole model with the same harness, store the run, and compare with the estimate.
 
     Paired (the default), the model is held in a worker beside its bricks and timed with them in
-    interleaved rounds (``rounds``, default :func:`default_rounds`: chained on a CPU with onnxruntime;
+    interleaved rounds (``rounds``, default :func:`default_rounds`: chained for layer bricks on a CPU
+    with onnxruntime;
     :func:`~dlbricks.benchmarks_db.rounds.measure_in_rounds`): the estimate reads each brick's runs over
     the rounds and the measured latency is the whole model's median over the same rounds, so that
     both meet the same moments of the machine; the interval holds what the rounds saw of its swing
@@ -575,7 +578,8 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     result = None
     if paired:
         estimate(dec, store, system=system, config=config, on_missing=on_missing, budget=budget)  # bricks first
-        whole, result = _paired_rounds(graph, dec, store, system, cfg, budget, rounds or default_rounds(cfg))
+        whole, result = _paired_rounds(graph, dec, store, system, cfg, budget,
+                                       rounds or default_rounds(cfg, granularity))
     else:
         whole = measure_whole(graph, cfg, budget, backend=backend_name(cfg))
     # paired: the whole run of these rounds replaces the one stored, as the bricks' runs in them do

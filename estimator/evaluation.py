@@ -211,8 +211,8 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     (the measurement whose time the benchmarking speedup counts) and held in a worker; then the whole
     model and every one of its bricks run in interleaved rounds
     (:func:`~dlbricks.benchmarks_db.rounds.measure_in_rounds`), so that its estimate and its measured
-    latency come from the same moments of the machine: on a CPU with onnxruntime, rounds of single
-    calls on its bricks prepared as a chain, which measure them
+    latency come from the same moments of the machine: for layer bricks on a CPU with onnxruntime,
+    rounds of single calls on its bricks prepared as a chain, which measure them
     (:data:`~dlbricks.estimator.api.CHAINED_ROUNDS`); elsewhere its new bricks are measured first, then
     rounds of short bursts of each (:data:`PAIRED_ROUNDS`). Each
     brick's runs over the rounds are stored in the model's context; the model's measured latency is
@@ -235,7 +235,8 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
 
     ``rounds`` is the rounds' budget (default :func:`~dlbricks.estimator.api.default_rounds`:
     :data:`~dlbricks.estimator.api.CHAINED_ROUNDS`, rounds of single calls on bricks prepared as a
-    chain, where the backend chains bricks on a CPU, else :data:`PAIRED_ROUNDS`, rounds of bursts).
+    chain, for layer bricks where the backend chains bricks on a CPU, else :data:`PAIRED_ROUNDS`,
+    rounds of bursts).
     """
     start, waited = time.perf_counter(), lock_waited_s()
     store = open_store(db)
@@ -256,7 +257,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     configs = [config] + ([replace(config, cache="warm")] if lower_bound_sweep and not queued else [])
     turns = [_Turns(brickset, configs, target_ci)] + (
         [_Turns(layer_set, [config], target_ci)] if granularity == "both" else [])
-    rounds = rounds or default_rounds(config)
+    rounds = rounds or default_rounds(config, granularity)
     bricks_in_rounds = _bricks_in_rounds(rounds, config)
     whole_time, rounds_s, paired = _measure_suite(models, brickset, turns, store, system, config, budget, say,
                                                     rounds)

@@ -140,12 +140,13 @@ def test_a_chain_shares_buffers_among_outputs_of_one_element_type() -> None:
         prepared.close()
 
 
-def test_rounds_are_chained_by_default_where_the_backend_chains_bricks_on_a_cpu() -> None:
-    """onnxruntime on a CPU chains a model's bricks: its rounds are chained unless asked otherwise; on
-    a GPU the rounds are bursts."""
+def test_layer_bricks_rounds_are_chained_by_default_where_the_backend_chains_bricks_on_a_cpu() -> None:
+    """onnxruntime on a CPU chains a model's bricks: the rounds of layer bricks are chained unless
+    asked otherwise; fused bricks and a GPU's are bursts."""
     from dlbricks.estimator.api import CHAINED_ROUNDS, PAIRED_ROUNDS, default_rounds
 
     assert default_rounds(OrtConfig()) is CHAINED_ROUNDS
+    assert default_rounds(OrtConfig(graph_optimization_level="all"), "fused") is PAIRED_ROUNDS
     assert default_rounds(OrtConfig(device="cuda")) is PAIRED_ROUNDS
 
 
@@ -167,15 +168,15 @@ def test_evaluate_with_chained_rounds_through_the_command_line(with_peaks) -> No
     assert abs(error) < 25.0  # a quick budget on a shared machine: the level, not the accuracy
 
 
-def test_evaluate_fused_bricks_at_all_in_the_default_rounds(with_peaks) -> None:
-    """``dlbricks evaluate --opt-level all --granularity fused`` as typed: the rounds are chained and
-    measure the fused bricks, and each stores what its own run does beyond its model (its layout
-    reorders at level "all"), as the bricks' own pass does, so that its estimate can read it."""
+def test_evaluate_fused_bricks_at_all_in_chained_rounds(with_peaks) -> None:
+    """``dlbricks evaluate --opt-level all --granularity fused --rounds chained``: the rounds measure
+    the fused bricks, and each stores what its own run does beyond its model (its layout reorders at
+    level "all"), as the bricks' own pass does, so that its estimate can read it."""
     import sqlite3
 
     db = with_peaks("f.db")
     result = CliRunner().invoke(main, ["evaluate", "--suite", "squeezenet1_1", "--db", str(db), "--budget", "quick",
-                                       "--opt-level", "all", "--granularity", "fused"])
+                                       "--opt-level", "all", "--granularity", "fused", "--rounds", "chained"])
     assert result.exit_code == 0, result.output
     assert "chained rounds" in result.output
     row = next(line for line in result.output.splitlines() if line.startswith("squeezenet1_1 "))
