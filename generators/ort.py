@@ -513,7 +513,7 @@ def prepare_chain(backend: OrtBackend, models: Sequence[onnx.ModelProto],
     kinds = [_first_output_type(p) for p in chain]
     sizes = [_first_output_bytes(p) for p in chain]
     pools: dict[np.dtype, list[np.ndarray]] = {}  # element type -> its shared buffers
-    for kind in dict.fromkeys(k for k in kinds if k is not None):
+    for kind in dict.fromkeys(k for k in kinds if k is not None and k.kind in "biuf"):  # numbers and bools
         most = max((n for n, k in zip(sizes, kinds, strict=True) if k == kind and n <= MAX_SLOT_BYTES), default=0)
         if most:
             pools[kind] = [_aligned(most) for _ in range(CHAIN_SLOTS)]
