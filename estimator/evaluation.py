@@ -429,6 +429,8 @@ def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_T
                     result = _in_rounds(store, turn.brickset.models[name], runner, graph, system, budget, seed, say,
                                         rounds)
                     if result is None:
+                        if in_rounds:  # nothing else measures its bricks: measure them apart
+                            turn.measure(name, store, workers, backend, budget, system, say)
                         continue
                     if in_rounds:
                         turn.setup_s += result.rounds.prepare_s
@@ -455,7 +457,7 @@ def _in_rounds(store: Store, dec: Decomposition, runner: Runner, graph: ModelGra
     result = measure_in_rounds(store, dec, runner, graph, system, budget=budget, rounds=rounds, seed=seed,
                                all_bricks=_bricks_in_rounds(rounds, runner.config))
     if result is None:
-        say(f"{dec.model}: its rounds failed; its bricks as first measured, its whole model apart")
+        say(f"{dec.model}: its rounds failed; its bricks measured apart, its whole model apart")
         return None
     ratio, low, high = result.ratio()
     say(f"{dec.model}: {result.rounds.count} rounds of the whole model and {len(result.bricks)} {dec.granularity} "

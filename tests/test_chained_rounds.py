@@ -187,6 +187,21 @@ def test_evaluate_fused_bricks_at_all_in_chained_rounds(with_peaks) -> None:
     assert bricks > 0 and overheads == bricks
 
 
+def test_chained_rounds_that_fail_leave_the_bricks_measured_apart(with_peaks, monkeypatch) -> None:
+    """Where a model's chained rounds fail (a worker killed, a timeout), its bricks, which nothing else
+    measured, are measured apart, and the model is still estimated."""
+    from dlbricks.estimator import evaluation
+    from dlbricks.estimator.api import CHAINED_ROUNDS
+    from dlbricks.generators import Budget
+
+    monkeypatch.setattr(evaluation, "measure_in_rounds", lambda *args, **kwargs: None)
+    lines: list[str] = []
+    ev = evaluation.evaluate(["squeezenet1_1"], with_peaks("failed.db"), budget=Budget.quick(),
+                             lower_bound_sweep=False, say=lines.append, rounds=CHAINED_ROUNDS)
+    assert any("its rounds failed" in line for line in lines)
+    assert ev.rows[0].model == "squeezenet1_1" and ev.rows[0].estimated_s > 0 and ev.rows[0].rounds == 0
+
+
 def test_evaluate_refuses_an_unknown_round_design(tmp_path) -> None:
     result = CliRunner().invoke(main, ["evaluate", "--suite", "squeezenet1_1", "--db", str(tmp_path / "x.db"),
                                        "--rounds", "sometimes"])
