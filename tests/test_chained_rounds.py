@@ -168,6 +168,7 @@ def test_evaluate_with_chained_rounds_through_the_command_line(with_peaks) -> No
     assert abs(error) < 25.0  # a quick budget on a shared machine: the level, not the accuracy
 
 
+@pytest.mark.slow  # a minute or two of a main job: the slow lane
 def test_evaluate_fused_bricks_at_all_in_chained_rounds(with_peaks) -> None:
     """``dlbricks evaluate --opt-level all --granularity fused --rounds chained``: the rounds measure
     the fused bricks, and each stores what its own run does beyond its model (its layout reorders at
@@ -187,6 +188,7 @@ def test_evaluate_fused_bricks_at_all_in_chained_rounds(with_peaks) -> None:
     assert bricks > 0 and overheads == bricks
 
 
+@pytest.mark.slow  # a minute or two of a main job: the slow lane
 def test_chained_rounds_that_fail_leave_the_bricks_measured_apart(with_peaks, monkeypatch) -> None:
     """Where a model's chained rounds fail (a worker killed, a timeout), its bricks, which nothing else
     measured, are measured apart, and the model is still estimated."""
