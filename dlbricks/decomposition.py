@@ -102,6 +102,28 @@ class Decomposition:
         writer = next((o for o in self.occurrences[: first.index] if first.inputs[0] in o.outputs), None)
         return None if writer is None else self.bricks[writer.signature]
 
+    def feeds(self, signatures: Sequence[str]) -> tuple[tuple[tuple[int, int] | None, ...], ...]:
+        """Where each input of ``signatures``' bricks comes from in the model, for a round that runs
+        each once in that order (chained rounds): per brick, per input of its first occurrence, the
+        position in ``signatures`` of the brick that writes that tensor and the index of its
+        output; None for a model input, or a tensor whose writer is not among the bricks before it.
+        A tensor that a later occurrence of a brick writes comes from that brick's one run."""
+        position = {s: i for i, s in enumerate(signatures)}
+        first: dict[str, Occurrence] = {}
+        written: dict[str, tuple[str, int]] = {}
+        for occ in self.occurrences:
+            first.setdefault(occ.signature, occ)
+            written.update({name: (occ.signature, k) for k, name in enumerate(occ.outputs)})
+        rows = []
+        for j, signature in enumerate(signatures):
+            row: list[tuple[int, int] | None] = []
+            for name in first[signature].inputs if signature in first else ():
+                writer, output = written.get(name, ("", 0))
+                q = position.get(writer)
+                row.append((q, output) if q is not None and q < j else None)
+            rows.append(tuple(row))
+        return tuple(rows)
+
     def footprint_bytes(self) -> int:
         """Bytes one run of the model touches: every occurrence's weights (rows read, for gathers;
         weights that an earlier occurrence read already are counted once) and the most activation
@@ -155,11 +177,11 @@ class Decomposition:
         size: dict[str, int] = {}
         for step, occ in enumerate(self.occurrences):
             brick = self.bricks[occ.signature]
-            for name, spec in zip(occ.inputs, brick.inputs):
+            for name, spec in zip(occ.inputs, brick.inputs, strict=False):
                 born.setdefault(name, 0)
                 size.setdefault(name, spec.nbytes)
                 died[name] = step
-            for name, spec in zip(occ.outputs, brick.outputs):
+            for name, spec in zip(occ.outputs, brick.outputs, strict=False):
                 born[name] = step
                 size[name] = spec.nbytes
                 died.setdefault(name, len(self.occurrences) - 1)  # a model output lives to the end

@@ -176,7 +176,7 @@ def _rounds(state: _State, payload: dict[str, Any]) -> Any:
         chain = payload["budget"].chained and getattr(config, "device", "cpu") == "cpu" and hasattr(backend, "prepare_chain")
         if chain:
             models = [onnx.load_from_string(b) for b in payload["bricks"]]
-            for position, item in enumerate(backend.prepare_chain(models, config)):
+            for position, item in enumerate(backend.prepare_chain(models, config, payload.get("feeds"))):
                 if item is not None:
                     item.run()
                     item.empty()

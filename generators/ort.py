@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import onnx
@@ -429,14 +429,15 @@ class OrtBackend:
         kept = frozenset(name for name, stats in value_statistics(model).items() if stats.values is not None)
         return OrtPrepared(ort, sessions, inputs, first, config, previous, weight_bytes(model), keep, empty, kept)
 
-    def prepare_chain(self, models: Sequence[onnx.ModelProto], config: Any) -> list[OrtPrepared | None]:
-        """The bricks of one model prepared as a chain for rounds of single calls on a CPU
-        (:func:`prepare_chain`)."""
+    def prepare_chain(self, models: Sequence[onnx.ModelProto], config: Any,
+                      feeds: Sequence[Sequence[Feed]] | None = None) -> list[OrtPrepared | None]:
+        """The bricks of one model prepared as a chain for rounds of single calls on a CPU, each input
+        read where ``feeds`` says (:func:`prepare_chain`)."""
         if getattr(config, "device", "cpu") != "cpu":
             raise InvalidArgumentError("Chained rounds run on a CPU only. Got device "
                                        f"{config.device!r} instead; use the rounds of bursts there.")
         self.check(config)
-        return prepare_chain(self, models, config)
+        return prepare_chain(self, models, config, feeds)
 
     def config_from_options(self, *, threads: int | None = None, opt_level: str | None = None,
                             device: str | None = None) -> OrtConfig:
@@ -446,17 +447,18 @@ class OrtBackend:
         return OrtConfig(**{k: v for k, v in given.items() if v is not None})
 
 
-#: Buffers that the bricks of a chain write their first outputs into, in turn (:func:`prepare_chain`):
-#: three, so that a brick never writes the buffer it reads and writes one that a brick just before it
-#: used, as a model's memory planner hands a layer the space of a tensor that has just died.
-CHAIN_SLOTS = 3
 #: Ops whose onnxruntime CPU kernels are registered ``MayInplace(0, 0)`` (the unary activations):
 #: inside a model the memory planner lets them write over their input where it dies there, so a
 #: chain's brick of one of them writes the buffer it reads.
 IN_PLACE_OPS = frozenset({"Elu", "HardSigmoid", "LeakyRelu", "Relu", "Selu", "Sigmoid", "Softplus", "Softsign",
                           "Tanh", "ThresholdedRelu"})
-#: Largest first output written into a chain's shared buffers; a larger one keeps its own.
+#: Largest output placed in a chain's shared memory; a larger one keeps its own buffer.
 MAX_SLOT_BYTES = 256 << 20
+#: Alignment of an output's place in a chain's shared memory, as onnxruntime aligns its allocations.
+ALIGN = 64
+#: Where one input of a chained brick is read from: (position of the brick that writes it, index of
+#: that brick's output), or None for a buffer of its own.
+Feed = tuple[int, int] | None
 
 
 def _previous_signature(model: onnx.ModelProto) -> str | None:
@@ -469,7 +471,7 @@ def _previous_signature(model: onnx.ModelProto) -> str | None:
     return next((p.value for p in before.metadata_props if p.key == SIGNATURE_KEY), None)
 
 
-def _aligned(nbytes: int, align: int = 64) -> np.ndarray:
+def _aligned(nbytes: int, align: int = ALIGN) -> np.ndarray:
     """``nbytes`` of uninitialized memory starting on an ``align``-byte boundary, as onnxruntime's
     own allocations do."""
     raw = np.zeros(nbytes + align, dtype=np.uint8)
@@ -477,8 +479,8 @@ def _aligned(nbytes: int, align: int = 64) -> np.ndarray:
     return raw[start:start + nbytes]
 
 
-def prepare_chain(backend: OrtBackend, models: Sequence[onnx.ModelProto],
-                  config: OrtConfig) -> list[OrtPrepared | None]:
+def prepare_chain(backend: OrtBackend, models: Sequence[onnx.ModelProto], config: OrtConfig,
+                  feeds: Sequence[Sequence[Feed]] | None = None) -> list[OrtPrepared | None]:
     """Prepare ``models``, the bricks of one model in its order (each as its
     :class:`~dlbricks.bricks.BrickInContext` gives it, carrying the brick before it), as a chain for rounds
     of single calls on a CPU (``RoundsBudget(chained=True)``); None for a brick onnxruntime cannot
@@ -488,17 +490,20 @@ def prepare_chain(backend: OrtBackend, models: Sequence[onnx.ModelProto],
       one-node model of its own beside it (``empty``). Run after its brick, that model meets the
       session state a single call of a brick meets among other sessions: here some 8 us a call,
       against 2 us for the same model run again and again, which the floor's calibration sees.
-    - Each brick's first input is the first output of the brick before it in the model, where that
-      brick is in the chain and shape and floating type match: a round in the model's order writes
-      each input just before its reader reads it, as the model does. An input that keeps its
-      values from the model's run (a masked Softmax's scores, a NonMaxSuppression's boxes:
-      :class:`~dlbricks.types.ValueStatistics` ``values``) keeps its own buffer: what another brick
-      writes from seeded values would take the kernel off the path its values take in the model.
-    - First outputs go to :data:`CHAIN_SLOTS` shared buffers of their element type in turn, never the
-      one the brick reads: a brick writes memory that a brick just before it touched, as a layer
-      writes the space of a dead tensor inside its model, not a buffer of its own last touched a
-      round ago; a float brick never reads what an integer one wrote. A chained
-      brick of one op of :data:`IN_PLACE_OPS` writes over its input, as it does inside the model.
+    - Each input reads the output that writes it in the model (``feeds``, one entry per input of
+      each brick: :meth:`~dlbricks.Decomposition.feeds`), where that brick is in the chain and shape and
+      type match: a round in the model's order writes each input before its reader reads it, as the
+      model does. Without ``feeds``, a brick's first input reads the brick before it in the model
+      (the one it carries) and its other inputs the last output of their shape and type. An input
+      that keeps its values from the model's run (a masked Softmax's scores, a NonMaxSuppression's
+      boxes: :class:`~dlbricks.types.ValueStatistics` ``values``) keeps its own buffer: what another
+      brick writes from seeded values would take the kernel off the path its values take in the model.
+    - Every output lives in one block of memory shared by the chain, from the brick that writes it
+      to the last one that reads it, at the lowest place free over that span
+      (:func:`_chain_offsets`), as onnxruntime's memory planner places a model's tensors: a brick writes
+      memory that bricks just before it touched, not a buffer of its own last touched a round ago.
+      A brick of one op of :data:`IN_PLACE_OPS` writes over its input where the input dies there,
+      as it does inside the model.
 
     The other bricks of the round then pass through the caches between two calls of a brick as the
     model's other layers do, so the brick's weights are as cold as in the model without copies.
@@ -510,107 +515,152 @@ def prepare_chain(backend: OrtBackend, models: Sequence[onnx.ModelProto],
             chain.append(backend.prepare(model, warm))
         except UnrunnableBrickError:
             chain.append(None)
-    kinds = [_first_output_type(p) for p in chain]
-    sizes = [_first_output_bytes(p) for p in chain]
-    pools: dict[np.dtype, list[np.ndarray]] = {}  # element type -> its shared buffers
-    for kind in dict.fromkeys(k for k in kinds if k is not None and k.kind in "biuf"):  # numbers and bools
-        most = max((n for n, k in zip(sizes, kinds, strict=True) if k == kind and n <= MAX_SLOT_BYTES), default=0)
-        if most:
-            pools[kind] = [_aligned(most) for _ in range(CHAIN_SLOTS)]
-    picks = dict.fromkeys(pools, 0)
-    written: dict[str, _Written] = {}  # signature -> its first output
-    recent: dict[tuple[tuple[int, ...], np.dtype], _Written] = {}  # shape and type -> the last output of them
-    for model, prepared, size, kind in zip(models, chain, sizes, kinds, strict=True):
+    if feeds is None:
+        feeds = _guessed_feeds(models, chain)
+    reads = [_checked_feeds(chain, j, row) for j, row in enumerate(feeds)] + \
+        [[] for _ in range(len(chain) - len(feeds))]
+    owner = _in_place_owners(models, chain, reads)
+    offsets, size = _chain_offsets(chain, reads, owner)
+    if not offsets:
+        return chain
+    block = _aligned(size)
+    views: dict[tuple[int, int], tuple[Any, np.ndarray]] = {}
+    for (j, o), offset in sorted(offsets.items()):
+        shape, dtype = chain[j]._output_types[o]
+        nbytes = _bytes_of(shape, dtype)
+        array = block[offset:offset + nbytes].view(dtype).reshape(shape)
+        views[(j, o)] = (_ort().OrtValue.ortvalue_from_numpy(array), array)
+    for j, prepared in enumerate(chain):
         if prepared is None:
             continue
-        writer = written.get(_previous_signature(model) or "")
-        read = _feed_from_chain(prepared, writer, recent, _kept_values(model))
-        signature = next((p.value for p in model.metadata_props if p.key == SIGNATURE_KEY), None)
-        if read and writer is not None and read[0] == writer[2] and _in_place(model, prepared, writer[1]):
-            prepared.bind_value(prepared.session.get_outputs()[0].name, writer[0], writer[1], output=True)
-            if signature is not None:
-                written[signature] = writer
-            continue
-        pool = pools.get(kind) if kind is not None else None
-        free = [k for k in range(CHAIN_SLOTS) if (kind, k) not in read]
-        if pool is None or size > pool[0].nbytes or not free:
-            continue
-        pick = picks[kind] = next((k for k in free if k > picks[kind]), free[0])
-        shape, dtype = prepared._output_types[0]
-        array = pool[pick][:size].view(dtype).reshape(shape)
-        value = _ort().OrtValue.ortvalue_from_numpy(array)  # over the slot's memory
-        prepared.bind_value(prepared.session.get_outputs()[0].name, value, array, output=True)
-        out = _Written(value, array, (kind, pick))
-        recent[(tuple(array.shape), array.dtype)] = out
-        if signature is not None:
-            written[signature] = out
+        for k, meta in enumerate(prepared.session.get_inputs()):
+            source = reads[j][k] if k < len(reads[j]) else None
+            if source is not None and source in views:
+                prepared.bind_value(meta.name, *views[source], output=False)
+        for o, meta in enumerate(prepared.session.get_outputs()):
+            if (j, o) in views:
+                prepared.bind_value(meta.name, *views[(j, o)], output=True)
     return chain
 
 
-class _Written(NamedTuple):
-    """A chain brick's first output: its ``OrtValue``, the array it is over, and its slot (its element
-    type's pool and the buffer in it)."""
-
-    value: Any
-    array: np.ndarray
-    slot: tuple[np.dtype, int]
-
-
-def _in_place(model: onnx.ModelProto, prepared: OrtPrepared, read: np.ndarray) -> bool:
-    """Whether ``model`` is one node that onnxruntime's CPU kernels may run in place
-    (:data:`IN_PLACE_OPS`) and its first output has the shape and type of the input it reads
-    (``read``): inside a model such a layer writes over its input, whose tensor dies there."""
-    nodes = model.graph.node
-    if len(nodes) != 1 or nodes[0].op_type not in IN_PLACE_OPS or nodes[0].domain not in ("", "ai.onnx"):
-        return False
-    shape, dtype = prepared._output_types[0]
-    return tuple(shape) == tuple(read.shape) and np.dtype(dtype) == read.dtype
-
-
-def _first_output_type(prepared: OrtPrepared | None) -> np.dtype | None:
-    """The element type of ``prepared``'s first output (None for none): a chain's shared buffers are
-    pooled by it, since a reader of a shared buffer reads whatever was written there last, and an
-    integer tensor read as float32 is denormals and NaNs, on which a MatMul ran 26x slower (3.66
-    against 0.14 ms)."""
-    if prepared is None or not prepared._output_types:
-        return None
-    return np.dtype(prepared._output_types[0][1])
-
-
-def _first_output_bytes(prepared: OrtPrepared | None) -> int:
-    if prepared is None or not prepared._output_types:
-        return 0
-    shape, dtype = prepared._output_types[0]
+def _bytes_of(shape: Sequence[int], dtype: Any) -> int:
     return int(math.prod(shape)) * np.dtype(dtype).itemsize
 
 
-def _kept_values(model: onnx.ModelProto) -> frozenset[str]:
-    """The inputs of ``model`` fed the values they hold in the model's run (their statistics keep them)."""
-    return frozenset(name for name, stats in value_statistics(model).items() if stats.values is not None)
+def _shared(prepared: OrtPrepared, o: int) -> bool:
+    """Whether output ``o`` of ``prepared`` goes to a chain's shared memory: a number or a bool, of
+    at most :data:`MAX_SLOT_BYTES`."""
+    shape, dtype = prepared._output_types[o]
+    return np.dtype(dtype).kind in "biuf" and _bytes_of(shape, dtype) <= MAX_SLOT_BYTES
 
 
-def _feed_from_chain(prepared: OrtPrepared, writer: _Written | None,
-                     recent: Mapping[tuple[tuple[int, ...], np.dtype], _Written],
-                     kept: frozenset[str] = frozenset()) -> list[tuple[np.dtype, int]]:
-    """Bind ``prepared``'s float inputs to outputs of the chain written before it: its first input to
-    ``writer``'s (the brick before it in the model) where shape and type match, and every other
-    input (the first too where ``writer`` does not match) to the last output of its shape and type
-    (``recent``), as inside a model a layer reads activations that layers before it just wrote, not
-    a buffer last touched a round ago; an input of ``kept`` (fed its values in the model's run) keeps
-    its own. Returns the slots it reads, the first input's first."""
-    read: list[tuple[np.dtype, int]] = []
-    for position, meta in enumerate(prepared.session.get_inputs()):
+def _guessed_feeds(models: Sequence[onnx.ModelProto], chain: Sequence[OrtPrepared | None]) -> list[list[Feed]]:
+    """Feeds of a chain whose model's data flow is not given: a brick's first input from the brick
+    it carries as the one before it, where that one is earlier in the chain; every other input (and
+    the first where that does not match) from the last output of its shape and type before it."""
+    position = {}
+    for j, model in enumerate(models):
+        signature = next((p.value for p in model.metadata_props if p.key == SIGNATURE_KEY), None)
+        position.setdefault(signature, j)
+    recent: dict[tuple[tuple[int, ...], np.dtype], tuple[int, int]] = {}
+    rows: list[list[Feed]] = []
+    for j, (model, prepared) in enumerate(zip(models, chain, strict=True)):
+        row: list[Feed] = []
+        if prepared is not None:
+            q = position.get(_previous_signature(model))
+            for k, meta in enumerate(prepared.session.get_inputs()):
+                mine = prepared._inputs.get(meta.name)
+                kind = None if mine is None else (tuple(mine.shape), mine.dtype)
+                before = q is not None and q < j and chain[q] is not None and \
+                    (tuple(chain[q]._output_types[0][0]), np.dtype(chain[q]._output_types[0][1])) == kind
+                row.append((q, 0) if k == 0 and before else recent.get(kind) if kind else None)
+            for o, (shape, dtype) in enumerate(prepared._output_types):
+                recent[(tuple(shape), np.dtype(dtype))] = (j, o)
+        rows.append(row)
+    return rows
+
+
+def _checked_feeds(chain: Sequence[OrtPrepared | None], j: int, row: Sequence[Feed]) -> list[Feed]:
+    """``row``, the feeds of brick ``j``'s inputs, keeping those it can read: a floating-point input
+    that does not keep its values (an integer one keeps the valid indices it was drawn with), from
+    an earlier brick of the chain, of the input's shape and type."""
+    prepared = chain[j]
+    if prepared is None:
+        return []
+    out: list[Feed] = []
+    for meta, feed in zip(prepared.session.get_inputs(), row, strict=False):
         mine = prepared._inputs.get(meta.name)
-        if mine is None or not np.issubdtype(mine.dtype, np.floating) or meta.name in kept:
+        if feed is None or mine is None or not np.issubdtype(mine.dtype, np.floating) or meta.name in prepared._kept \
+                or not 0 <= feed[0] < j:
+            out.append(None)
             continue
-        kind = (tuple(mine.shape), mine.dtype)
-        source = writer if position == 0 and writer is not None and (tuple(writer[1].shape), writer[1].dtype) == kind \
-            else recent.get(kind)
-        if source is None:
+        writer = chain[feed[0]]
+        if writer is None or feed[1] >= len(writer._output_types) or not _shared(writer, feed[1]):
+            out.append(None)
             continue
-        prepared.bind_value(meta.name, source[0], source[1], output=False)
-        read.append(source[2])
-    return read
+        shape, dtype = writer._output_types[feed[1]]
+        out.append(feed if (tuple(shape), np.dtype(dtype)) == (tuple(mine.shape), mine.dtype) else None)
+    return out
+
+
+def _in_place_owners(models: Sequence[onnx.ModelProto], chain: Sequence[OrtPrepared | None],
+                     reads: Sequence[Sequence[Feed]]) -> dict[tuple[int, int], tuple[int, int]]:
+    """Outputs written over an input (a brick of one op of :data:`IN_PLACE_OPS` whose first input,
+    of the output's shape and type, dies there), each mapped to the output whose memory it takes."""
+    last = _last_reads(reads)
+    owner: dict[tuple[int, int], tuple[int, int]] = {}
+    for j, (model, prepared) in enumerate(zip(models, chain, strict=True)):
+        nodes = model.graph.node
+        source = reads[j][0] if prepared is not None and reads[j] else None
+        if source is None or len(nodes) != 1 or nodes[0].op_type not in IN_PLACE_OPS \
+                or nodes[0].domain not in ("", "ai.onnx") or last.get(source) != j:
+            continue
+        if prepared._output_types[0] == chain[source[0]]._output_types[source[1]]:
+            owner[(j, 0)] = owner.get(source, source)
+    return owner
+
+
+def _last_reads(reads: Sequence[Sequence[Feed]]) -> dict[tuple[int, int], int]:
+    """The last brick that reads each output."""
+    last: dict[tuple[int, int], int] = {}
+    for j, row in enumerate(reads):
+        for source in row:
+            if source is not None:
+                last[source] = j
+    return last
+
+
+def _chain_offsets(chain: Sequence[OrtPrepared | None], reads: Sequence[Sequence[Feed]],
+                   owner: Mapping[tuple[int, int], tuple[int, int]]) -> tuple[dict[tuple[int, int], int], int]:
+    """The place of every shared output of ``chain`` in one block of memory, and the block's size:
+    each buffer (an output, with those written over it: ``owner``) lives from the brick that writes
+    it to the last that reads it, and takes the lowest aligned place that no buffer alive then
+    holds, as onnxruntime's memory pattern places a model's tensors by their lifetimes."""
+    last = _last_reads(reads)
+    span: dict[tuple[int, int], list[int]] = {}  # buffer -> [first brick, last brick, bytes]
+    for j, prepared in enumerate(chain):
+        if prepared is None:
+            continue
+        for o, (shape, dtype) in enumerate(prepared._output_types):
+            if not _shared(prepared, o):
+                continue
+            buffer = owner.get((j, o), (j, o))
+            entry = span.setdefault(buffer, [j, j, _bytes_of(shape, dtype)])
+            entry[1] = max(entry[1], last.get((j, o), j))
+    placed: list[tuple[int, int, int, int]] = []  # first, last, start, end
+    where: dict[tuple[int, int], int] = {}
+    for buffer, (first, end, nbytes) in sorted(span.items(), key=lambda item: (item[1][0], item[0][1])):
+        alive = sorted((s, e) for f, l, s, e in placed if l >= first and f <= end)
+        offset = 0
+        for start, stop in alive:
+            if offset + nbytes <= start:
+                break
+            offset = max(offset, -(-stop // ALIGN) * ALIGN)
+        placed.append((first, end, offset, offset + nbytes))
+        where[buffer] = offset
+    offsets = {out: where[owner.get(out, out)] for j, p in enumerate(chain) if p is not None
+               for out in ((j, o) for o in range(len(p._output_types))) if owner.get(out, out) in where}
+    return offsets, max((e for _, _, _, e in placed), default=0)
 
 
 def repeat_time(model: onnx.ModelProto, config: OrtConfig, inputs: Mapping[str, np.ndarray],

@@ -382,14 +382,16 @@ class Runner:
         return self._with_node_cost(self._request(key, "again", payload, floor_s=floor_s)[0])
 
     def rounds(self, whole_key: str, items: Sequence[Any], counts: Sequence[int],
-               budget: RoundsBudget | None = None, *, seed: int | None = None) -> PairedRounds | None:
+               budget: RoundsBudget | None = None, *, seed: int | None = None,
+               feeds: Sequence[Sequence[tuple[int, int] | None]] | None = None) -> PairedRounds | None:
         """Time the model held under ``whole_key`` (see :meth:`hold`) and ``items`` (its bricks, in
         the model's order, with ``counts`` their occurrences) in interleaved rounds in the worker
         (:func:`~dlbricks.generators.rounds.time_rounds`), and summarize each into a measurement
         over the same rounds. Bricks the worker keeps prepared are timed on their sessions; the
         others are prepared first. A brick that cannot be prepared is left out of the result.
-        Returns None where the rounds failed (the worker died or timed out, or no whole model is
-        held): the caller keeps what it had."""
+        ``feeds`` says where each brick's inputs come from in the model, for chained rounds
+        (:meth:`~dlbricks.Decomposition.feeds`). Returns None where the rounds failed (the worker
+        died or timed out, or no whole model is held): the caller keeps what it had."""
         budget = budget or RoundsBudget()
         resolved = [item if isinstance(item, Item) else resolve_item(item) for item in items]
         try:
@@ -401,7 +403,7 @@ class Runner:
         worker = self._ensure_worker()
         _LAST_REPLY.settle(id(self))
         payload = {"whole": whole_key, "bricks": models, "counts": list(counts), "backend": self.backend_name,
-                   "config": self.config, "budget": budget, "seed": seed}
+                   "config": self.config, "budget": budget, "seed": seed, "feeds": feeds}
         # preparing what the worker does not keep, then the rounds: at most the budget's time twice over
         timeout = self.budget.timeout + 2 * budget.max_time + sum(1 for _ in models)
         try:
@@ -560,7 +562,8 @@ def _processes_agree(parts: Sequence[PairedRounds], rel_ci: float) -> bool:
 def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts: Sequence[int],
                         rounds: RoundsBudget | None = None, *, processes: int = ROUND_PROCESSES,
                         max_processes: int = MAX_ROUND_PROCESSES, rel_ci: float = PROCESS_REL_CI,
-                        seed: int | None = None) -> PairedRounds | None:
+                        seed: int | None = None,
+                        feeds: Sequence[Sequence[tuple[int, int] | None]] | None = None) -> PairedRounds | None:
     """Time ``whole`` (a model) and ``items`` (its bricks, in the model's order, with ``counts`` their
     occurrences) in interleaved rounds (:meth:`Runner.rounds`, ``rounds`` its budget in each
     process) in worker processes of ``runner``, one after another: its current worker (as the
@@ -573,7 +576,8 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
     long-lived worker and at 81.8 ms in another, at 72-74 ms in fresh ones; lstm_lm_medium's LSTM at
     3.22-3.47 ms in six fresh ones. So ``processes`` workers at least, and further ones, up to
     ``max_processes``, while the mean of their ratios is not known to ``rel_ci`` (pyperf spreads its
-    runs over processes for the same reason). Returns None where no process finished its rounds."""
+    runs over processes for the same reason). ``feeds``: see :meth:`Runner.rounds`. Returns None
+    where no process finished its rounds."""
     for name, value in (("processes", processes), ("max_processes", max_processes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidArgumentError(f"'{name}' must be an int >= 1. Got {value!r} instead.")
@@ -586,7 +590,7 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
         held = runner.measure_detailed(whole, hold=True, budget=_HOLD_BUDGET)[0]
         if not held.ok:
             continue
-        part = runner.rounds(held.key, items, counts, rounds, seed=None if seed is None else seed * 97 + p)
+        part = runner.rounds(held.key, items, counts, rounds, seed=None if seed is None else seed * 97 + p, feeds=feeds)
         runner.release(held.key)
         if part is not None:
             parts.append(part)

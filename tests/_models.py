@@ -211,3 +211,22 @@ def widening_stack(layers: int = 40, rows: int = 4, start: int = 16, step: int =
         x = b.op1("MatMul", [x, b.weight((start + step * i, start + step * (i + 1)))])
     f32 = TensorProto.FLOAT
     return b.model([helper.make_tensor_value_info("x", f32, [rows, start])], [(x, f32)], name="widening")
+
+
+def masked_softmax(least: float = float(np.finfo(np.float32).min)) -> onnx.ModelProto:
+    """Attention scores plus a mask of ``least`` (float32's least value, as torch exports it; -10000
+    as a BERT built by hand masks) where ``mask`` is 0, then a Softmax."""
+    nodes = [
+        helper.make_node("Cast", ["mask"], ["maskf"], to=TensorProto.FLOAT),
+        helper.make_node("Sub", ["one", "maskf"], ["inverted"]),
+        helper.make_node("Mul", ["inverted", "least"], ["bias"]),
+        helper.make_node("Add", ["scores", "bias"], ["masked"]),
+        helper.make_node("Softmax", ["masked"], ["probs"], axis=-1),
+    ]
+    inits = [helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
+             helper.make_tensor("least", TensorProto.FLOAT, [], [least])]
+    graph = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 2, 8, 8]),
+                                               helper.make_tensor_value_info("mask", TensorProto.INT64, [1, 1, 1, 8])],
+                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, 2, 8, 8])],
+                              initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)

@@ -4,17 +4,15 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
-from onnx import TensorProto, helper
 
 import dlbricks
 from dlbricks.cli import main
 from dlbricks.generators import OrtConfig
 from dlbricks.generators.ort import OrtBackend
-from tests._models import resnet_like
+from tests._models import masked_softmax, resnet_like
 
 
 def _chain() -> tuple[dlbricks.Decomposition, list[str], list]:
@@ -65,29 +63,11 @@ def test_a_chain_feeds_each_brick_what_the_brick_before_it_wrote() -> None:
         p.close()
 
 
-def _masked_attention() -> onnx.ModelProto:
-    """Scores scaled, plus -10000 where the mask is 0 (as a BERT built by hand masks), then a Softmax."""
-    nodes = [helper.make_node("Mul", ["scores", "scale"], ["scaled"]),
-             helper.make_node("Cast", ["mask"], ["maskf"], to=TensorProto.FLOAT),
-             helper.make_node("Sub", ["one", "maskf"], ["inverted"]),
-             helper.make_node("Mul", ["inverted", "least"], ["bias"]),
-             helper.make_node("Add", ["scaled", "bias"], ["masked"]),
-             helper.make_node("Softmax", ["masked"], ["probs"], axis=-1)]
-    inits = [helper.make_tensor("scale", TensorProto.FLOAT, [], [0.125]),
-             helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
-             helper.make_tensor("least", TensorProto.FLOAT, [], [-10000.0])]
-    graph = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 2, 8, 8]),
-                                               helper.make_tensor_value_info("mask", TensorProto.INT64, [1, 1, 1, 8])],
-                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, 2, 8, 8])],
-                              initializer=inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-
-
 def test_a_chain_feeds_a_masked_softmax_the_values_of_the_models_run() -> None:
     """A Softmax behind an attention mask keeps the scores of the model's run, -10000 among them,
     in a chain too: the brick before it writes values drawn from seeds, which would take the kernel
     off the slow path the mask's underflow takes in the model."""
-    dec = dlbricks.decompose(dlbricks.load_model(_masked_attention(), name="attn"))
+    dec = dlbricks.decompose(dlbricks.load_model(masked_softmax(least=-10000.0), name="attn"))
     keys = list(dict.fromkeys(o.signature for o in dec.occurrences))
     (softmax,) = [k for k in keys if dec.bricks[k].op_types == ("Softmax",)]
     assert dec.previous(softmax).signature in keys  # the Add before it is in the chain
@@ -104,40 +84,89 @@ def test_a_chain_feeds_a_masked_softmax_the_values_of_the_models_run() -> None:
         prepared.close()
 
 
-def _casts() -> onnx.ModelProto:
-    """Float activations cast to int64 and back, then element-wise ops that write buffers of their own."""
-    names = ["x", "r", "c1", "f1", "s", "n", "a", "e", "t"]
-    ops = [("Relu", {}), ("Cast", {"to": TensorProto.INT64}), ("Cast", {"to": TensorProto.FLOAT}), ("Sigmoid", {}),
-           ("Neg", {}), ("Abs", {}), ("Exp", {}), ("Floor", {})]
-    nodes = [helper.make_node(op, [a], [b], **attrs)
-             for (op, attrs), a, b in zip(ops, names[:-1], names[1:], strict=True)]
-    graph = helper.make_graph(nodes, "casts", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
-                              [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 64])])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-
-
-def test_a_chain_shares_buffers_among_outputs_of_one_element_type() -> None:
-    """A reader of a chain's shared buffer reads what was written there last: an int64 tensor read as
-    float32 is denormals and NaNs (a MatMul ran 26x slower on them), so the shared buffers are pooled
-    by element type, and a float brick never writes where an integer one did."""
-    dec = dlbricks.decompose(dlbricks.load_model(_casts(), name="casts"))
+def test_feeds_name_the_brick_that_writes_each_input_in_the_model() -> None:
+    """A round's bricks read what the model's data flow says: a residual Add reads the block's
+    input and its last BatchNorm, not merely the brick before it; the model's input comes from
+    nowhere in the chain."""
+    dec = dlbricks.decompose(dlbricks.load_model(resnet_like(blocks=2, channels=8), batch_size=1, name="r2"))
     keys = list(dict.fromkeys(o.signature for o in dec.occurrences))
-    chain = OrtBackend().prepare_chain([dec.in_context(k).to_onnx() for k in keys], OrtConfig())
-    spans = {True: [], False: []}  # float32 or not: the memory each first output is written to
-    for prepared in chain:
+    feeds = dec.feeds(keys)
+    first = {}
+    for occ in dec.occurrences:
+        first.setdefault(occ.signature, occ)
+    writers = {name: occ for occ in dec.occurrences for name in occ.outputs}
+    assert feeds[0] == (None,)  # the first conv reads the model's input
+    checked = 0
+    for j, key in enumerate(keys):
+        for name, feed in zip(first[key].inputs, feeds[j], strict=True):
+            writer = writers.get(name)
+            if feed is None:
+                assert writer is None or keys.index(writer.signature) >= j
+                continue
+            assert keys[feed[0]] == writer.signature and writer.outputs[feed[1]] == name
+            checked += 1
+    adds = [j for j, k in enumerate(keys) if dec.bricks[k].op_types == ("Add",)]
+    assert adds and all(len({f for f in feeds[j] if f is not None}) == 2 for j in adds)  # two writers
+    assert checked >= len(keys) - 1
+
+
+def test_a_chain_keeps_each_input_as_its_writer_left_it_until_its_reader_runs() -> None:
+    """Every output of a chain lives in one block of memory, placed by its lifetime: run in the
+    model's order, each brick finds every input it reads from the chain exactly as the brick that
+    writes it left it (no brick in between wrote over it: a float brick never reads another's
+    bits), and outputs that are dead by then share the block's memory."""
+    dec = dlbricks.decompose(dlbricks.load_model(resnet_like(blocks=2, channels=8), batch_size=1, name="r2"))
+    keys = list(dict.fromkeys(o.signature for o in dec.occurrences))
+    feeds = dec.feeds(keys)
+    chain = OrtBackend().prepare_chain([dec.in_context(k).to_onnx() for k in keys], OrtConfig(), feeds)
+    assert all(p is not None for p in chain)
+    written: dict[tuple[int, int], np.ndarray] = {}
+    read = 0
+    for j, prepared in enumerate(chain):
+        for feed in feeds[j]:
+            if feed is None:
+                continue
+            source = chain[feed[0]].binding.get_outputs()[feed[1]]
+            assert any(isinstance(v, ort.OrtValue) and v.data_ptr() == source.data_ptr() for v in prepared._values)
+            np.testing.assert_array_equal(source.numpy(), written[feed])
+            read += 1
         prepared.run()
-        out = prepared.binding.get_outputs()[0]
-        nbytes = prepared.outputs()[0].nbytes
-        spans[out.data_type() == "tensor(float)"].append((out.data_ptr(), out.data_ptr() + nbytes))
-
-    def overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
-        return a[0] < b[1] and b[0] < a[1]
-
-    assert spans[True] and spans[False]
-    assert not any(overlap(f, o) for f in spans[True] for o in spans[False])
-    assert any(overlap(a, b) for i, a in enumerate(spans[True]) for b in spans[True][i + 1:])  # the shared buffers
+        for o, out in enumerate(prepared.outputs()):
+            written[(j, o)] = out.copy()
+    assert read >= len(keys) - 1
+    places = [(v.data_ptr(), v.data_ptr() + w.nbytes) for p in chain
+              for v, w in zip(p.binding.get_outputs(), p.outputs(), strict=True)]
+    total = sum(end - start for start, end in places)
+    assert max(e for _, e in places) - min(s for s, _ in places) < total  # dead outputs' memory reused
     for prepared in chain:
         prepared.close()
+
+
+def test_chain_offsets_never_overlap_buffers_alive_at_once() -> None:
+    """The placement of a chain's outputs on stand-in bricks (their output types only): buffers alive
+    at the same time never overlap, a dead one's place is taken by the next that fits, and an
+    output written in place takes its input's place."""
+    from types import SimpleNamespace
+
+    from dlbricks.generators.ort import ALIGN, _chain_offsets
+
+    def brick(*sizes: int) -> SimpleNamespace:
+        return SimpleNamespace(_output_types=[((n,), np.dtype(np.float32)) for n in sizes])
+
+    chain = [brick(1000), brick(1000), brick(500, 500), brick(1000), brick(1000)]
+    reads = [[], [(0, 0)], [(0, 0)], [(1, 0), (2, 0), (2, 1)], [(3, 0)]]
+    offsets, size = _chain_offsets(chain, reads, {(4, 0): (3, 0)})
+    life = {(0, 0): (0, 2), (1, 0): (1, 3), (2, 0): (2, 3), (2, 1): (2, 3), (3, 0): (3, 4)}
+    nbytes = {(j, o): chain[j]._output_types[o][0][0] * 4 for j, o in life}
+    for a in life:
+        assert offsets[a] % ALIGN == 0
+        for b in life:
+            alive_together = a < b and life[a][1] >= life[b][0]
+            if alive_together:
+                assert offsets[a] + nbytes[a] <= offsets[b] or offsets[b] + nbytes[b] <= offsets[a]
+    assert offsets[(4, 0)] == offsets[(3, 0)]  # in place
+    assert offsets[(3, 0)] == 0  # the first output's place, dead by then
+    assert size < sum(nbytes.values())
 
 
 def test_layer_bricks_rounds_are_chained_by_default_where_the_backend_chains_bricks_on_a_cpu() -> None:

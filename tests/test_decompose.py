@@ -327,27 +327,6 @@ def test_a_suppressions_boxes_and_scores_are_its_models_own() -> None:
     assert signatures[0] != signatures[1]
 
 
-def _masked_softmax_model(least: float = float(np.finfo(np.float32).min)) -> onnx.ModelProto:
-    """Attention scores plus a mask of float32's least value where ``mask`` is 0 (as torch exports
-    it), then a Softmax."""
-    from onnx import TensorProto, helper
-
-    nodes = [
-        helper.make_node("Cast", ["mask"], ["maskf"], to=TensorProto.FLOAT),
-        helper.make_node("Sub", ["one", "maskf"], ["inverted"]),
-        helper.make_node("Mul", ["inverted", "least"], ["bias"]),
-        helper.make_node("Add", ["scores", "bias"], ["masked"]),
-        helper.make_node("Softmax", ["masked"], ["probs"], axis=-1),
-    ]
-    inits = [helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
-             helper.make_tensor("least", TensorProto.FLOAT, [], [least])]
-    graph = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 2, 8, 8]),
-                                               helper.make_tensor_value_info("mask", TensorProto.INT64, [1, 1, 1, 8])],
-                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, 2, 8, 8])],
-                              initializer=inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-
-
 def test_a_softmax_behind_an_attention_mask_is_fed_the_masks_values() -> None:
     """A Softmax's brick keeps its input's values from the model's run, the mask's -3.4e38 among them,
     and the onnxruntime backend feeds them: its time depends on them on some processors."""
@@ -355,7 +334,7 @@ def test_a_softmax_behind_an_attention_mask_is_fed_the_masks_values() -> None:
     from dlbricks.generators.ort import OrtBackend
     from dlbricks.inputs import random_inputs
 
-    graph = dlbricks.load_model(_masked_softmax_model())
+    graph = dlbricks.load_model(_models.masked_softmax())
     x = random_inputs(graph.inputs, seed=0)
     expected = x["scores"] + (1.0 - x["mask"].astype(np.float32)) * np.finfo(np.float32).min
     assert (expected < -1e38).any()  # the seeded mask masks some positions
@@ -392,10 +371,10 @@ def test_an_unmasked_softmax_keeps_no_values_and_its_bricks_stay_shared() -> Non
 
 
 def _two_masked_softmaxes(second_shape: tuple[int, ...]) -> onnx.ModelProto:
-    """:func:`_masked_softmax_model` and a second masked Softmax behind it, of ``second_shape``."""
+    """:func:`masked_softmax` and a second masked Softmax behind it, of ``second_shape``."""
     from onnx import TensorProto, helper
 
-    model = _masked_softmax_model()
+    model = _models.masked_softmax()
     model.graph.node.extend([helper.make_node("Reshape", ["probs", "shape2"], ["scores2"]),
                              helper.make_node("Add", ["scores2", "least"], ["again"]),
                              helper.make_node("Softmax", ["again"], ["probs2"], axis=-1)])
@@ -438,7 +417,7 @@ def test_kept_values_stop_at_the_models_total(monkeypatch: pytest.MonkeyPatch) -
 def test_a_mask_of_minus_ten_thousand_is_kept() -> None:
     """A BERT built by hand masks with -10000, whose exponential underflows as float32's least does:
     its Softmax's brick keeps the masked values too."""
-    dec = dlbricks.decompose(dlbricks.load_model(_masked_softmax_model(least=-10000.0)))
+    dec = dlbricks.decompose(dlbricks.load_model(_models.masked_softmax(least=-10000.0)))
     (softmax,) = [b for b in dec.bricks.values() if b.op_type == "Softmax"]
     (spec,) = softmax.inputs
     assert (spec.statistics.recorded(spec.shape) < -9000).any()
@@ -453,6 +432,6 @@ def test_a_model_without_a_mask_value_runs_nothing(monkeypatch: pytest.MonkeyPat
         raise AssertionError("the model was run for its Softmax inputs")
 
     monkeypatch.setattr(runtime, "values_from_runtime", refuse)
-    dec = dlbricks.decompose(dlbricks.load_model(_masked_softmax_model(least=-50.0)))
+    dec = dlbricks.decompose(dlbricks.load_model(_models.masked_softmax(least=-50.0)))
     (softmax,) = [b for b in dec.bricks.values() if b.op_type == "Softmax"]
     assert softmax.inputs[0].statistics is None
