@@ -584,11 +584,11 @@ class _KeptRunners:
         return _Kept(self._runners[key])
 
     def restart(self, config: Any) -> None:
-        """Stop the worker of ``config``'s runner, if any: the next request starts a fresh one (the
-        runner keeps its floor)."""
+        """Stop the worker of ``config``'s runner, if any: the next request starts a fresh one, or
+        takes the spare that the last rounds started (the runner keeps its floor)."""
         for key, runner in self._runners.items():
             if key.endswith(f"/{config.config_id}"):
-                runner.close()
+                runner.close(keep_spare=True)
 
     def close(self) -> None:
         for runner in self._runners.values():

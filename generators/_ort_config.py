@@ -38,8 +38,10 @@ COLD_SPANS = ("model", "cache")
 #: brick's first input (:meth:`~dlbricks.generators.ort.OrtPrepared._feed_from_previous`); 8: the copies
 #: side by side that time a brick's repeat on an accelerator stay apart
 #: (:data:`~dlbricks.generators.ort.KEEP_COPIES_APART`); 9: the brick before leaves alone a first input
-#: that keeps its model's values (a masked Softmax's).
-MEASUREMENT_METHOD = 9
+#: that keeps its model's values (a masked Softmax's); 10: in chained rounds each input reads the
+#: brick that writes it in the model and every output is placed by its lifetime in one block of
+#: memory (:func:`~dlbricks.generators.ort.prepare_chain`).
+MEASUREMENT_METHOD = 10
 
 
 def _ort() -> ModuleType:

@@ -129,7 +129,9 @@ def lock_waited_s() -> float:
 class _Worker:
     """One worker subprocess and its pipes; its stderr goes to a temporary file."""
 
-    def __init__(self, env: dict[str, str], keep_bytes: int = 0) -> None:
+    def __init__(self, env: dict[str, str], keep_bytes: int = 0, *, wait: bool = True) -> None:
+        """Start the worker and send it its ``init``; unless ``wait``, :meth:`ready` reads the answer
+        (the worker imports the runtime meanwhile)."""
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the worker
         self.proc = subprocess.Popen(
             [sys.executable, "-m", WORKER_MODULE],
@@ -139,9 +141,29 @@ class _Worker:
             env=env,
             process_group=0,  # Ctrl-C at a terminal reaches the driver only; it decides when we stop
         )
+        self._started = False
         init = {"sys_path": list(sys.path), "registry": portable_registry(), "cache_bytes": keep_bytes}
+        assert self.proc.stdin is not None
         try:
-            status, reply = self.request(("init", init), STARTUP_TIMEOUT_S)
+            write_message(self.proc.stdin, ("init", init))
+        except (BrokenPipeError, OSError):
+            pass  # ready() reads why it died
+        if wait:
+            self.ready()
+
+    def ready(self) -> _Worker:
+        """Wait for the answer to ``init``: the worker has imported the runtime and serves requests.
+
+        Raises
+        ------
+        BackendError
+            If the worker died or did not answer within :data:`STARTUP_TIMEOUT_S`.
+        """
+        if self._started:
+            return self
+        assert self.proc.stdout is not None
+        try:
+            status, reply = read_message(self.proc.stdout.fileno(), STARTUP_TIMEOUT_S)
         except (WorkerDiedError, WorkerTimeoutError) as e:
             reason = self.death_reason() if isinstance(e, WorkerDiedError) else "did not start in time"
             self.kill()
@@ -149,6 +171,8 @@ class _Worker:
         if status != "ok":
             self.kill()
             raise BackendError(f"The benchmark worker failed to start: {reply}.")
+        self._started = True
+        return self
 
     def request(self, message: tuple[str, Any], timeout: float) -> tuple[str, Any]:
         """Send ``message`` and wait at most ``timeout`` seconds for the answer."""
@@ -316,6 +340,7 @@ class Runner:
         self._floor: Measurement | None = None
         self._floor_at = 0.0
         self._worker: _Worker | None = None
+        self._spare: _Worker | None = None
         self._idle_spin_s = getattr(self.backend, "idle_spin_s", lambda config: 0.0)(self.config)
         self._queue = bool(getattr(self.backend, "takes_queue_times", lambda config: False)(self.config))
         self._repeat = bool(repeat)
@@ -331,11 +356,24 @@ class Runner:
         """The process id of the current worker, or None when none is running."""
         return None if self._worker is None else self._worker.proc.pid
 
-    def close(self) -> None:
-        """Stop the worker (a later measurement starts a new one)."""
+    def close(self, *, keep_spare: bool = False) -> None:
+        """Stop the worker (a later measurement starts a new one), and the spare one started by
+        :meth:`prestart` unless ``keep_spare`` (the next request then takes it)."""
         if self._worker is not None:
             worker, self._worker = self._worker, None
             worker.close()
+        if self._spare is not None and not keep_spare:
+            spare, self._spare = self._spare, None
+            spare.kill()
+
+    def prestart(self) -> None:
+        """Start a spare worker now, without waiting for it, so that it imports the runtime while the
+        current worker measures: the request after the next :meth:`close` takes it ready (a worker's
+        start, some 1-2 s of imports, is then off the critical path). Its start runs beside the current
+        worker's timing on another core; the paired rounds are what should run then, since both of
+        their sides meet it."""
+        if self._spare is None:
+            self._spare = self._new_worker(wait=False)
 
     def floor(self) -> Measurement:
         """The floor measurement of this configuration: calibrated before the first item, again
@@ -495,10 +533,18 @@ class Runner:
     def _ensure_worker(self) -> _Worker:
         """The running worker, started if there is none."""
         if self._worker is None:
-            env = dict(os.environ)
-            env.update(self.backend.worker_env(self.config))
-            self._worker = _Worker(env, self._keep_bytes)
+            spare, self._spare = self._spare, None
+            if spare is not None:
+                with contextlib.suppress(BackendError):  # a spare that died: a fresh worker says why
+                    self._worker = spare.ready()
+            if self._worker is None:
+                self._worker = self._new_worker(wait=True)
         return self._worker
+
+    def _new_worker(self, *, wait: bool) -> _Worker:
+        env = dict(os.environ)
+        env.update(self.backend.worker_env(self.config))
+        return _Worker(env, self._keep_bytes, wait=wait)
 
     def _request(
         self,
@@ -586,10 +632,12 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
         if p >= processes and (not parts or _processes_agree(parts, rel_ci)):
             break
         if p:
-            runner.close()  # the next request starts a fresh worker
+            runner.close(keep_spare=True)  # the next request starts a fresh worker, or takes the spare
         held = runner.measure_detailed(whole, hold=True, budget=_HOLD_BUDGET)[0]
         if not held.ok:
             continue
+        if p + 1 < max(processes, max_processes):
+            runner.prestart()  # the next process starts while this one's rounds run
         part = runner.rounds(held.key, items, counts, rounds, seed=None if seed is None else seed * 97 + p, feeds=feeds)
         runner.release(held.key)
         if part is not None:

@@ -199,3 +199,28 @@ def test_launch_queue_times_come_in_a_request_of_their_own_that_may_crash() -> N
         assert runner.measure(behavior_model("queue-ok", tag="after")).device_s == 20e-6
     with Runner(FAULTY, budget=BUDGET) as runner:  # a backend config that takes none
         assert runner.measure(behavior_model("queue-ok", tag="plain")).host_s is None
+
+
+def test_a_spare_worker_started_ahead_serves_the_request_after_close() -> None:
+    """``prestart`` starts a worker that imports while the current one works; the request after
+    ``close(keep_spare=True)`` takes it, and ``close()`` stops a spare nobody took."""
+    with Runner(backend=FAULTY, budget=BUDGET, floor=False) as runner:
+        assert runner.measure(behavior_model("ok", tag="a")).status == "ok"
+        first = runner.worker_pid
+        runner.prestart()
+        spare = runner._spare
+        assert spare is not None and spare.proc.pid != first
+        runner.close(keep_spare=True)
+        assert runner.measure(behavior_model("ok", tag="b")).status == "ok"
+        assert runner.worker_pid == spare.proc.pid and runner._spare is None
+        runner.prestart()
+        unused = runner._spare
+        runner.close()
+        assert unused.proc.poll() is not None  # stopped with the runner's worker
+    with Runner(backend=FAULTY, budget=BUDGET, floor=False) as runner:
+        runner.prestart()
+        dead = runner._spare
+        dead.proc.kill()  # a spare that died before it was taken: a fresh worker stands in
+        dead.proc.wait()
+        assert runner.measure(behavior_model("ok", tag="c")).status == "ok"
+        assert runner.worker_pid not in (None, dead.proc.pid)
