@@ -52,8 +52,10 @@ __all__ = [
 #: at least, 4 s at most (a model of seconds gets its 6 rounds all the same).
 PAIRED_ROUNDS = RoundsBudget(min_rounds=6, min_time=0.5, max_time=4.0, rel_ci=0.02)
 #: Rounds of single calls on bricks prepared as a chain (``RoundsBudget.chained``): a round costs
-#: about one run of the model's unique bricks, so more rounds fit in the same time.
-CHAINED_ROUNDS = RoundsBudget(min_rounds=20, min_time=0.2, max_time=4.0, rel_ci=0.02, chained=True)
+#: about one run of the model's unique bricks, so more rounds fit in the same time; 10 a process at
+#: least, which a model of a quarter second or more takes beyond the 4 s (its whole run twice a
+#: round, and its bricks once).
+CHAINED_ROUNDS = RoundsBudget(min_rounds=10, min_time=0.2, max_time=4.0, rel_ci=0.02, chained=True)
 #: The rounds ``evaluate --rounds`` chooses among.
 ROUND_DESIGNS = {"bursts": PAIRED_ROUNDS, "chained": CHAINED_ROUNDS}
 
