@@ -517,8 +517,8 @@ def prepare_chain(backend: OrtBackend, models: Sequence[onnx.ModelProto], config
             chain.append(None)
     if feeds is None:
         feeds = _guessed_feeds(models, chain)
-    reads = [_checked_feeds(chain, j, row) for j, row in enumerate(feeds)] + \
-        [[] for _ in range(len(chain) - len(feeds))]
+    rows = list(feeds)[:len(chain)]
+    reads = [_checked_feeds(chain, j, row) for j, row in enumerate(rows)] + [[] for _ in range(len(chain) - len(rows))]
     owner = _in_place_owners(models, chain, reads)
     offsets, size = _chain_offsets(chain, reads, owner)
     if not offsets:
