@@ -581,16 +581,16 @@ def _guessed_feeds(models: Sequence[onnx.ModelProto], chain: Sequence[OrtPrepare
 
 
 def _checked_feeds(chain: Sequence[OrtPrepared | None], j: int, row: Sequence[Feed]) -> list[Feed]:
-    """``row``, the feeds of brick ``j``'s inputs, keeping those it can read: an input of a type of
-    :func:`_fed_type` that does not keep its values, from an earlier brick of the chain, of the
-    input's shape and type."""
+    """``row``, the feeds of brick ``j``'s inputs, keeping those it can read: a floating-point input
+    that does not keep its values (an integer one keeps the valid indices it was drawn with), from
+    an earlier brick of the chain, of the input's shape and type."""
     prepared = chain[j]
     if prepared is None:
         return []
     out: list[Feed] = []
     for meta, feed in zip(prepared.session.get_inputs(), row, strict=False):
         mine = prepared._inputs.get(meta.name)
-        if feed is None or mine is None or not _fed_type(mine.dtype) or meta.name in prepared._kept \
+        if feed is None or mine is None or not np.issubdtype(mine.dtype, np.floating) or meta.name in prepared._kept \
                 or not 0 <= feed[0] < j:
             out.append(None)
             continue
@@ -601,14 +601,6 @@ def _checked_feeds(chain: Sequence[OrtPrepared | None], j: int, row: Sequence[Fe
         shape, dtype = writer._output_types[feed[1]]
         out.append(feed if (tuple(shape), np.dtype(dtype)) == (tuple(mine.shape), mine.dtype) else None)
     return out
-
-
-def _fed_type(dtype: Any) -> bool:
-    """Whether an input of ``dtype`` reads what the chain wrote: floating point, and the 8-bit
-    integers of quantized activations (any byte is a valid one); a wider integer input may be an
-    index, and keeps the valid values it was drawn with."""
-    dtype = np.dtype(dtype)
-    return np.issubdtype(dtype, np.floating) or dtype in (np.dtype(np.uint8), np.dtype(np.int8))
 
 
 def _in_place_owners(models: Sequence[onnx.ModelProto], chain: Sequence[OrtPrepared | None],

@@ -254,36 +254,3 @@ def test_bench_then_validate_with_chained_rounds(with_peaks, tmp_path) -> None:
     assert result.exit_code == 0, result.output
     row = next(line for line in result.output.splitlines() if line.startswith("r1 "))
     assert "-" in row.split()[4]  # the interval
-
-
-def test_a_chain_feeds_quantized_bytes_but_not_wider_integers() -> None:
-    """A DequantizeLinear reads the bytes its QuantizeLinear wrote, as in the model (any byte is a
-    valid quantized value); an int64 input, which may be an index, keeps the values it was drawn with."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    nodes = [helper.make_node("Relu", ["x"], ["r"]),
-             helper.make_node("QuantizeLinear", ["r", "s", "z"], ["q"]),
-             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
-             helper.make_node("ArgMax", ["d"], ["i"], axis=1, keepdims=1),
-             helper.make_node("Gather", ["table", "i"], ["g"], axis=0)]
-    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"),
-             numpy_helper.from_array(np.array(128, np.uint8), "z"),
-             numpy_helper.from_array(np.random.default_rng(0).random((64, 4), dtype=np.float32), "table")]
-    graph = helper.make_graph(nodes, "q", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
-                              [helper.make_tensor_value_info("g", TensorProto.FLOAT, [2, 1, 4])], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-    dec = dlbricks.decompose(dlbricks.load_model(model, name="q"))
-    keys = list(dict.fromkeys(o.signature for o in dec.occurrences))
-    ops = [dec.bricks[k].op_types[0] for k in keys]
-    chain = OrtBackend().prepare_chain([dec.in_context(k).to_onnx() for k in keys], OrtConfig(), dec.feeds(keys))
-    for prepared in chain:
-        prepared.run()
-
-    def reads(reader: str, writer: str) -> bool:
-        written = chain[ops.index(writer)].binding.get_outputs()[0].data_ptr()
-        return any(isinstance(v, ort.OrtValue) and v.data_ptr() == written for v in chain[ops.index(reader)]._values)
-
-    assert reads("DequantizeLinear", "QuantizeLinear")  # uint8, fed
-    assert not reads("Gather", "ArgMax")  # int64 indices, drawn
-    for prepared in chain:
-        prepared.close()
