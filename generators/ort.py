@@ -650,7 +650,7 @@ def _chain_offsets(chain: Sequence[OrtPrepared | None], reads: Sequence[Sequence
     placed: list[tuple[int, int, int, int]] = []  # first, last, start, end
     where: dict[tuple[int, int], int] = {}
     for buffer, (first, end, nbytes) in sorted(span.items(), key=lambda item: (item[1][0], item[0][1])):
-        alive = sorted((s, e) for f, l, s, e in placed if l >= first and f <= end)
+        alive = sorted((start, stop) for born, dies, start, stop in placed if dies >= first and born <= end)
         offset = 0
         for start, stop in alive:
             if offset + nbytes <= start:
