@@ -130,8 +130,9 @@ class _Worker:
     """One worker subprocess and its pipes; its stderr goes to a temporary file."""
 
     def __init__(self, env: dict[str, str], keep_bytes: int = 0, *, wait: bool = True) -> None:
-        """Start the worker and send it its ``init``; unless ``wait``, :meth:`ready` reads the answer
-        (the worker imports the runtime meanwhile)."""
+        """Start the worker and send it its ``init``; with ``wait`` read the answer now, holding the
+        machine's timing lock as every request does; else :meth:`ready` reads it later (a spare
+        imports the runtime meanwhile, outside the lock)."""
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the worker
         self.proc = subprocess.Popen(
             [sys.executable, "-m", WORKER_MODULE],
@@ -149,7 +150,8 @@ class _Worker:
         except (BrokenPipeError, OSError):
             pass  # ready() reads why it died
         if wait:
-            self.ready()
+            with _MACHINE.held():  # a start on the critical path waits its turn, as every request does
+                self.ready()
 
     def ready(self) -> _Worker:
         """Wait for the answer to ``init``: the worker has imported the runtime and serves requests.
