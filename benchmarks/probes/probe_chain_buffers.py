@@ -28,12 +28,11 @@ import argparse
 from dataclasses import replace
 
 import numpy as np
-import onnx
 
 import dlbricks
+from dlbricks.benchmarks_db.rounds import round_order
 from dlbricks.estimator.api import CHAINED_ROUNDS
 from dlbricks.generators import OrtConfig
-from dlbricks.generators.items import resolve_item
 from dlbricks.generators.ort import OrtBackend
 from dlbricks.generators.rounds import time_rounds
 from dlbricks.model_zoo import build
@@ -48,12 +47,9 @@ def main() -> None:
     args = parser.parse_args()
     model = build(args.model)
     dec = dlbricks.decompose(dlbricks.load_model(model, name=args.model))
-    keys = list(dict.fromkeys(o.signature for o in dec.occurrences))
+    keys = round_order(dec)
     counts = dec.counts()
-    models = []
-    for key in keys:
-        loaded = resolve_item(dec.in_context(key)).load()
-        models.append(onnx.load_from_string(loaded) if isinstance(loaded, bytes) else loaded)
+    models = [dec.in_context(key).to_onnx() for key in keys]
     config, backend = OrtConfig(), OrtBackend()
     whole = backend.prepare(model, config)
     if args.feeds == "apart":
