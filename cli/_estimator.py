@@ -507,15 +507,7 @@ def _print_evaluation(ev: Evaluation) -> None:
                f"({ev.layers / max(ev.unique_bricks, 1):.2f} layers per brick)")
     rule = (f" (each estimate to +-{100 * ev.target_ci:g}%, whole medians to the same)" if ev.target_ci
             else " (same stopping rule)")
-    click.echo(f"benchmarking time: unique bricks {ev.brick_time_s:.1f} s (setup {ev.brick_setup_s:.1f} s, timed "
-               f"runs {ev.brick_timed_s:.1f} s), whole models "
-               + (f"{ev.whole_time_s:.1f} s: wall speedup {ev.speedup:.2f}x{rule}" if ev.whole_time_s
-                  else "measured by an earlier run of this database: no speedup figure")
-               + (f"; the bricks measured in {ev.rounds_s:.1f} s of chained rounds, each model with its bricks "
-                  "(their side of the rounds is the bricks' time; the whole model's side in neither figure)"
-                  if ev.rounds_s and ev.bricks_in_rounds else
-                  f"; then {ev.rounds_s:.1f} s of rounds, each model with its bricks (what the table reads; in "
-                  "neither figure)" if ev.rounds_s else ""))
+    click.echo(_time_line(ev, rule))
     if ev.lock_waited_s >= 1.0:
         click.echo(f"waited {ev.lock_waited_s:.0f} s for another dlbricks process timing on this machine (in the "
                    "elapsed time only)")
@@ -545,6 +537,22 @@ def _runtime_text(config: Any) -> str:
     name = backend_name(config)
     text = f"{name} {get_backend(name).describe(config).get('version', '?')}"
     return text + (f", optimizations {config.graph_optimization_level}" if isinstance(config, OrtConfig) else "")
+
+
+def _time_line(ev: Evaluation, rule: str) -> str:
+    """Where the benchmarking time went: the unique bricks' side, the whole models', the speedup."""
+    bricks = (f"benchmarking time: unique bricks {ev.brick_time_s:.1f} s (setup {ev.brick_setup_s:.1f} s, timed runs "
+              f"{ev.brick_timed_s:.1f} s), whole models ")
+    if not ev.whole_time_s:
+        return bricks + "measured by an earlier run of this database: no speedup figure"
+    if ev.bricks_in_rounds and ev.rounds_s:
+        return (bricks + f"{ev.whole_time_s:.1f} s (setup {ev.whole_setup_s:.1f} s, timed runs "
+                f"{ev.whole_time_s - ev.whole_setup_s:.1f} s): wall speedup {ev.speedup:.2f}x, each side in the same "
+                f"{ev.rounds_s:.1f} s of chained rounds, each model with its bricks (the whole model's untimed runs "
+                "between them, which restore its caches, in neither)")
+    return (bricks + f"{ev.whole_time_s:.1f} s: wall speedup {ev.speedup:.2f}x{rule}"
+            + (f"; then {ev.rounds_s:.1f} s of rounds, each model with its bricks (what the table reads; in "
+               "neither figure)" if ev.rounds_s else ""))
 
 
 def _print_swing(rows: Sequence[Any]) -> None:

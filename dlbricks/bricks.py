@@ -531,9 +531,10 @@ def reuse_bytes(model: onnx.ModelProto) -> int | None:
 
 
 def split_previous(model: onnx.ModelProto) -> tuple[onnx.ModelProto, onnx.ModelProto | None]:
-    """``model`` without the model of the brick before it (:data:`PREVIOUS_KEY`), and that model
-    (None if it carries none). Backends build their sessions from the first: every session copy of
-    a brick would otherwise hold the bytes of its previous brick too."""
+    """``model`` without the model of the brick before it (:data:`PREVIOUS_KEY`), its weights drawn
+    (:func:`materialize`), and that model as it is carried, its weights left to draw where it is
+    prepared (None if it carries none). Backends build their sessions from the first: every session
+    copy of a brick would otherwise hold the bytes of its previous brick too."""
     value = next((p.value for p in model.metadata_props if p.key == PREVIOUS_KEY), None)
     if value is None:
         return materialize(model), None
@@ -542,7 +543,7 @@ def split_previous(model: onnx.ModelProto) -> tuple[onnx.ModelProto, onnx.ModelP
     kept = [p for p in own.metadata_props if p.key != PREVIOUS_KEY]
     del own.metadata_props[:]
     own.metadata_props.extend(kept)
-    return materialize(own), materialize(onnx.load_from_string(base64.b64decode(value)))
+    return materialize(own), onnx.load_from_string(base64.b64decode(value))
 
 
 def materialize(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -144,10 +144,11 @@ class Evaluation:
     # and inside timed regions; without a target_ci, populate's measurements only (both configurations).
     brick_setup_s: float = 0.0
     brick_timed_s: float = 0.0
+    whole_setup_s: float = 0.0  # chained rounds: of whole_time_s, each process's session of the whole model
     target_ci: float | None = None  # relative 95% half-width asked of each model's estimate
     worst_ci: float | None = None  # the largest that the bricks' allocation reached for a model
     rounds_s: float = 0.0  # seconds of the rounds that set each model beside its bricks (validation)
-    bricks_in_rounds: bool = False  # the rounds measured the bricks (chained); their side is brick_time_s
+    bricks_in_rounds: bool = False  # the rounds measured both sides (chained): each side's time is its own
     lock_waited_s: float = 0.0  # seconds waited for another dlbricks process's timing (in no time above)
 
     @property
@@ -207,14 +208,14 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     Bricks are measured once each in the estimate's configuration, and (``lower_bound_sweep``) once
     more with warm caches, the fastest state a brick can meet, for the lower bound; on CUDA the launch
     queue's times already hold each brick's kernels after themselves, which its lower bound takes,
-    and the warm run is left out. The suite runs model by model: each model is measured whole
-    (the measurement whose time the benchmarking speedup counts) and held in a worker; then the whole
-    model and every one of its bricks run in interleaved rounds
+    and the warm run is left out. The suite runs model by model: the whole model and every one of
+    its bricks run in interleaved rounds
     (:func:`~dlbricks.benchmarks_db.rounds.measure_in_rounds`), so that its estimate and its measured
     latency come from the same moments of the machine: for layer bricks on a CPU with onnxruntime,
-    rounds of single calls on its bricks prepared as a chain, which measure them
-    (:data:`~dlbricks.estimator.api.CHAINED_ROUNDS`); elsewhere its new bricks are measured first, then
-    rounds of short bursts of each (:data:`PAIRED_ROUNDS`). Each
+    rounds of single calls on its bricks prepared as a chain, which measure both sides, each side's
+    time the benchmarking speedup's (:data:`~dlbricks.estimator.api.CHAINED_ROUNDS`); elsewhere the
+    model is measured whole first (the measurement whose time the speedup counts) and its new bricks
+    are measured, then rounds of short bursts of each (:data:`PAIRED_ROUNDS`). Each
     brick's runs over the rounds are stored in the model's context; the model's measured latency is
     its median over the rounds, and its interval holds what the rounds saw of the machine's swing
     (:func:`~dlbricks.estimator.estimation.paired_interval`) and how far the suite's other models landed from
@@ -259,7 +260,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
         [_Turns(layer_set, [config], target_ci)] if granularity == "both" else [])
     rounds = rounds or default_rounds(config, granularity)
     bricks_in_rounds = _bricks_in_rounds(rounds, config)
-    whole_time, rounds_s, paired = _measure_suite(models, brickset, turns, store, system, config, budget, say,
+    whole_time, whole_setup, rounds_s, paired = _measure_suite(models, brickset, turns, store, system, config, budget, say,
                                                     rounds)
     if sweep:
         _sweep_algorithms(brickset, sweep, store, system, backend_name(config), say)
@@ -281,7 +282,8 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
                       layer_unique_bricks=layer_set.summary().unique_bricks if granularity == "both" else None,
                       brick_setup_s=turns[0].setup_s, brick_timed_s=turns[0].timed_s, target_ci=target_ci,
                       worst_ci=max(turns[0].cis) if turns[0].cis else None, rounds_s=rounds_s,
-                      lock_waited_s=lock_waited_s() - waited, bricks_in_rounds=bricks_in_rounds)
+                      lock_waited_s=lock_waited_s() - waited, bricks_in_rounds=bricks_in_rounds,
+                      whole_setup_s=whole_setup)
 
 
 #: Ops whose kernels a library chooses among algorithms (cuDNN's convolution search, cuBLAS with or
@@ -391,19 +393,22 @@ def _calibrate_once(store: Store, system: SystemInfo, config: Any, say: Callable
 
 def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_Turns], store: Store,
                    system: SystemInfo, config: Any, budget: Budget, say: Callable[[str], object],
-                   rounds: RoundsBudget = PAIRED_ROUNDS) -> tuple[float, float, dict[str, PairedRounds]]:
-    """Measure the suite model by model; returns the whole models' benchmarking time, the rounds'
-    time and each model's rounds.
+                   rounds: RoundsBudget = PAIRED_ROUNDS) -> tuple[float, float, float, dict[str, PairedRounds]]:
+    """Measure the suite model by model; returns the whole models' benchmarking time, its setup
+    in chained rounds, the rounds' time and each model's rounds.
 
-    Each model is measured whole (the measurement whose time the speedup counts) and held in the
-    worker of the estimate's configuration; its new bricks are measured (then the warm sweep that
-    gives each brick its fastest state for the lower bound); then the whole model and its bricks run
-    in rounds (:func:`_in_rounds`), one set of rounds per granularity, and the first one's whole
-    runs are the model's measurement. A model measured whole by an earlier run of the database has
+    With chained rounds (:func:`_bricks_in_rounds`) the rounds measure both sides: the whole model
+    and every one of its bricks run in them (:func:`_in_rounds`), one set of rounds per granularity,
+    and each side's time is its own (the whole model's: its session in each process and its timed
+    runs; the bricks': their preparation and their calls). Otherwise each model is first measured
+    whole (the measurement whose time the speedup counts), its new bricks are measured (then the
+    warm sweep that gives each brick its fastest state for the lower bound), and then the rounds
+    pair them. The first set of rounds' whole runs are the model's measurement; where they failed,
+    the model is measured whole apart. A model measured whole by an earlier run of the database has
     its new bricks measured and no rounds."""
     backend = backend_name(config)
     chained = _bricks_in_rounds(rounds, config)
-    whole_time = rounds_time = 0.0
+    whole_time = whole_setup = rounds_time = 0.0
     paired: dict[str, PairedRounds] = {}
     workers = _KeptRunners(repeat_for=config.config_id)
     try:
@@ -412,40 +417,46 @@ def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_T
             workers.restart(config)  # each model's bricks and rounds in a worker of its own
             runner = workers(backend, config, budget, False).runner
             graph = load_model(build(name), name=name)
+            earlier = _measured(store.measurements.get(dec.model_key, system, config.config_id, kind="model"))
             first = None
-            if not _measured(store.measurements.get(dec.model_key, system, config.config_id, kind="model")):
+            if not earlier and not chained:
                 say(f"{name}: whole model")
                 first = runner.measure(graph)
-            in_rounds = chained and first is not None and first.ok
-            for turn in turns:
-                if in_rounds:  # the rounds measure the bricks; the warm sweep's state is their fastest call
-                    continue
-                turn.measure(name, store, workers, backend, budget, system, say)
-            if first is None:
+            if earlier or not chained:  # chained rounds measure the bricks themselves
+                for turn in turns:
+                    turn.measure(name, store, workers, backend, budget, system, say)
+            if earlier:
                 continue
             whole = first
-            if first.ok:
+            if first is None or first.ok:
                 for k, turn in enumerate(turns):
                     result = _in_rounds(store, turn.brickset.models[name], runner, graph, system, budget, seed, say,
                                         rounds)
                     if result is None:
-                        if in_rounds:  # nothing else measures its bricks: measure them apart
+                        if chained:  # nothing else measures its bricks: measure them apart
                             turn.measure(name, store, workers, backend, budget, system, say)
                         continue
-                    if in_rounds:
+                    if chained:
                         turn.setup_s += result.rounds.prepare_s
                         turn.timed_s += result.rounds.bricks_timed_s()
                     rounds_time += result.rounds.elapsed_s
                     if k == 0:
                         paired[name] = result
-                        whole = replace(result.whole, key=first.key, wall_time_s=first.wall_time_s)
-            whole_time += first.wall_time_s
+                        if first is None:
+                            whole_setup += result.rounds.hold_s
+                        whole = (replace(result.whole, key=first.key, wall_time_s=first.wall_time_s) if first
+                                 else replace(result.whole, wall_time_s=result.rounds.hold_s
+                                              + result.rounds.whole_timed_s()))
+            if whole is None:  # its rounds failed: the whole model apart
+                say(f"{name}: whole model")
+                whole = runner.measure(graph)
+            whole_time += whole.wall_time_s or 0.0
             # from rounds: it replaces the whole run stored, as the bricks' runs in them do
             store.measurements.record_model(whole, system, budget=budget,
                                             rule="replace" if name in paired else "best")
     finally:
         workers.close()
-    return whole_time, rounds_time, paired
+    return whole_time, whole_setup, rounds_time, paired
 
 
 def _in_rounds(store: Store, dec: Decomposition, runner: Runner, graph: ModelGraph, system: SystemInfo,

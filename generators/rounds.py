@@ -112,6 +112,9 @@ class Rounds:
         The worker process each round ran in (:func:`merge_paired`); empty for rounds of one process.
     prepare_s : float
         Seconds the worker spent preparing the bricks it did not keep (every process's, merged).
+    hold_s : float
+        Seconds spent holding the whole model for the rounds: its session built and run once in the
+        worker, every process's (merged); the whole model's setup beside :attr:`prepare_s`.
     converged : bool
         Whether the ratio's CI met the budget's ``rel_ci`` before ``max_rounds`` or ``max_time``.
     elapsed_s : float
@@ -127,6 +130,7 @@ class Rounds:
     bricks_min_s: tuple[float, ...] = ()
     process: tuple[int, ...] = ()
     prepare_s: float = 0.0
+    hold_s: float = 0.0
 
     @property
     def count(self) -> int:
@@ -139,6 +143,12 @@ class Rounds:
         calls = sum(sum(row) for row in self.bricks_s)
         floors = sum(sum(row) for row in self.empties_s if row is not None)
         return float(calls + floors)
+
+    def whole_timed_s(self) -> float:
+        """Seconds of the whole model's timed runs over every round: what timing the whole model
+        cost, beside :attr:`hold_s` (its untimed runs before them, which restore the caches after
+        the bricks, are the pairing's cost, in neither side)."""
+        return float(sum(self.whole_s))
 
     def sums(self, counts: Sequence[int]) -> np.ndarray:
         """Per round, the bricks' times weighted by ``counts`` (occurrences per brick) and summed."""
@@ -404,6 +414,7 @@ def merge_paired(parts: Sequence[PairedRounds]) -> PairedRounds:
                            for i in range(len(keys))),
         process=tuple(p for r in rounds for p in r.process),
         prepare_s=sum(r.prepare_s for r in rounds),
+        hold_s=sum(r.hold_s for r in rounds),
     )
     whole = parts[0].whole
     floors = [p.whole.floor_s for p in parts if p.whole.floor_s is not None]

@@ -629,19 +629,33 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
     for name, value in (("processes", processes), ("max_processes", max_processes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidArgumentError(f"'{name}' must be an int >= 1. Got {value!r} instead.")
+    resolved = [item if isinstance(item, Item) else resolve_item(item, i) for i, item in enumerate([whole, *items])]
+    try:  # serialized once for every process
+        whole_item, *brick_items = [_loaded(item) for item in resolved]
+    except Exception:  # a model that cannot materialize: no rounds, the stored figures stand
+        return None
     parts: list[PairedRounds] = []
     for p in range(max(processes, max_processes)):
         if p >= processes and (not parts or _processes_agree(parts, rel_ci)):
             break
         if p:
             runner.close(keep_spare=True)  # the next request starts a fresh worker, or takes the spare
-        held = runner.measure_detailed(whole, hold=True, budget=_HOLD_BUDGET)[0]
+        held = runner.measure_detailed(whole_item, hold=True, budget=_HOLD_BUDGET)[0]
         if not held.ok:
             continue
         if p + 1 < max(processes, max_processes):
             runner.prestart()  # the next process starts while this one's rounds run
-        part = runner.rounds(held.key, items, counts, rounds, seed=None if seed is None else seed * 97 + p, feeds=feeds)
+        part = runner.rounds(held.key, brick_items, counts, rounds, seed=None if seed is None else seed * 97 + p,
+                             feeds=feeds)
         runner.release(held.key)
         if part is not None:
-            parts.append(part)
+            parts.append(dataclasses.replace(part, rounds=dataclasses.replace(part.rounds,
+                                                                              hold_s=held.wall_time_s or 0.0)))
     return merge_paired(parts) if parts else None
+
+
+def _loaded(item: Item) -> Item:
+    """``item`` with its model serialized now and kept: an item that a model's rounds send to every
+    process."""
+    data = item.load()
+    return Item(item.key, lambda: data)

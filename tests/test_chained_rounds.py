@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -192,6 +194,8 @@ def test_evaluate_with_chained_rounds_through_the_command_line(with_peaks) -> No
                                        "--rounds", "chained"])
     assert result.exit_code == 0, result.output
     assert "squeezenet1_1" in result.output and "rounds of the whole model" in result.output
+    assert re.search(r"whole models [\d.]+ s \(setup [\d.]+ s, timed runs [\d.]+ s\): wall speedup [\d.]+x, each "
+                     r"side in the same [\d.]+ s of chained rounds", result.output), result.output
     row = next(line for line in result.output.splitlines() if line.startswith("squeezenet1_1 "))
     error = float(row.split()[5])
     assert abs(error) < 25.0  # a quick budget on a shared machine: the level, not the accuracy
