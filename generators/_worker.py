@@ -112,8 +112,8 @@ def _measure(state: _State, payload: dict[str, Any]) -> Any:
     backend = _backend(state, payload["backend"])
     config = payload["config"]
     hold = payload.get("hold")
-    key = digest(payload["model"], config.config_id)
-    prepared = None if hold else state.kept.take(key)
+    key = None if hold else digest(payload["model"], config.config_id)  # a held model is never kept
+    prepared = None if key is None else state.kept.take(key)
     kept = prepared is not None
     prepare_s = 0.0
     if prepared is None:
@@ -136,7 +136,7 @@ def _measure(state: _State, payload: dict[str, Any]) -> Any:
         raise
     if not hold and getattr(config, "device", "cpu") != "cpu":
         prepared.close()  # an accelerator's session holds device memory (arena, library workspaces)
-    elif not hold:
+    elif key is not None:
         state.kept.keep(key, prepared, value_s=measurement.median_s or 0.0)
     return measurement, dataclasses.replace(timing, prepare_s=prepare_s)
 
