@@ -49,8 +49,8 @@ MAX_ROUND_PROCESSES = 4
 #: :func:`rounds_in_processes` starts no further process.
 PROCESS_REL_CI = 0.02
 #: Budget of holding a whole model in a fresh worker for its rounds: one run that proves it runs
-#: (one placement: moving its buffers would cost a run each); the rounds time it.
-_HOLD_BUDGET = Budget(warmup_time=0.0, min_time=0.0, min_runs=1, max_time=1.0, rel_ci=1.0, placements=1)
+#: (no sampling time: the sample after its warm-up is the last; one placement); the rounds time it.
+_HOLD_BUDGET = Budget(warmup_time=0.0, min_time=0.0, min_runs=1, max_time=0.0, rel_ci=1.0, placements=1)
 
 
 def resolve_config(backend: Backend, config: Any) -> BackendConfig:
