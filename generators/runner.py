@@ -50,7 +50,7 @@ MAX_ROUND_PROCESSES = 4
 PROCESS_REL_CI = 0.02
 #: Budget of holding a whole model in a fresh worker for its rounds: one run that proves it runs
 #: (no sampling time: the sample after its warm-up is the last; one placement); the rounds time it.
-_HOLD_BUDGET = Budget(warmup_time=0.0, min_time=0.0, min_runs=1, max_time=0.0, rel_ci=1.0, placements=1)
+_HOLD_BUDGET = Budget(warmup_time=0.0, min_time=0.0, min_runs=1, max_time=1e-9, rel_ci=1.0, placements=1)
 
 
 def resolve_config(backend: Backend, config: Any) -> BackendConfig:
