@@ -34,8 +34,10 @@ def report(ev: Evaluation) -> None:
     print(f"precision: {target}; widest model CI reached by the allocation: "
           + ("-" if ev.worst_ci is None else f"+-{100 * ev.worst_ci:.2f}%")
           + f"; models within target: {ev.within_target}/{len(ev.rows)}")
+    whole = (f" (setup {ev.whole_setup_s:.1f} s, timed {ev.whole_time_s - ev.whole_setup_s:.1f} s: their side of the "
+             "same rounds)" if ev.bricks_in_rounds else "")
     print(f"benchmarking time: unique bricks {ev.brick_time_s:.1f} s (setup {ev.brick_setup_s:.1f} s, timed "
-          f"{ev.brick_timed_s:.1f} s), whole models {ev.whole_time_s:.1f} s: wall speedup {ev.speedup:.2f}x")
+          f"{ev.brick_timed_s:.1f} s), whole models {ev.whole_time_s:.1f} s{whole}: wall speedup {ev.speedup:.2f}x")
     print(f"latency of one run: all models {1e3 * ev.model_latency_s:.1f} ms, all unique bricks "
           f"{1e3 * ev.unique_brick_latency_s:.1f} ms: compute ratio {ev.time_dedup_ratio:.2f}x")
     print(f"error: mean |error| {100 * ev.mean_abs_error:.2f}%, max |error| {100 * ev.max_abs_error:.2f}%; "

@@ -9,8 +9,8 @@ Each run is ``dlbricks evaluate`` as a user types it (a subprocess, the default 
 target), into ``DIR/steady-K.db``; its output is kept beside it (``steady-K.txt``). Printed: each
 model's error in every run, whether the measured latency fell inside the printed 95% interval (``*``
 marks a miss), and its range over the runs; each run's mean |error|, models within +-5%, the machine's
-swing as the run printed it, and its elapsed time; then the intervals' coverage over all model-runs
-and their median half-width.
+swing as the run printed it, its elapsed time and its wall speedup; then the intervals' coverage over
+all model-runs and their median half-width.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from mxnet_corpus import dlbricks_command
 
 #: A row of evaluate's table: model, layers, unique, measured, estimated, error %, the 95% interval.
 ROW = re.compile(r"^(\S+)\s+\d+\s+\d+\s+([\d.]+)\s+([\d.]+)\s+([+-][\d.]+)\s+([\d.]+)-([\d.]+)\s")
+#: The benchmarking speedup in evaluate's time line.
+SPEEDUP = re.compile(r"wall speedup ([\d.]+)x")
 
 
 def run_once(k: int, out: Path, extra: list[str]) -> tuple[dict[str, float], dict[str, tuple[bool, float]], str]:
@@ -74,10 +76,12 @@ def main() -> int:
         runs.append(errors)
         inside.update({(k, name): value for name, value in covered.items()})
         swing = next((line for line in text.splitlines() if line.startswith("machine swing:")), "")
+        speedup = SPEEDUP.search(text)
         mean = statistics.fmean(abs(e) for e in errors.values())
         within = sum(abs(e) <= 0.05 for e in errors.values())
         summaries.append(f"run {k + 1}: mean |error| {100 * mean:.2f}%, within +-5% {within}/{len(errors)}, "
-                         f"{time.monotonic() - start:.0f} s; {swing}")
+                         f"{time.monotonic() - start:.0f} s, wall speedup {speedup.group(1) if speedup else '-'}x; "
+                         f"{swing}")
         print(summaries[-1], flush=True)
     models = list(runs[0])
     print()

@@ -260,8 +260,8 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
         [_Turns(layer_set, [config], target_ci)] if granularity == "both" else [])
     rounds = rounds or default_rounds(config, granularity)
     bricks_in_rounds = _bricks_in_rounds(rounds, config)
-    whole_time, whole_setup, rounds_s, paired = _measure_suite(models, brickset, turns, store, system, config, budget, say,
-                                                    rounds)
+    whole_time, whole_setup, rounds_s, paired = _measure_suite(models, brickset, turns, store, system, config,
+                                                                 budget, say, rounds)
     if sweep:
         _sweep_algorithms(brickset, sweep, store, system, backend_name(config), say)
     brick_records = store.measurements.bricks(system=system, config_id=config.config_id,
