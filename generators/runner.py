@@ -237,8 +237,10 @@ class _Worker:
         self._stderr.close()
 
 
-#: Seconds between two floor calibrations of a Runner (the fastest is kept).
-FLOOR_REFRESH_S = 60.0
+#: Seconds between two floor calibrations of a Runner (the fastest is kept). A brick measured with
+#: its floor's one-node model paired beside it takes the floor's drift from that model; the
+#: calibration sets the floor added once per run and the cost of a further node.
+FLOOR_REFRESH_S = 120.0
 
 
 @dataclasses.dataclass(slots=True)
