@@ -10,7 +10,7 @@ import base64
 import functools
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from types import ModuleType
 from typing import Any
@@ -389,10 +389,13 @@ class OrtBackend:
         cost = ort_kernels.calibrate_reorder(config)
         return cost.sizes, cost.seconds_per_byte
 
-    def prepare(self, model: onnx.ModelProto, config: Any, *, timed: bool = True) -> OrtPrepared:
+    def prepare(self, model: onnx.ModelProto, config: Any, *, timed: bool = True,
+                fed: Collection[int] = ()) -> OrtPrepared:
         """Build the session, draw random inputs, bind inputs and outputs once on the device; beside a
         brick that will be ``timed`` on a CPU, the floor's one-node model too (``empty``). The brick
-        before a brick is prepared untimed: it only runs before each timed run.
+        before a brick is prepared untimed: it only runs before each timed run. Floating-point inputs
+        at the positions ``fed`` (of the session's inputs) start as zeros: a chain binds them to the
+        outputs of other bricks (:func:`prepare_chain`), so drawing their values would be wasted.
 
         Raises
         ------
@@ -407,7 +410,7 @@ class OrtBackend:
         data = model.SerializeToString()  # once for every copy
         session = _make_session(ort, model, config, data=data)
         names = [i.name for i in session.get_inputs()]
-        inputs = _seeded_inputs(model, names)
+        inputs = _seeded_inputs(model, names, zeros={names[k] for k in fed if 0 <= k < len(names)})
         try:
             first = session.run(None, inputs)
         except Exception as e:
@@ -493,8 +496,10 @@ def prepare_chain(backend: OrtBackend, models: Sequence[onnx.ModelProto], config
     - Each input reads the output that writes it in the model (``feeds``, one entry per input of
       each brick: :meth:`~dlbricks.Decomposition.feeds`), where that brick is in the chain and shape and
       type match: a round in the model's order writes each input before its reader reads it, as the
-      model does. Without ``feeds``, a brick's first input reads the brick before it in the model
-      (the one it carries) and its other inputs the last output of their shape and type. An input
+      model does. Such an input is prepared as zeros, not drawn (the chain's first run writes it);
+      one whose feed the chain cannot take is drawn then, as any input of its own. Without
+      ``feeds``, a brick's first input reads the brick before it in the model (the one it carries)
+      and its other inputs the last output of their shape and type. An input
       that keeps its values from the model's run (a masked Softmax's scores, a NonMaxSuppression's
       boxes: :class:`~dlbricks.types.ValueStatistics` ``values``) keeps its own buffer: what another
       brick writes from seeded values would take the kernel off the path its values take in the model.
@@ -509,10 +514,12 @@ def prepare_chain(backend: OrtBackend, models: Sequence[onnx.ModelProto], config
     model's other layers do, so the brick's weights are as cold as in the model without copies.
     """
     warm = replace(config, cache="warm")
+    given = list(feeds or [])
     chain: list[OrtPrepared | None] = []
-    for model in models:
+    for j, model in enumerate(models):
+        fed = [k for k, feed in enumerate(given[j]) if feed is not None] if j < len(given) else []
         try:
-            chain.append(backend.prepare(model, warm))
+            chain.append(backend.prepare(model, warm, fed=fed))
         except UnrunnableBrickError:
             chain.append(None)
     if feeds is None:
@@ -521,6 +528,7 @@ def prepare_chain(backend: OrtBackend, models: Sequence[onnx.ModelProto], config
     reads = [_checked_feeds(chain, j, row) for j, row in enumerate(rows)] + [[] for _ in range(len(chain) - len(rows))]
     owner = _in_place_owners(models, chain, reads)
     offsets, size = _chain_offsets(chain, reads, owner)
+    _draw_unread(models, chain, given, reads, set(offsets))
     if not offsets:
         return chain
     block = _aligned(size)
@@ -541,6 +549,22 @@ def prepare_chain(backend: OrtBackend, models: Sequence[onnx.ModelProto], config
             if (j, o) in views:
                 prepared.bind_value(meta.name, *views[(j, o)], output=True)
     return chain
+
+
+def _draw_unread(models: Sequence[onnx.ModelProto], chain: Sequence[OrtPrepared | None],
+                 given: Sequence[Sequence[Feed]], reads: Sequence[Sequence[Feed]],
+                 placed: Collection[tuple[int, int]]) -> None:
+    """Draw the values of each input that was prepared as zeros for a feed (``given``) that the
+    chain does not read after all (not in ``reads``, or read from an output not ``placed`` in its
+    memory: another shape or type, a brick left out): it keeps its own buffer, which then holds
+    what :func:`_seeded_inputs` draws, as any input of its own."""
+    for j, prepared in enumerate(chain):
+        if prepared is None or j >= len(given):
+            continue
+        for k, meta in enumerate(prepared.session.get_inputs()):
+            read = reads[j][k] if k < len(reads[j]) else None
+            if k < len(given[j]) and given[j][k] is not None and (read is None or read not in placed):
+                prepared._inputs[meta.name][...] = _seeded_inputs(models[j], [meta.name])[meta.name]
 
 
 def _bytes_of(shape: Sequence[int], dtype: Any) -> int:
@@ -700,15 +724,21 @@ INPUT_CACHE_BYTES = 256 << 20
 _input_cache: dict[tuple[Any, ...], list[np.ndarray]] = {}
 
 
-def _seeded_inputs(model: onnx.ModelProto, names: list[str]) -> dict[str, np.ndarray]:
+def _seeded_inputs(model: onnx.ModelProto, names: list[str], zeros: Collection[str] = ()) -> dict[str, np.ndarray]:
     """:func:`random_inputs` of ``model``, each a fresh copy of arrays drawn once per process for the
     same shapes, dtypes and value ranges: the values the seeded generator draws, drawn once for
     every brick that meets those inputs instead of once per brick. An input whose statistics kept
-    its model's values (a non-maximum suppression's boxes and scores) gets those values."""
+    its model's values (a non-maximum suppression's boxes and scores) gets those values; a
+    floating-point input named in ``zeros`` that keeps none, zeros."""
     ranges = value_ranges(model)
     specs = input_specs(model, names)
     statistics = value_statistics(model)
     kept = {name: statistics[name].recorded(tuple(shape)) for name, shape, _ in specs if name in statistics}
+    blank = {name: np.zeros(shape, dtype) for name, shape, dtype in specs
+             if name in zeros and kept.get(name) is None and np.issubdtype(np.dtype(dtype), np.floating)}
+    if blank:
+        drawn = _seeded_inputs(model, [name for name in names if name not in blank])
+        return {name: blank[name] if name in blank else drawn[name] for name in names}
     key = tuple((tuple(shape), np.dtype(dtype).str, ranges.get(name)) for name, shape, dtype in specs)
     arrays = _input_cache.get(key)
     if arrays is None:

@@ -65,6 +65,28 @@ def test_a_chain_feeds_each_brick_what_the_brick_before_it_wrote() -> None:
         p.close()
 
 
+def test_a_chain_draws_only_the_inputs_it_does_not_feed() -> None:
+    """An input that the chain feeds is prepared as zeros, never drawn (its reader reads the chain's
+    memory); one whose feed the chain cannot take (the first brick has no brick before it) keeps its
+    own buffer with drawn values."""
+    dec = dlbricks.decompose(dlbricks.load_model(resnet_like(blocks=2, channels=8), batch_size=1, name="r2"))
+    keys = list(dict.fromkeys(o.signature for o in dec.occurrences))
+    feeds = [list(row) for row in dec.feeds(keys)]
+    feeds[0] = [(0, 0)]  # itself: no feed a chain can take
+    chain = OrtBackend().prepare_chain([dec.in_context(k).to_onnx() for k in keys], OrtConfig(), feeds)
+    own = chain[0]._inputs[chain[0].session.get_inputs()[0].name]
+    assert np.count_nonzero(own) > 0.9 * own.size
+    fed = [j for j, row in enumerate(feeds) if j and all(f is not None for f in row)]
+    assert len(fed) >= 4
+    for j in fed:
+        assert not any(a.any() for a in chain[j]._inputs.values())
+    for prepared in chain:
+        prepared.run()
+    assert all(np.isfinite(p.outputs()[0]).all() for p in chain)
+    for prepared in chain:
+        prepared.close()
+
+
 def test_a_chain_feeds_a_masked_softmax_the_values_of_the_models_run() -> None:
     """A Softmax behind an attention mask keeps the scores of the model's run, -10000 among them,
     in a chain too: the brick before it writes values drawn from seeds, which would take the kernel
