@@ -60,9 +60,11 @@ def _ratio(pair: list[Measurement], a: dlbricks.Brick, b: dlbricks.Brick) -> flo
 
 def test_gemm_predicted_from_matmuls_of_the_same_shape_is_within_15_percent() -> None:
     """Measured with onnxruntime: a Gemm (transB, bias) predicted by a model fitted on MatMuls only,
-    one of them of the Gemm's shape, lands within 15% of the Gemm's own measurement. The Gemm and
-    the MatMul of its shape are timed in pairs, in alternating order, and the middle of three pairs
-    (by their ratio) is kept, so a slow moment of the machine falls on both."""
+    one of them of the Gemm's shape, lands within 15% of the Gemm's own measurement, both taken
+    against that MatMul timed beside the Gemm. The two are timed in pairs, in alternating order, six
+    times, and the median of the pairs' ratios is the Gemm's: a machine whose speed steps every few
+    seconds moves a single pair's ratio by as much as the test allows (1.19 in one pair of a CI
+    run against 0.99-1.05 in others), and moves both sides of a pair's ratio together otherwise."""
     shapes = [(32, 256, 256), (64, 256, 512), (64, 512, 256), (128, 256, 256), (32, 512, 512),
               (128, 512, 512), (64, 384, 384), (96, 384, 768)]
     target = (128, 384, 768)
@@ -70,18 +72,19 @@ def test_gemm_predicted_from_matmuls_of_the_same_shape_is_within_15_percent() ->
     twin, gemm = matmul_brick(*target), gemm_brick(*target)
     budget = Budget(warmup_time=0.01, min_time=0.05, min_runs=10, max_time=0.3, rel_ci=0.03, placements=4)
     measured = list(benchmark(others, config=OrtConfig(), budget=budget))
-    pairs = [list(benchmark(pair, config=OrtConfig(), budget=budget))
-             for pair in ([twin, gemm], [gemm, twin], [twin, gemm])]
+    pairs = [list(benchmark(pair, config=OrtConfig(), budget=budget)) for pair in ([twin, gemm], [gemm, twin]) * 3]
     assert all(m.ok for pair in pairs for m in pair), [m.error for pair in pairs for m in pair]
-    measured += sorted(pairs, key=lambda pair: _ratio(pair, gemm, twin))[1]
+    ratio = float(np.median([_ratio(pair, gemm, twin) for pair in pairs]))
+    kept = pairs[0]
+    measured += kept
     assert all(m.ok for m in measured), [m.error for m in measured]
     by_key = {m.key: m for m in measured}
     matmuls = [*others, twin]
     predictor = LatencyPredictor().fit_measurements(matmuls, {b.signature: by_key[b.signature] for b in matmuls})
     found = predictor.prediction(gemm)
-    truth = by_key[gemm.signature].median_s - (by_key[gemm.signature].floor_s or 0.0)
+    beside = by_key[twin.signature].median_s - (by_key[twin.signature].floor_s or 0.0)  # the twin the fit saw
     assert found is not None and found.model in ("gemm", "MatMul") and not found.far
-    assert found.seconds == pytest.approx(truth, rel=0.15)
+    assert found.seconds / beside == pytest.approx(ratio, rel=0.15)
 
 
 def _fake(brick: dlbricks.Brick) -> float:
