@@ -56,9 +56,9 @@ DEFAULT_SUITE = ("resnet18_v1", "resnet50_v1", "mobilenet_v2_1.0", "squeezenet1_
 #: the same optimization level (the comparison column).
 GRANULARITIES = ("layer", "fused", "both")
 #: The peaks' runs in ``evaluate`` (a roofline's peaks take each kernel's fastest run; a tenth of a
-#: second of runs per size finds it within a few percent of ``calibrate_peaks``' default budget, in
-#: two thirds of its time).
-CALIBRATION_BUDGET = Budget(warmup_time=0.05, min_time=0.1, max_time=0.5)
+#: second of runs per size, a quarter at most, finds it within a few percent of ``calibrate_peaks``'
+#: default budget, in a fraction of its time).
+CALIBRATION_BUDGET = Budget(warmup_time=0.05, min_time=0.1, max_time=0.25)
 #: The default suite of the MXNet path: Gluon vision models of several families.
 DEFAULT_MXNET_SUITE = ("gluon_resnet18_v1", "gluon_resnet50_v1", "gluon_resnet50_v2", "gluon_mobilenet1.0",
                        "gluon_mobilenetv2_1.0", "gluon_squeezenet1.1", "gluon_densenet121",
