@@ -90,7 +90,8 @@ def measure_in_rounds(store: Store, dec: Decomposition, runner: Any, whole: Any,
         return None
     counts = dec.counts()
     paired = rounds_in_processes(runner, whole, [dec.in_context(sig) for sig in keys], [counts[sig] for sig in keys],
-                                 rounds, processes=processes, seed=seed, feeds=dec.feeds(keys))
+                                 rounds, processes=processes, seed=seed, feeds=dec.feeds(keys),
+                                 schedule=dec.schedule(keys))
     if paired is None:
         return None
     bricks: Mapping[str, Measurement] = {sig: _with_queue_times(m, stored.get(sig)) for sig, m in paired.bricks.items()}

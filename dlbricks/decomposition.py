@@ -124,6 +124,24 @@ class Decomposition:
             rows.append(tuple(row))
         return tuple(rows)
 
+    def schedule(self, signatures: Sequence[str]) -> tuple[int, ...] | None:
+        """The calls of a chained round of ``signatures``' bricks where a brick's occurrences share
+        a weight (a model that reuses a layer's parameters, as ALBERT does): every occurrence of
+        those bricks in the model's order, as the position of its brick in ``signatures``, so that
+        the shared weight is as warm at each call as at each use inside the model, where a round
+        that runs each brick once meets it as cold as the rest of the round leaves it. None where
+        no brick's occurrences share a weight: each brick once, in ``signatures``' order."""
+        read: dict[str, set[str]] = {}
+        shared = False
+        for occ in self.occurrences:
+            seen = read.setdefault(occ.signature, set())
+            shared = shared or bool(seen & set(occ.weights))
+            seen.update(occ.weights)
+        if not shared:
+            return None
+        position = {s: i for i, s in enumerate(signatures)}
+        return tuple(position[o.signature] for o in self.occurrences if o.signature in position)
+
     def footprint_bytes(self) -> int:
         """Bytes one run of the model touches: every occurrence's weights (rows read, for gathers;
         weights that an earlier occurrence read already are counted once) and the most activation

@@ -197,8 +197,10 @@ def _rounds(state: _State, payload: dict[str, Any]) -> Any:
         counts = [payload["counts"][p] for p, _, _, _ in prepared]
         budget = payload["budget"] if chain or not payload["budget"].chained else \
             replace(payload["budget"], chained=False)  # no chain here (another backend, a GPU): bursts
+        at = {p[0]: i for i, p in enumerate(prepared)}
+        schedule = [at[p] for p in payload["schedule"] if p in at] if chain and payload.get("schedule") else None
         rounds = time_rounds(whole, [p[2] for p in prepared], counts, budget,
-                             rng=np.random.default_rng(payload.get("seed")))
+                             rng=np.random.default_rng(payload.get("seed")), schedule=schedule)
     finally:
         on_device = getattr(config, "device", "cpu") != "cpu"
         for i, (_, key, item, _) in enumerate(prepared):

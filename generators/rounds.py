@@ -115,6 +115,9 @@ class Rounds:
     hold_s : float
         Seconds spent holding the whole model for the rounds: its session built and run once in the
         worker, every process's (merged); the whole model's setup beside :attr:`prepare_s`.
+    calls : tuple of int
+        Per brick, its calls a round where a chained round's schedule runs it more than once (its
+        ``bricks_s`` then the mean of them); empty where each brick is called once a round.
     converged : bool
         Whether the ratio's CI met the budget's ``rel_ci`` before ``max_rounds`` or ``max_time``.
     elapsed_s : float
@@ -131,6 +134,7 @@ class Rounds:
     process: tuple[int, ...] = ()
     prepare_s: float = 0.0
     hold_s: float = 0.0
+    calls: tuple[int, ...] = ()
 
     @property
     def count(self) -> int:
@@ -140,8 +144,9 @@ class Rounds:
     def bricks_timed_s(self) -> float:
         """Seconds of the bricks' calls and their floor models' calls over every round: what timing
         the bricks cost, beside :attr:`prepare_s`."""
-        calls = sum(sum(row) for row in self.bricks_s)
-        floors = sum(sum(row) for row in self.empties_s if row is not None)
+        each = self.calls or (1,) * len(self.bricks_s)
+        calls = sum(n * sum(row) for n, row in zip(each, self.bricks_s, strict=True))
+        floors = sum(n * sum(row) for n, row in zip(each, self.empties_s, strict=True) if row is not None)
         return float(calls + floors)
 
     def whole_timed_s(self) -> float:
@@ -247,7 +252,8 @@ def brick_budget(budget: RoundsBudget) -> Budget:
 
 
 def time_rounds(whole: Any, bricks: Sequence[Any], counts: Sequence[int], budget: RoundsBudget | None = None,
-                clock: Clock = time.perf_counter_ns, rng: np.random.Generator | None = None) -> Rounds:
+                clock: Clock = time.perf_counter_ns, rng: np.random.Generator | None = None,
+                schedule: Sequence[int] | None = None) -> Rounds:
     """Time ``whole`` (a prepared model) and ``bricks`` (its prepared bricks, in the model's order,
     each once a round with ``counts`` its occurrences) in interleaved rounds under ``budget``.
 
@@ -255,12 +261,18 @@ def time_rounds(whole: Any, bricks: Sequence[Any], counts: Sequence[int], budget
     each call, and the floor's one-node model paired with its calls where it has one), or with
     ``budget.chained`` one call and one call of its ``empty``. Whether the whole model comes first is
     drawn from ``rng`` each round.
+
+    ``schedule`` (chained rounds only): the positions in ``bricks`` of a round's calls, in order, each
+    brick at least once (:meth:`~dlbricks.Decomposition.schedule`: every occurrence of a model whose
+    layers share weights, so that a shared weight is as warm at each call as at each of its uses in
+    the model); a brick's time in a round is then the mean of its calls there, and its floor's too.
     """
     budget = budget or RoundsBudget()
     rng = rng or np.random.default_rng()
     if len(counts) != len(bricks):
         raise InvalidArgumentError(f"time_rounds needs one count per brick: {len(counts)} counts for "
                                    f"{len(bricks)} bricks.")
+    order_of_calls = _checked_schedule(schedule, len(bricks), budget)
     burst = brick_budget(budget)
     whole_run = whole.run
     weights = np.asarray(counts, dtype=np.float64)
@@ -281,13 +293,17 @@ def time_rounds(whole: Any, bricks: Sequence[Any], counts: Sequence[int], budget
     fastest = [math.inf] * len(bricks)
     singles = [(b.run, getattr(b, "empty", None)) for b in bricks]
 
+    calls_a_round = [int(n) for n in np.bincount(order_of_calls, minlength=len(bricks))] if bricks else []
+    per_call = [1.0 / n for n in calls_a_round]
+
     def run_singles() -> tuple[list[float], list[float]]:
-        times, empties = [], []
-        for i, (run, empty) in enumerate(singles):
+        times, empties = [0.0] * len(bricks), [0.0] * len(bricks)
+        for i in order_of_calls:
+            run, empty = singles[i]
             t = _timed(run, clock) / 1e9
-            times.append(t)
+            times[i] += t * per_call[i]
             fastest[i] = min(fastest[i], t)
-            empties.append(_timed(empty, clock) / 1e9 if empty is not None else math.nan)
+            empties[i] += (_timed(empty, clock) / 1e9 if empty is not None else math.nan) * per_call[i]
         return times, empties
 
     def run_bricks() -> tuple[list[float], list[float]]:
@@ -333,7 +349,22 @@ def time_rounds(whole: Any, bricks: Sequence[Any], counts: Sequence[int], budget
         converged=converged,
         elapsed_s=(clock() - start) / 1e9,
         bricks_min_s=tuple(fastest),
+        calls=tuple(calls_a_round) if len(order_of_calls) > len(bricks) else (),
     )
+
+
+def _checked_schedule(schedule: Sequence[int] | None, bricks: int, budget: RoundsBudget) -> list[int]:
+    """The positions of a round's calls: ``schedule``, checked (chained rounds only, positions of
+    ``bricks``, each at least once), or each brick once in order."""
+    if schedule is None:
+        return list(range(bricks))
+    positions = [int(i) for i in schedule]
+    if not budget.chained:
+        raise InvalidArgumentError("time_rounds takes a schedule only for chained rounds (RoundsBudget(chained=True)).")
+    if any(not 0 <= i < bricks for i in positions) or set(positions) != set(range(bricks)):
+        raise InvalidArgumentError(f"A round's schedule must name each of the {bricks} bricks' positions at least once "
+                                   f"and no other. Got {positions!r} instead.")
+    return positions
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,6 +417,7 @@ def _part(paired: PairedRounds, keys: Sequence[str], process: int) -> Rounds:
     r = paired.rounds
     return replace(r, bricks_s=tuple(r.bricks_s[i] for i in at), empties_s=tuple(r.empties_s[i] for i in at),
                    bricks_min_s=tuple(r.bricks_min_s[i] for i in at) if r.bricks_min_s else (),
+                   calls=tuple(r.calls[i] for i in at) if r.calls else (),
                    process=(process,) * r.count)
 
 
@@ -415,6 +447,8 @@ def merge_paired(parts: Sequence[PairedRounds]) -> PairedRounds:
         process=tuple(p for r in rounds for p in r.process),
         prepare_s=sum(r.prepare_s for r in rounds),
         hold_s=sum(r.hold_s for r in rounds),
+        calls=tuple(max(r.calls[i] if r.calls else 1 for r in rounds) for i in range(len(keys)))
+        if any(r.calls for r in rounds) else (),
     )
     whole = parts[0].whole
     floors = [p.whole.floor_s for p in parts if p.whole.floor_s is not None]

@@ -425,15 +425,18 @@ class Runner:
 
     def rounds(self, whole_key: str, items: Sequence[Any], counts: Sequence[int],
                budget: RoundsBudget | None = None, *, seed: int | None = None,
-               feeds: Sequence[Sequence[tuple[int, int] | None]] | None = None) -> PairedRounds | None:
+               feeds: Sequence[Sequence[tuple[int, int] | None]] | None = None,
+               schedule: Sequence[int] | None = None) -> PairedRounds | None:
         """Time the model held under ``whole_key`` (see :meth:`hold`) and ``items`` (its bricks, in
         the model's order, with ``counts`` their occurrences) in interleaved rounds in the worker
         (:func:`~dlbricks.generators.rounds.time_rounds`), and summarize each into a measurement
         over the same rounds. Bricks the worker keeps prepared are timed on their sessions; the
         others are prepared first. A brick that cannot be prepared is left out of the result.
         ``feeds`` says where each brick's inputs come from in the model, for chained rounds
-        (:meth:`~dlbricks.Decomposition.feeds`). Returns None where the rounds failed (the worker
-        died or timed out, or no whole model is held): the caller keeps what it had."""
+        (:meth:`~dlbricks.Decomposition.feeds`), and ``schedule`` the positions of ``items`` that a
+        chained round calls, in order (:meth:`~dlbricks.Decomposition.schedule`; default each once).
+        Returns None where the rounds failed (the worker died or timed out, or no whole model is
+        held): the caller keeps what it had."""
         budget = budget or RoundsBudget()
         resolved = [item if isinstance(item, Item) else resolve_item(item) for item in items]
         try:
@@ -445,7 +448,8 @@ class Runner:
         worker = self._ensure_worker()
         _LAST_REPLY.settle(id(self))
         payload = {"whole": whole_key, "bricks": models, "counts": list(counts), "backend": self.backend_name,
-                   "config": self.config, "budget": budget, "seed": seed, "feeds": feeds}
+                   "config": self.config, "budget": budget, "seed": seed, "feeds": feeds,
+                   "schedule": None if schedule is None else list(schedule)}
         # preparing what the worker does not keep, then the rounds: at most the budget's time twice over
         timeout = self.budget.timeout + 2 * budget.max_time + sum(1 for _ in models)
         try:
@@ -613,7 +617,8 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
                         rounds: RoundsBudget | None = None, *, processes: int = ROUND_PROCESSES,
                         max_processes: int = MAX_ROUND_PROCESSES, rel_ci: float = PROCESS_REL_CI,
                         seed: int | None = None,
-                        feeds: Sequence[Sequence[tuple[int, int] | None]] | None = None) -> PairedRounds | None:
+                        feeds: Sequence[Sequence[tuple[int, int] | None]] | None = None,
+                        schedule: Sequence[int] | None = None) -> PairedRounds | None:
     """Time ``whole`` (a model) and ``items`` (its bricks, in the model's order, with ``counts`` their
     occurrences) in interleaved rounds (:meth:`Runner.rounds`, ``rounds`` its budget in each
     process) in worker processes of ``runner``, one after another: its current worker (as the
@@ -626,7 +631,7 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
     long-lived worker and at 81.8 ms in another, at 72-74 ms in fresh ones; lstm_lm_medium's LSTM at
     3.22-3.47 ms in six fresh ones. So ``processes`` workers at least, and further ones, up to
     ``max_processes``, while the mean of their ratios is not known to ``rel_ci`` (pyperf spreads its
-    runs over processes for the same reason). ``feeds``: see :meth:`Runner.rounds`. Returns None
+    runs over processes for the same reason). ``feeds``, ``schedule``: see :meth:`Runner.rounds`. Returns None
     where no process finished its rounds."""
     for name, value in (("processes", processes), ("max_processes", max_processes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -648,7 +653,7 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
         if p + 1 < max(processes, max_processes):
             runner.prestart()  # the next process starts while this one's rounds run
         part = runner.rounds(held.key, brick_items, counts, rounds, seed=None if seed is None else seed * 97 + p,
-                             feeds=feeds)
+                             feeds=feeds, schedule=schedule)
         runner.release(held.key)
         if part is not None:
             parts.append(dataclasses.replace(part, rounds=dataclasses.replace(part.rounds,

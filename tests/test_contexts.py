@@ -58,6 +58,18 @@ def test_shared_weights_count_once_and_are_read_again_one_layer_later(tmp_path: 
     assert shared.in_context(sig).context == BrickContext(None, shared.reuse_bytes(sig))
 
 
+def test_a_chained_round_calls_a_brick_at_each_use_of_its_shared_weight(tmp_path: Path) -> None:
+    """Where a brick's occurrences share a weight, a chained round calls every occurrence in the
+    model's order; where they do not, each brick once."""
+    distinct, shared = _decs(tmp_path)
+    keys = list(dict.fromkeys(o.signature for o in shared.occurrences))
+    assert distinct.schedule(keys) is None
+    schedule = shared.schedule(keys)
+    assert schedule is not None and len(schedule) == len(shared.occurrences)
+    assert [keys[i] for i in schedule] == [o.signature for o in shared.occurrences]
+    assert schedule.count(keys.index(_matmul(shared))) == 4
+
+
 def test_contexts_compare_by_previous_brick_and_cold_span() -> None:
     a = BrickContext("p", 1 * MIB)
     assert a.same_as(BrickContext("p", MIB + MIB // 4), cache_bytes=32 * MIB)

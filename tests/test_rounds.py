@@ -241,3 +241,48 @@ def test_a_brick_whose_copies_cycle_in_the_cache_warms_a_cycle_in_each_round(fit
         assert medians == pytest.approx(100e-6, rel=0.01)
     else:
         assert np.median(medians) > 1.25 * 100e-6
+
+
+class FakeSharedWeight(FakeRun):
+    """A brick whose weight the model uses again a layer later: a call within 1 ms of its last one
+    finds the weight warm, a later one pays ``cold_us`` more."""
+
+    def __init__(self, clock: PhasedClock, base_us: float, cold_us: float) -> None:
+        super().__init__(clock, base_us)
+        self.cold_ns, self.last = cold_us * 1e3, -(10 ** 15)
+
+    def run(self) -> None:
+        cold = self.clock.now - self.last > 1e6
+        self.clock.run_for(self.base_ns + (self.cold_ns if cold else 0.0))
+        self.last = self.clock.now
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_schedule_calls_a_shared_weight_brick_at_each_use_as_the_model_does(seed: int) -> None:
+    """A model of a first layer and four uses of a shared-weight brick, a small layer between them:
+    in the model the first use meets the weight cold and the next three warm. A round that calls the
+    shared brick once meets it cold every time (23% high); a schedule of every occurrence gives the
+    model's mean, its brick's time the mean of its calls, within 1% whatever the phases."""
+    clock = PhasedClock(seed)
+    counts = (1, 4, 3)
+    whole = FakeRun(clock, 100.0 + (700.0 + 3 * 500.0) + 3 * 100.0)
+    budget = RoundsBudget(min_rounds=30, max_time=12.0, chained=True)
+    ratios = {}
+    for schedule in (None, (0, 1, 2, 1, 2, 1, 2, 1)):
+        bricks = [FakeRun(clock, 100.0), FakeSharedWeight(clock, 500.0, cold_us=200.0), FakeRun(clock, 100.0)]
+        rounds = time_rounds(whole, bricks, counts, budget, clock=clock, rng=np.random.default_rng(seed),
+                             schedule=schedule)
+        assert len(rounds.bricks_s) == 3
+        assert rounds.calls == ((1, 4, 3) if schedule else ())
+        ratios[schedule is not None] = float(np.median(rounds.sums(counts) / np.asarray(rounds.whole_s)))
+    assert ratios[True] == pytest.approx(1.0, rel=0.01)
+    assert ratios[False] == pytest.approx(3200 / 2600, rel=0.01)
+
+
+def test_a_schedule_names_each_brick_and_only_in_chained_rounds() -> None:
+    clock = PhasedClock()
+    bricks = [FakeRun(clock, 10.0), FakeRun(clock, 10.0)]
+    with pytest.raises(InvalidArgumentError, match="chained"):
+        time_rounds(FakeRun(clock, 20.0), bricks, (1, 1), RoundsBudget(), clock=clock, schedule=(0, 1))
+    with pytest.raises(InvalidArgumentError, match="each of the 2 bricks"):
+        time_rounds(FakeRun(clock, 20.0), bricks, (1, 1), RoundsBudget(chained=True), clock=clock, schedule=(0, 0))
