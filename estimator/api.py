@@ -56,7 +56,7 @@ PAIRED_ROUNDS = RoundsBudget(min_rounds=6, min_time=0.5, max_time=4.0, rel_ci=0.
 #: least, which a model of a quarter second or more takes beyond the 3 s (its whole run twice a
 #: round, and its bricks once). Most models stop on the 3 s, not on their CI: the processes, two to
 #: four, are what spreads a model's rounds over the machine's phases.
-CHAINED_ROUNDS = RoundsBudget(min_rounds=10, min_time=0.2, max_time=3.0, rel_ci=0.02, chained=True)
+CHAINED_ROUNDS = RoundsBudget(min_rounds=10, min_time=0.2, max_time=3.0, rel_ci=0.02, chained=True, warm_chain=True)
 #: The rounds ``evaluate --rounds`` chooses among.
 ROUND_DESIGNS = {"bursts": PAIRED_ROUNDS, "chained": CHAINED_ROUNDS}
 

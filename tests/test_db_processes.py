@@ -131,3 +131,31 @@ def test_a_model_and_its_bricks_run_in_rounds_in_two_workers(tmp_path: Path) -> 
         ratio, low, high = result.ratio()
         assert 0 < low <= ratio <= high
         assert measure_in_rounds(store, dec, runner, b"not an onnx model", system, rounds=rounds) is None
+
+
+def test_chained_rounds_of_a_model_that_shares_weights_call_each_use(tmp_path: Path) -> None:
+    """A real worker times a model whose four MatMuls read one weight in chained rounds: the shared
+    MatMul's brick is called four times a round (its time the mean of its calls) and the Relu's four
+    times too (every occurrence in the model's order), and the bricks' time counts every call; a
+    model of four weights of their own calls each brick once."""
+    import dlbricks
+    from dlbricks.benchmarks_db import Store
+    from dlbricks.benchmarks_db.rounds import measure_in_rounds
+    from dlbricks.generators import Budget, OrtConfig, collect_system_info
+    from dlbricks.generators.rounds import RoundsBudget
+    from dlbricks.generators.runner import Runner
+    from tests._models import matmul_stack
+
+    system = collect_system_info()
+    rounds = RoundsBudget(min_rounds=4, max_rounds=4, min_time=0.0, max_time=5.0, chained=True)
+    for shared in (True, False):
+        graph = dlbricks.load_model(matmul_stack(shared), name="shared" if shared else "distinct")
+        dec = dlbricks.decompose(graph)
+        with Store(tmp_path / f"{shared}.db") as store, Runner("onnxruntime", OrtConfig(), Budget.quick()) as runner:
+            store.models.add(dec)
+            result = measure_in_rounds(store, dec, runner, graph, system, rounds=rounds, processes=1, all_bricks=True)
+        assert result is not None and result.rounds.count == 4
+        assert result.rounds.calls == ((4, 4) if shared else ())
+        r, each = result.rounds, result.rounds.calls or (1, 1)
+        calls = sum(n * (sum(row) + sum(floor)) for n, row, floor in zip(each, r.bricks_s, r.empties_s, strict=True))
+        assert r.bricks_timed_s() == pytest.approx(calls)
