@@ -52,9 +52,9 @@ __all__ = [
 #: at least, 4 s at most (a model of seconds gets its 6 rounds all the same).
 PAIRED_ROUNDS = RoundsBudget(min_rounds=6, min_time=0.5, max_time=4.0, rel_ci=0.02)
 #: Rounds of single calls on bricks prepared as a chain (``RoundsBudget.chained``): a round costs
-#: about one run of the model's unique bricks, so more rounds fit in the same time; 10 a process at
-#: least, which a model of a quarter second or more takes beyond the 3 s (its whole run twice a
-#: round, and its bricks once). Most models stop on the 3 s, not on their CI: the processes, two to
+#: about two runs of the model's unique bricks (an untimed pass, ``warm_chain``, then the timed one),
+#: so more rounds fit in the same time; 10 a process at least, which a model of a quarter second or
+#: more takes beyond the 3 s (its whole run twice a round, and its bricks twice). Most models stop on the 3 s, not on their CI: the processes, two to
 #: four, are what spreads a model's rounds over the machine's phases.
 CHAINED_ROUNDS = RoundsBudget(min_rounds=10, min_time=0.2, max_time=3.0, rel_ci=0.02, chained=True, warm_chain=True)
 #: The rounds ``evaluate --rounds`` chooses among.

@@ -65,9 +65,9 @@ class RoundsBudget:
     ``chained``: each brick's turn is one call, then one call of its own floor model (its ``empty``),
     on bricks prepared as a chain (the onnxruntime backend's ``prepare_chain``: one session each, no
     copies, each input read where the model's data flow writes it, outputs placed by their lifetimes
-    in one block of memory), so that
-    a round costs about what one run of the model's unique bricks costs; without a chain-preparing
-    backend (or off the CPU) the bricks' turns are bursts as above.
+    in one block of memory), so that a round costs about what one run of the model's unique bricks
+    costs (two with ``warm_chain``); without a chain-preparing backend (or off the CPU) the bricks'
+    turns are bursts as above.
     """
 
     min_rounds: int = 12
