@@ -91,7 +91,7 @@ def measure_in_rounds(store: Store, dec: Decomposition, runner: Any, whole: Any,
     counts = dec.counts()
     paired = rounds_in_processes(runner, whole, [dec.in_context(sig) for sig in keys], [counts[sig] for sig in keys],
                                  rounds, processes=processes, seed=seed, feeds=dec.feeds(keys),
-                                 schedule=dec.schedule(keys))
+                                 schedule=dec.schedule(keys), sweep_bytes=dec.deduplicated_weight_bytes())
     if paired is None:
         return None
     bricks: Mapping[str, Measurement] = {sig: _with_queue_times(m, stored.get(sig)) for sig, m in paired.bricks.items()}

@@ -157,6 +157,13 @@ class Decomposition:
         an earlier occurrence read already counted once (the weight side of :meth:`footprint_bytes`)."""
         return self._weight_bytes(self.occurrences)
 
+    def deduplicated_weight_bytes(self) -> int:
+        """Bytes of weights one run of the model reads that its unique bricks, each once, do not: the
+        :meth:`weight_bytes` of every occurrence less the constants of each unique brick (0 where
+        nothing repeats). Between two calls of a brick, a chain of the unique bricks touches this
+        much less than the model does between two runs of its layer."""
+        return max(self.weight_bytes() - sum(b.constant_bytes for b in self.bricks.values()), 0)
+
     def reuse_bytes(self, signature: str) -> int:
         """The reuse distance of ``signature``'s first occurrence: the bytes touched between two
         reads of its weights in the model run again and again. Where another occurrence reads the

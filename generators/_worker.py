@@ -21,7 +21,7 @@ from ._ipc import read_message_blocking, write_message
 from ._registry import get_backend, register_backend
 from .floor import measure_floor
 from .harness import measure_prepared
-from .rounds import time_rounds
+from .rounds import sweeper, time_rounds
 from .util import one_line, pin_to_core
 
 __all__ = ["main"]
@@ -199,8 +199,9 @@ def _rounds(state: _State, payload: dict[str, Any]) -> Any:
             replace(payload["budget"], chained=False)  # no chain here (another backend, a GPU): bursts
         at = {p[0]: i for i, p in enumerate(prepared)}
         schedule = [at[p] for p in payload["schedule"] if p in at] if chain and payload.get("schedule") else None
+        sweep = sweeper(payload.get("sweep_bytes") or 0) if chain and budget.warm_chain else None
         rounds = time_rounds(whole, [p[2] for p in prepared], counts, budget,
-                             rng=np.random.default_rng(payload.get("seed")), schedule=schedule)
+                             rng=np.random.default_rng(payload.get("seed")), schedule=schedule, sweep=sweep)
     finally:
         on_device = getattr(config, "device", "cpu") != "cpu"
         for i, (_, key, item, _) in enumerate(prepared):

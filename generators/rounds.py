@@ -32,7 +32,7 @@ from .harness import Clock, Timing, time_calls, timing_to_measurement
 from .measurement import Measurement
 from .stats import relative_ci_width
 
-__all__ = ["PairedRounds", "Rounds", "RoundsBudget", "merge_paired", "paired_ratio", "time_rounds"]
+__all__ = ["PairedRounds", "Rounds", "RoundsBudget", "merge_paired", "paired_ratio", "sweeper", "time_rounds"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +258,7 @@ def brick_budget(budget: RoundsBudget) -> Budget:
 
 def time_rounds(whole: Any, bricks: Sequence[Any], counts: Sequence[int], budget: RoundsBudget | None = None,
                 clock: Clock = time.perf_counter_ns, rng: np.random.Generator | None = None,
-                schedule: Sequence[int] | None = None) -> Rounds:
+                schedule: Sequence[int] | None = None, sweep: Callable[[], object] | None = None) -> Rounds:
     """Time ``whole`` (a prepared model) and ``bricks`` (its prepared bricks, in the model's order,
     each once a round with ``counts`` its occurrences) in interleaved rounds under ``budget``.
 
@@ -271,6 +271,10 @@ def time_rounds(whole: Any, bricks: Sequence[Any], counts: Sequence[int], budget
     brick at least once (:meth:`~dlbricks.Decomposition.schedule`: every occurrence of a model whose
     layers share weights, so that a shared weight is as warm at each call as at each of its uses in
     the model); a brick's time in a round is then the mean of its calls there, and its floor's too.
+
+    ``sweep`` (with ``budget.warm_chain``): run between the chain's warm pass and its timed one, to
+    touch what the model touches between two runs of a layer and the chain does not (the weights
+    that deduplication took out of it: :func:`sweeper`).
     """
     budget = budget or RoundsBudget()
     rng = rng or np.random.default_rng()
@@ -319,6 +323,8 @@ def time_rounds(whole: Any, bricks: Sequence[Any], counts: Sequence[int], budget
                     run()
                     if empty is not None:
                         empty()
+                if sweep is not None:
+                    sweep()
             return run_singles()
         times, empties = [], []
         for i, brick in enumerate(bricks):
@@ -362,6 +368,16 @@ def time_rounds(whole: Any, bricks: Sequence[Any], counts: Sequence[int], budget
         bricks_min_s=tuple(fastest),
         calls=tuple(calls_a_round) if len(order_of_calls) > len(bricks) else (),
     )
+
+
+def sweeper(nbytes: int) -> Callable[[], object] | None:
+    """A call that reads ``nbytes`` of memory of its own (None for none): between a chain's warm pass
+    and its timed one, it stands for the weights the model reads between two runs of a layer that
+    the chain, holding each unique brick once, does not."""
+    if nbytes < 8:
+        return None
+    block = np.ones(int(nbytes) // 8, dtype=np.float64)
+    return block.sum
 
 
 def _checked_schedule(schedule: Sequence[int] | None, bricks: int, budget: RoundsBudget) -> list[int]:

@@ -426,7 +426,7 @@ class Runner:
     def rounds(self, whole_key: str, items: Sequence[Any], counts: Sequence[int],
                budget: RoundsBudget | None = None, *, seed: int | None = None,
                feeds: Sequence[Sequence[tuple[int, int] | None]] | None = None,
-               schedule: Sequence[int] | None = None) -> PairedRounds | None:
+               schedule: Sequence[int] | None = None, sweep_bytes: int = 0) -> PairedRounds | None:
         """Time the model held under ``whole_key`` (see :meth:`hold`) and ``items`` (its bricks, in
         the model's order, with ``counts`` their occurrences) in interleaved rounds in the worker
         (:func:`~dlbricks.generators.rounds.time_rounds`), and summarize each into a measurement
@@ -434,7 +434,9 @@ class Runner:
         others are prepared first. A brick that cannot be prepared is left out of the result.
         ``feeds`` says where each brick's inputs come from in the model, for chained rounds
         (:meth:`~dlbricks.Decomposition.feeds`), and ``schedule`` the positions of ``items`` that a
-        chained round calls, in order (:meth:`~dlbricks.Decomposition.schedule`; default each once).
+        chained round calls, in order (:meth:`~dlbricks.Decomposition.schedule`; default each once),
+        and ``sweep_bytes`` what a chained round reads between the chain's warm pass and its timed
+        one (:meth:`~dlbricks.Decomposition.deduplicated_weight_bytes`; :func:`~dlbricks.generators.rounds.sweeper`).
         Returns None where the rounds failed (the worker died or timed out, or no whole model is
         held): the caller keeps what it had."""
         budget = budget or RoundsBudget()
@@ -449,7 +451,7 @@ class Runner:
         _LAST_REPLY.settle(id(self))
         payload = {"whole": whole_key, "bricks": models, "counts": list(counts), "backend": self.backend_name,
                    "config": self.config, "budget": budget, "seed": seed, "feeds": feeds,
-                   "schedule": None if schedule is None else list(schedule)}
+                   "schedule": None if schedule is None else list(schedule), "sweep_bytes": int(sweep_bytes)}
         # preparing what the worker does not keep, then the rounds: at most the budget's time twice over
         timeout = self.budget.timeout + 2 * budget.max_time + sum(1 for _ in models)
         try:
@@ -618,7 +620,7 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
                         max_processes: int = MAX_ROUND_PROCESSES, rel_ci: float = PROCESS_REL_CI,
                         seed: int | None = None,
                         feeds: Sequence[Sequence[tuple[int, int] | None]] | None = None,
-                        schedule: Sequence[int] | None = None) -> PairedRounds | None:
+                        schedule: Sequence[int] | None = None, sweep_bytes: int = 0) -> PairedRounds | None:
     """Time ``whole`` (a model) and ``items`` (its bricks, in the model's order, with ``counts`` their
     occurrences) in interleaved rounds (:meth:`Runner.rounds`, ``rounds`` its budget in each
     process) in worker processes of ``runner``, one after another: its current worker (as the
@@ -631,7 +633,7 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
     long-lived worker and at 81.8 ms in another, at 72-74 ms in fresh ones; lstm_lm_medium's LSTM at
     3.22-3.47 ms in six fresh ones. So ``processes`` workers at least, and further ones, up to
     ``max_processes``, while the mean of their ratios is not known to ``rel_ci`` (pyperf spreads its
-    runs over processes for the same reason). ``feeds``, ``schedule``: see :meth:`Runner.rounds`. Returns None
+    runs over processes for the same reason). ``feeds``, ``schedule``, ``sweep_bytes``: see :meth:`Runner.rounds`. Returns None
     where no process finished its rounds."""
     for name, value in (("processes", processes), ("max_processes", max_processes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -653,7 +655,7 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
         if p + 1 < max(processes, max_processes):
             runner.prestart()  # the next process starts while this one's rounds run
         part = runner.rounds(held.key, brick_items, counts, rounds, seed=None if seed is None else seed * 97 + p,
-                             feeds=feeds, schedule=schedule)
+                             feeds=feeds, schedule=schedule, sweep_bytes=sweep_bytes)
         runner.release(held.key)
         if part is not None:
             parts.append(dataclasses.replace(part, rounds=dataclasses.replace(part.rounds,

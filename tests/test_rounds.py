@@ -335,3 +335,26 @@ def test_a_warm_pass_of_the_chain_gives_its_bricks_the_state_of_a_chain_run_in_a
         ratios[warm] = float(np.median(rounds.sums(COUNTS) / np.asarray(rounds.whole_s)))
     assert ratios[True] == pytest.approx(1.0, rel=0.01)
     assert ratios[False] > 1.02
+
+
+def test_a_sweep_runs_between_the_warm_pass_and_the_timed_one() -> None:
+    """``sweep`` runs once a round, after the chain's warm pass and before its timed calls, and only
+    with a warm pass; :func:`sweeper` reads a block of its own of the bytes asked (none for none)."""
+    from dlbricks.generators.rounds import sweeper
+
+    clock = SteadyClock()
+    seen: list[str] = []
+
+    class Logged(FakeRun):
+        def run(self) -> None:
+            seen.append("brick")
+            super().run()
+
+    for warm in (True, False):
+        seen.clear()
+        time_rounds(FakeRun(clock, 100.0), [Logged(clock, 10.0)], (1,),
+                    RoundsBudget(min_rounds=3, max_rounds=3, chained=True, warm_chain=warm), clock=clock,
+                    rng=np.random.default_rng(0), sweep=lambda: seen.append("sweep"))
+        assert seen == (["brick", "sweep", "brick"] * 3 if warm else ["brick"] * 3)
+    assert sweeper(0) is None
+    assert sweeper(1 << 20)() == (1 << 20) // 8
