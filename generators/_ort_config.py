@@ -41,8 +41,9 @@ COLD_SPANS = ("model", "cache")
 #: that keeps its model's values (a masked Softmax's); 10: in chained rounds each input reads the
 #: brick that writes it in the model and every output is placed by its lifetime in one block of
 #: memory (:func:`~dlbricks.generators.ort.prepare_chain`); 11: chained rounds warm the chain with an
-#: untimed pass before its timed one and call a brick whose occurrences share a weight at each of them
-#: (``RoundsBudget.warm_chain``, :meth:`~dlbricks.Decomposition.schedule`).
+#: untimed pass, then read the weights deduplication took out of it, before its timed pass, and call a
+#: brick whose occurrences share a weight at each of them (``RoundsBudget.warm_chain``,
+#: :func:`~dlbricks.generators.rounds.sweeper`, :meth:`~dlbricks.Decomposition.schedule`).
 MEASUREMENT_METHOD = 11
 
 
