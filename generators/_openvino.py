@@ -50,8 +50,9 @@ PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
 PRECISIONS = ("f32", "bf16", "f16")
 EXECUTION_MODES = ("PERFORMANCE", "ACCURACY")
 #: Version of how bricks are measured, part of every :attr:`OpenvinoConfig.config_id` (as
-#: :attr:`dlbricks.generators.OrtConfig.measurement_method` for onnxruntime).
-MEASUREMENT_METHOD = 2
+#: :attr:`dlbricks.generators.OrtConfig.measurement_method` for onnxruntime). 3: a brick's runs in
+#: rounds are taken at the whole model's speed in each round.
+MEASUREMENT_METHOD = 3
 #: The op type of a kernel that the CPU plugin inserts to change a tensor's layout (no node of the
 #: model runs in it), as :meth:`OpenvinoBackend.profile_kernels` reports it.
 REORDER = REORDER_TYPE
