@@ -41,6 +41,10 @@ GRANULARITIES = ("layer", "fused")
 #: Constants at least this large are an occurrence's weights (:attr:`Occurrence.weights`); smaller
 #: ones (shapes, scalars), which many layers of a model name alike, are not taken for shared weights.
 SHARED_WEIGHT_BYTES = 4096
+#: A brick's weights read again at its next use count for a chained round's schedule
+#: (:meth:`Decomposition.schedule`) from this size: smaller ones fit a first-level data cache, warm at
+#: each use whatever runs between.
+SCHEDULED_WEIGHT_BYTES = 32 * 1024
 #: Optimization level of the fused granularity when none is given: onnxruntime's default.
 DEFAULT_FUSION_LEVEL = "all"
 #: Runtimes whose executed kernels the fused granularity can group layers by.
@@ -125,22 +129,33 @@ class Decomposition:
         return tuple(rows)
 
     def schedule(self, signatures: Sequence[str]) -> tuple[int, ...] | None:
-        """The calls of a chained round of ``signatures``' bricks where a brick's occurrences share
-        a weight (a model that reuses a layer's parameters, as ALBERT does): every occurrence of
-        those bricks in the model's order, as the position of its brick in ``signatures``, so that
-        the shared weight is as warm at each call as at each use inside the model, where a round
-        that runs each brick once meets it as cold as the rest of the round leaves it. None where
-        no brick's occurrences share a weight: each brick once, in ``signatures``' order."""
-        read: dict[str, set[str]] = {}
-        shared = False
+        """The calls of a chained round of ``signatures``' bricks where a brick's occurrences read the
+        same weights again (a model that reuses a layer's parameters, as ALBERT does, its four
+        projections one brick): such bricks, and those without weights, at each occurrence, the
+        others at their first, in the model's order, as the position of the brick in ``signatures``,
+        so that a shared weight is as warm at each call as at each use inside the model, where a
+        round that runs each brick once meets it as cold as the rest of the round leaves it. A brick
+        whose occurrences each read a set of weights of their own, even one sharing a constant with
+        another's (an exporter that merged equal constants, such as LayerNorm's ones or zero biases),
+        is called once: at each use it would find its one copy warm where the model reads others.
+        None where no brick reads its weights again (of :data:`SCHEDULED_WEIGHT_BYTES` at least): each
+        brick once, in ``signatures``' order."""
+        read: dict[str, set[tuple[str, ...]]] = {}
         for occ in self.occurrences:
-            seen = read.setdefault(occ.signature, set())
-            shared = shared or bool(seen & set(occ.weights))
-            seen.update(occ.weights)
-        if not shared:
+            read.setdefault(occ.signature, set()).add(tuple(sorted(occ.weights)))
+        counts = self.counts()
+        sharing = {sig for sig, sets in read.items()
+                   if len(sets) < counts[sig] and any(sets) and self.bricks[sig].constant_bytes >= SCHEDULED_WEIGHT_BYTES}
+        if not sharing:
             return None
+        repeated = sharing | {sig for sig, sets in read.items() if not any(sets)}
         position = {s: i for i, s in enumerate(signatures)}
-        return tuple(position[o.signature] for o in self.occurrences if o.signature in position)
+        calls, seen = [], set()
+        for occ in self.occurrences:
+            if occ.signature in position and (occ.signature in repeated or occ.signature not in seen):
+                calls.append(position[occ.signature])
+                seen.add(occ.signature)
+        return tuple(calls)
 
     def footprint_bytes(self) -> int:
         """Bytes one run of the model touches: every occurrence's weights (rows read, for gathers;

@@ -202,6 +202,18 @@ def matmul_stack(shared: bool, layers: int = 4, rows: int = 16, hidden: int = 64
                    name="shared" if shared else "distinct")
 
 
+def shared_bias_stack(layers: int = 4, rows: int = 16, hidden: int = 96) -> onnx.ModelProto:
+    """``layers`` of Gemm -> Relu, each Gemm with a weight of its own and one bias shared by all (as an
+    exporter that merges equal constants leaves them)."""
+    b = Builder()
+    x = "x"
+    bias = b.weight((rows, hidden))  # 6 KiB: a weight (SHARED_WEIGHT_BYTES), shared
+    for _ in range(layers):
+        x = b.op1("Relu", [b.op1("Gemm", [x, b.weight((hidden, hidden)), bias])])
+    f32 = TensorProto.FLOAT
+    return b.model([helper.make_tensor_value_info("x", f32, [rows, hidden])], [(x, f32)], name="shared_bias")
+
+
 def widening_stack(layers: int = 40, rows: int = 4, start: int = 16, step: int = 4) -> onnx.ModelProto:
     """``layers`` MatMuls in a chain, each ``step`` wider than the one before: as many distinct bricks
     of much the same time, none of which holds 5% of the model."""

@@ -15,6 +15,7 @@ from dlbricks import InvalidArgumentError
 from dlbricks.benchmarks_db import BenchOptions, Store, populate
 from dlbricks.benchmarks_db.schedule import out_of_context
 from dlbricks.bricks import BrickContext
+from dlbricks.decomposition import SCHEDULED_WEIGHT_BYTES
 from dlbricks.estimator import estimate
 from dlbricks.estimator.predict import floor_drift_s
 from dlbricks.generators import Budget, OrtConfig
@@ -23,6 +24,7 @@ from . import _models
 
 QUICK = Budget.quick()
 MIB = 1 << 20
+HIDDEN = 96  # a 36 KiB weight: above SCHEDULED_WEIGHT_BYTES
 
 
 def _paths(tmp_path: Path) -> list[str]:
@@ -30,7 +32,7 @@ def _paths(tmp_path: Path) -> list[str]:
     paths = []
     for shared in (False, True):
         path = tmp_path / f"{'shared' if shared else 'distinct'}.onnx"
-        path.write_bytes(_models.matmul_stack(shared).SerializeToString())
+        path.write_bytes(_models.matmul_stack(shared, hidden=HIDDEN).SerializeToString())
         paths.append(str(path))
     return paths
 
@@ -46,7 +48,7 @@ def _matmul(dec: dlbricks.Decomposition) -> str:
 
 def test_shared_weights_count_once_and_are_read_again_one_layer_later(tmp_path: Path) -> None:
     distinct, shared = _decs(tmp_path)
-    weight = 64 * 64 * 4
+    weight = HIDDEN * HIDDEN * 4
     assert set(distinct.bricks) == set(shared.bricks)  # the same bricks: sharing is context, not signature
     assert len({o.weights for o in shared.occurrences if o.weights}) == 1
     assert len({o.weights for o in distinct.occurrences if o.weights}) == 4
@@ -68,6 +70,16 @@ def test_a_chained_round_calls_a_brick_at_each_use_of_its_shared_weight(tmp_path
     assert schedule is not None and len(schedule) == len(shared.occurrences)
     assert [keys[i] for i in schedule] == [o.signature for o in shared.occurrences]
     assert schedule.count(keys.index(_matmul(shared))) == 4
+
+
+def test_a_chained_round_calls_once_a_brick_whose_uses_read_weights_of_their_own(tmp_path: Path) -> None:
+    """Gemms that each read a weight of their own and share one bias (an exporter's merged constant)
+    are called once a round; so is a shared weight small enough for the first-level cache."""
+    for model in (_models.shared_bias_stack(), _models.matmul_stack(True, hidden=64)):
+        dec = dlbricks.decompose(model)
+        keys = list(dict.fromkeys(o.signature for o in dec.occurrences))
+        assert len(dec.occurrences) > len(keys) and dec.schedule(keys) is None
+    assert 64 * 64 * 4 < SCHEDULED_WEIGHT_BYTES <= HIDDEN * HIDDEN * 4
 
 
 def test_contexts_compare_by_previous_brick_and_cold_span() -> None:

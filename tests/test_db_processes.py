@@ -149,7 +149,7 @@ def test_chained_rounds_of_a_model_that_shares_weights_call_each_use(tmp_path: P
     system = collect_system_info()
     rounds = RoundsBudget(min_rounds=4, max_rounds=4, min_time=0.0, max_time=5.0, chained=True)
     for shared in (True, False):
-        graph = dlbricks.load_model(matmul_stack(shared), name="shared" if shared else "distinct")
+        graph = dlbricks.load_model(matmul_stack(shared, hidden=96), name="shared" if shared else "distinct")
         dec = dlbricks.decompose(graph)
         with Store(tmp_path / f"{shared}.db") as store, Runner("onnxruntime", OrtConfig(), Budget.quick()) as runner:
             store.models.add(dec)
