@@ -144,8 +144,8 @@ class Decomposition:
         for occ in self.occurrences:
             read.setdefault(occ.signature, set()).add(tuple(sorted(occ.weights)))
         counts = self.counts()
-        sharing = {sig for sig, sets in read.items()
-                   if len(sets) < counts[sig] and any(sets) and self.bricks[sig].constant_bytes >= SCHEDULED_WEIGHT_BYTES}
+        sharing = {sig for sig, sets in read.items() if len(sets) < counts[sig] and any(sets)
+                   and self.bricks[sig].constant_bytes >= SCHEDULED_WEIGHT_BYTES}
         if not sharing:
             return None
         repeated = sharing | {sig for sig, sets in read.items() if not any(sets)}

@@ -43,8 +43,8 @@ COLD_SPANS = ("model", "cache")
 #: memory (:func:`~dlbricks.generators.ort.prepare_chain`); 11: chained rounds warm the chain with an
 #: untimed pass, then read the weights deduplication took out of it, before its timed pass, and call a
 #: brick whose occurrences share a weight at each of them (``RoundsBudget.warm_chain``,
-#: :func:`~dlbricks.generators.rounds.sweeper`, :meth:`~dlbricks.Decomposition.schedule`); 12: a brick's runs in rounds are taken at the whole
-#: model's speed in each round (:meth:`~dlbricks.generators.rounds.Rounds.speed_factors`), and a chained
+#: :func:`~dlbricks.generators.rounds.sweeper`, :meth:`~dlbricks.Decomposition.schedule`); 12: a brick's
+#: runs in rounds are taken at the whole model's speed in each round (:meth:`~dlbricks.generators.rounds.Rounds.speed_factors`), and a chained
 #: round calls a brick at each use only where its uses read the same weights again.
 MEASUREMENT_METHOD = 12
 

@@ -205,8 +205,8 @@ def paired_ratio(rounds: Rounds, counts: Sequence[int], *, confidence: float = 0
 
     The ratio is taken in each round, then centred, not the centre of the sums over the centre of the
     whole runs: a slow phase that meets both sides of a round cancels in its ratio, while the two
-    centres, each a median over the rounds, can each land on a different phase. The interval is a bootstrap over rounds
-    (:func:`scipy.stats.bootstrap`): it holds what the machine's swing left in the ratio, narrow
+    centres, each a median over the rounds, can each land on a different phase. The interval is a
+    bootstrap over rounds (:func:`scipy.stats.bootstrap`): it holds what the machine's swing left in the ratio, narrow
     where bricks and whole met the same moments and wider where they did not. With rounds from
     several worker processes the rounds are resampled within each process (a stratified bootstrap,
     which scipy does not offer), and the interval is widened, in quadrature, by twice the standard

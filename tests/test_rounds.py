@@ -391,7 +391,8 @@ def test_the_ratio_is_taken_in_each_round_so_two_medians_on_different_phases_do_
         assert ratio == pytest.approx(1.0, abs=0.01)
         assert low <= 1.0 <= high
         quotients.append(rounds.centre(rounds.sums((1, 2))) / rounds.centre(rounds.whole_s))
-        paired = rounds_measurements(rounds, "model", ["a", "b"], (1, 2), "fake", None, floor_s=None, node_s=None)  # type: ignore[arg-type]
+        paired = rounds_measurements(rounds, "model", ["a", "b"], (1, 2), "fake", None,  # type: ignore[arg-type]
+                                     floor_s=None, node_s=None)
         summed = paired.bricks["a"].median_s + 2 * paired.bricks["b"].median_s
         assert summed / paired.whole.median_s == pytest.approx(1.0, abs=0.015)
         assert paired.bricks["a"].min_s == min(rounds.bricks_s[0])  # the fastest call stays as timed
