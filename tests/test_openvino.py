@@ -335,12 +335,15 @@ def test_estimates_hold_against_the_whole_model(ov: ModuleType, squeezenet: dlbr
                                                 granularity: str) -> None:
     """Paired validation of a zoo CNN in OpenVINO (warm bricks, to keep the lane short): the estimate,
     each brick less what its model does not run, lands within 50% (layer) and 30% (fused) of the whole
-    model timed in the same rounds, for layer bricks nearer to it than the bricks' raw sum; the fused
-    bricks' lower bound stays below it. The bounds guard against the gross errors of a missing
+    model timed in the same rounds; a layer brick's correction takes the whole of each Relu, which runs
+    inside its Convolution's kernel in the model, and little of each Convolution; the fused bricks' lower
+    bound stays below the model. The bounds guard against the gross errors of a missing
     correction (+87% before the brick-edge corrections), not the accuracy still to reach
     (docs/backends.md, "What is still off"): layer and fused landed at +14.7% and +11.1% on the AMD
     EPYC reference machine; on an Intel Xeon, in seven runs, layer +12.0..+31.1% (its MaxPool bricks
-    run a planar kernel) and fused +2.8..+21.6%."""
+    run a planar kernel) and fused +2.8..+21.6%. Where the model is slower than its bricks (a CI
+    machine: layer bricks less their corrections at -20.8%), a test that the correction moves the sum
+    nearer to the model would depend on the machine; the test of what it removes does not."""
     from dlbricks.estimator import validate
     from dlbricks.generators.rounds import RoundsBudget
 
@@ -360,6 +363,12 @@ def test_estimates_hold_against_the_whole_model(ov: ModuleType, squeezenet: dlbr
     assert overheads and corrected < raw
     assert abs(result.error) <= (0.50 if granularity == "layer" else 0.30), (granularity, result.error)
     if granularity == "layer":  # its Relu bricks run inside the Convolutions' kernels in the model
-        assert abs(corrected / measured - 1) < abs(raw / measured - 1), (corrected, raw, measured)
+        by_op: dict[str, list[float]] = {"Relu": [0.0, 0.0], "Conv": [0.0, 0.0]}
+        for o in dec.occurrences:
+            if (op := dec.bricks[o.signature].op_type) in by_op:
+                by_op[op][0] += stored[o.signature].median_s - stored[o.signature].floor_s
+                by_op[op][1] += overheads.get(o.signature, 0.0)
+        assert by_op["Relu"][1] == pytest.approx(by_op["Relu"][0], rel=0.05), by_op
+        assert by_op["Conv"][1] < 0.2 * by_op["Conv"][0], by_op
     else:  # layer bricks' MaxPools run a planar kernel, 2.7-4x the model's on an Intel Xeon (docs/backends.md)
         assert result.estimate.lower_bound_s <= measured
