@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dlbricks import Decomposition
+from dlbricks.generators.rounds import RoundsBudget
 from dlbricks.generators.runner import ROUND_PROCESSES, rounds_in_processes
+from dlbricks.generators.system import last_level_cache_bytes
 
 from ._populate import _price_reorders
 from .jobs import brick_overhead
@@ -23,18 +25,34 @@ from .store import Store
 
 if TYPE_CHECKING:
     from dlbricks.generators import Measurement
-    from dlbricks.generators.rounds import PairedRounds, RoundsBudget
+    from dlbricks.generators.rounds import PairedRounds
 
-__all__ = ["QUEUE_TIMES", "measure_in_rounds", "model_measurements", "round_order"]
+__all__ = ["QUEUE_TIMES", "measure_in_rounds", "model_measurements", "round_order", "whole_warmed"]
 
 #: Fields of a brick's stored measurement that its rounds do not take (the launch queue's times on an
 #: accelerator, from requests of their own): kept from the stored measurement.
 QUEUE_TIMES = ("host_s", "device_s", "device_warm_s", "repeat_s")
+#: Footprint, in last-level caches, above which a model's rounds on a CPU leave out the untimed whole
+#: run before each timed one (``RoundsBudget.warm_whole``): a run that touches more than twice the
+#: cache leaves in it none of what the next run reads first, so the timed run meets the same caches
+#: after a run of its own as after the bricks' turn (methodology, "Rounds").
+WARM_WHOLE_MAX_LLC = 2.0
 
 
 def round_order(dec: Decomposition) -> list[str]:
     """The unique bricks of ``dec`` in the order of their first occurrence: the order of a round."""
     return list(dict.fromkeys(o.signature for o in dec.occurrences))
+
+
+def whole_warmed(rounds: RoundsBudget, dec: Decomposition, device: str = "cpu",
+                 cache_bytes: int | None = None) -> RoundsBudget:
+    """``rounds`` without the untimed whole run before each timed one where ``dec``'s model touches
+    more than :data:`WARM_WHOLE_MAX_LLC` last-level caches (``cache_bytes``, default this machine's)
+    in one run on a CPU; else ``rounds`` as given."""
+    cache = last_level_cache_bytes() if cache_bytes is None else cache_bytes
+    if rounds.warm_whole and device.lower() == "cpu" and dec.footprint_bytes() > WARM_WHOLE_MAX_LLC * cache:
+        return dataclasses.replace(rounds, warm_whole=False)
+    return rounds
 
 
 def model_measurements(store: Store, dec: Decomposition, system: Any, config_id: str) -> dict[str, Measurement]:
@@ -76,7 +94,9 @@ def measure_in_rounds(store: Store, dec: Decomposition, runner: Any, whole: Any,
     the rounds as that too, with what its backend says its own run does beyond its model (a fused
     brick's reorders at level "all": ``brick_overhead_s``), and the backend's price of a layout
     reorder is calibrated where the database has none, as :func:`~dlbricks.benchmarks_db.populate`
-    does (the rounds are then how the bricks are measured: chained rounds). Returns
+    does (the rounds are then how the bricks are measured: chained rounds). On a CPU, a model that
+    touches more than twice the last-level cache in one run runs whole without an untimed run
+    before each timed one (:func:`whole_warmed`). Returns
     the rounds as measurements (the whole model's is the caller's to store), or None where the
     rounds failed: what was stored stands."""
     if all_bricks and dec.reorder_bytes:  # the rounds stand in for populate: the price it would calibrate
@@ -89,6 +109,7 @@ def measure_in_rounds(store: Store, dec: Decomposition, runner: Any, whole: Any,
     if not keys:
         return None
     counts = dec.counts()
+    rounds = whole_warmed(rounds or RoundsBudget(), dec, str(getattr(runner.config, "device", "cpu")))
     paired = rounds_in_processes(runner, whole, [dec.in_context(sig) for sig in keys], [counts[sig] for sig in keys],
                                  rounds, processes=processes, seed=seed, feeds=dec.feeds(keys),
                                  schedule=dec.schedule(keys), sweep_bytes=dec.deduplicated_weight_bytes())

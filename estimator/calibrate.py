@@ -172,8 +172,11 @@ def calibrate_peaks(config: BackendConfig | None = None, budget: Budget | None =
                                                else (GEMM_SIZES_CUDA, STREAM_ELEMENTS_CUDA, GEMV_SIZES_CUDA))
     gemm_of, conv_of, stream_of = ((mxnet_gemm_model, mxnet_conv_model, mxnet_stream_model) if mxnet
                                    else (gemm_model, conv_model, stream_model))
+    integer_runs = not mxnet and on_cpu  # 8-bit GEMMs: what quantized bricks run (the float peak does not bound them)
     models = ([gemm_of(n) for n in gemm_sizes] + [conv_of(c, h) for c, h in CONV_SHAPES]
-              + [stream_of(e) for e in stream_elements] + [gemm_of(n, 1) for n in gemv_sizes])
+              + [stream_of(e) for e in stream_elements] + [gemm_of(n, 1) for n in gemv_sizes]
+              + ([int_gemm_model(n) for n in gemm_sizes] if integer_runs else []))
+    # one call: each call of benchmark starts a worker and calibrates its floor
     results = iter(benchmark(models, backend=config.backend, config=config, budget=budget))
     gemm = tuple((n, _rate(2.0 * n ** 3, next(results))) for n in gemm_sizes)
     conv = tuple((c, h, _rate(_conv_flops(c, h), next(results))) for c, h in CONV_SHAPES)
@@ -185,11 +188,7 @@ def calibrate_peaks(config: BackendConfig | None = None, budget: Budget | None =
         runs = benchmark(chains, config=replace(config, graph_optimization_level="all"), budget=budget)
         nchwc = tuple((c, h, _rate(NCHWC_DEPTH * _conv_flops(c, h), m))
                       for (c, h), m in zip(CONV_SHAPES, runs, strict=True))
-    int_gemm: tuple[tuple[int, float], ...] = ()
-    if not mxnet and on_cpu:  # 8-bit GEMMs: what quantized bricks run (the float peak does not bound them)
-        runs = benchmark([int_gemm_model(n) for n in gemm_sizes], backend=config.backend, config=config,
-                         budget=budget)
-        int_gemm = tuple((n, _rate(2.0 * n ** 3, m)) for n, m in zip(gemm_sizes, runs, strict=True))
+    int_gemm = tuple((n, _rate(2.0 * n ** 3, next(results))) for n in gemm_sizes) if integer_runs else ()
     flops = max([r for _, r in gemm] + [r for _, _, r in conv + nchwc])
     bandwidth = max(r for _, r in stream + gemv)
     integer = max((r for _, r in int_gemm), default=None)

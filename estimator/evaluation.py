@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -250,7 +250,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     get_backend(backend_name(config)).check(config)  # before anything is stored: a missing provider is one line
     _check_granularity(granularity, config)
     sweep = algorithm_configs(config) if algorithm_sweep else []
-    brickset, layer_set = _decompose_suite(models, store, granularity, config)
+    graphs, brickset, layer_set = _decompose_suite(models, store, granularity, config)
     summary = brickset.summary()
     say(f"{summary.models} models, {summary.layers} layers, {summary.unique_bricks} unique bricks")
     _calibrate_once(store, system, config, say)
@@ -260,7 +260,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
         [_Turns(layer_set, [config], target_ci)] if granularity == "both" else [])
     rounds = rounds or default_rounds(config, granularity)
     bricks_in_rounds = _bricks_in_rounds(rounds, config)
-    whole_time, whole_setup, rounds_s, paired = _measure_suite(models, brickset, turns, store, system, config,
+    whole_time, whole_setup, rounds_s, paired = _measure_suite(graphs, brickset, turns, store, system, config,
                                                                  budget, say, rounds)
     if sweep:
         _sweep_algorithms(brickset, sweep, store, system, backend_name(config), say)
@@ -355,13 +355,15 @@ def _check_granularity(granularity: str, config: Any) -> None:
 
 
 def _decompose_suite(models: Sequence[str], store: Store, granularity: str,
-                     config: Any) -> tuple[BrickSet, BrickSet]:
-    """Build and decompose each zoo model, storing it; the bricks of ``granularity`` and, with
-    "both", the layer bricks beside them (else an empty set)."""
+                     config: Any) -> tuple[dict[str, ModelGraph], BrickSet, BrickSet]:
+    """Build and decompose each zoo model, storing it; each model's graph (built once: the rounds run
+    it whole), the bricks of ``granularity`` and, with "both", the layer bricks beside them (else an
+    empty set)."""
     options = {} if granularity == "layer" else fusion_options(config)
+    graphs: dict[str, ModelGraph] = {}
     brickset, layer_set = BrickSet(), BrickSet()
     for name in models:
-        graph = load_model(build(name), name=name)
+        graph = graphs[name] = load_model(build(name), name=name)
         dec = decompose(graph, "layer" if granularity == "layer" else "fused", **options)
         store.models.add(dec, graph.source)
         brickset.add(dec)
@@ -369,7 +371,7 @@ def _decompose_suite(models: Sequence[str], store: Store, granularity: str,
             layer_dec = decompose(graph, "layer")
             store.models.add(layer_dec, graph.source)
             layer_set.add(layer_dec)
-    return brickset, layer_set
+    return graphs, brickset, layer_set
 
 
 def _bricks_in_rounds(rounds: RoundsBudget, config: Any) -> bool:
@@ -391,7 +393,7 @@ def _calibrate_once(store: Store, system: SystemInfo, config: Any, say: Callable
     store.systems.record_peaks(system, *merge_peaks(stored, key, calibrate_peaks(cal_config, CALIBRATION_BUDGET)))
 
 
-def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_Turns], store: Store,
+def _measure_suite(graphs: Mapping[str, ModelGraph], brickset: BrickSet, turns: Sequence[_Turns], store: Store,
                    system: SystemInfo, config: Any, budget: Budget, say: Callable[[str], object],
                    rounds: RoundsBudget = PAIRED_ROUNDS) -> tuple[float, float, float, dict[str, PairedRounds]]:
     """Measure the suite model by model; returns the whole models' benchmarking time, its setup
@@ -412,11 +414,10 @@ def _measure_suite(models: Sequence[str], brickset: BrickSet, turns: Sequence[_T
     paired: dict[str, PairedRounds] = {}
     workers = _KeptRunners(repeat_for=config.config_id)
     try:
-        for seed, name in enumerate(models):
+        for seed, (name, graph) in enumerate(graphs.items()):
             dec = brickset.models[name]
             workers.restart(config)  # each model's bricks and rounds in a worker of its own
             runner = workers(backend, config, budget, False).runner
-            graph = load_model(build(name), name=name)
             earlier = _measured(store.measurements.get(dec.model_key, system, config.config_id, kind="model"))
             first = None
             if not earlier and not chained:

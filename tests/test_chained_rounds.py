@@ -203,6 +203,22 @@ def test_layer_bricks_rounds_are_chained_by_default_where_the_backend_chains_bri
     assert default_rounds(OrtConfig(device="cuda")) is PAIRED_ROUNDS
 
 
+def test_a_model_far_larger_than_the_cache_runs_whole_without_an_untimed_run_before_each_timed_one() -> None:
+    """A model touching more than twice the last-level cache in one run leaves none of what its next
+    run reads first: its rounds on a CPU leave out the untimed whole run (half of their whole-model
+    time); a model within the cache, or one on a GPU, keeps it."""
+    from dlbricks.benchmarks_db.rounds import WARM_WHOLE_MAX_LLC, whole_warmed
+    from dlbricks.estimator.api import CHAINED_ROUNDS
+
+    dec = dlbricks.decompose(dlbricks.load_model(resnet_like(), name="resnet_like", batch_size=1))
+    footprint = dec.footprint_bytes()
+    big = int(footprint / WARM_WHOLE_MAX_LLC) - 1  # the model is just over twice this cache
+    assert whole_warmed(CHAINED_ROUNDS, dec, "cpu", cache_bytes=big).warm_whole is False
+    assert whole_warmed(CHAINED_ROUNDS, dec, "cpu", cache_bytes=big + 2) is CHAINED_ROUNDS
+    assert whole_warmed(CHAINED_ROUNDS, dec, "cuda", cache_bytes=big) is CHAINED_ROUNDS
+    assert whole_warmed(CHAINED_ROUNDS, dec, "cpu", cache_bytes=big).warm_chain  # the bricks' side stands
+
+
 def test_a_chain_is_for_the_cpu() -> None:
     with pytest.raises(dlbricks.InvalidArgumentError, match="CPU only"):
         OrtBackend().prepare_chain([], OrtConfig(device="cuda"))
