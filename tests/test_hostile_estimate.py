@@ -143,23 +143,60 @@ fcntl.flock(lock, fcntl.LOCK_EX)
 print("held", flush=True)
 time.sleep({HOLD_S})
 """
+#: The longest the holder below keeps the lock; it lets go as soon as the test writes a line.
+HOLD_MAX_S = 120.0
+HOLD_UNTIL_TOLD = f"""
+import fcntl, os, select, sys, tempfile
+lock = open(os.path.join(tempfile.gettempdir(), "dlbricks-timing.lock"), "a+b")
+fcntl.flock(lock, fcntl.LOCK_EX)
+print("held", flush=True)
+select.select([sys.stdin], [], [], {HOLD_MAX_S})
+"""
+WAITING = "for another dlbricks process timing on this machine"
 
 
+def _blocked_on(path: str) -> bool:
+    """Whether a process waits for an flock on ``path`` (Linux: a ``->`` line of /proc/locks naming
+    its inode)."""
+    inode = f":{os.stat(path).st_ino} "
+    with open("/proc/locks") as locks:
+        return any("->" in line and inode in line for line in locks)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="tells a blocked flock from /proc/locks (Linux)")
 def test_a_second_process_waits_for_the_one_timing_on_this_machine(work: Path) -> None:
     """Two processes timing at once share the cores and measure each other: a 'bench' started while
-    another dlbricks process times waits for it, and says so once."""
-    holder = subprocess.Popen([sys.executable, "-c", HOLD], stdout=subprocess.PIPE, text=True)
+    another dlbricks process times waits for it, and says so once. The holder keeps the lock until
+    the bench is seen waiting for it, then longer than the wait that is worth a line (a fixed hold
+    ended before a loaded machine had the bench started and its model cut)."""
+    import tempfile
+
+    from dlbricks.generators.runner import LOCK_NOTICE_S
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_UNTIL_TOLD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        start = time.monotonic()
-        done = subprocess.run([sys.executable, "-m", "dlbricks", "bench", str(work / "good.onnx"), "--batch-size", "1",
-                               "--db", str(work / "new.db"), "--budget", "quick"], capture_output=True, text=True)
-        waited = time.monotonic() - start
+        lock = os.path.join(tempfile.gettempdir(), "dlbricks-timing.lock")
+        bench = subprocess.Popen([sys.executable, "-m", "dlbricks", "bench", str(work / "good.onnx"), "--batch-size",
+                                  "1", "--db", str(work / "new.db"), "--budget", "quick"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + HOLD_MAX_S / 2
+        while not _blocked_on(lock) and bench.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        blocked = _blocked_on(lock)
+        time.sleep(LOCK_NOTICE_S + 1.0)
+        assert holder.stdin is not None
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        _, stderr = bench.communicate(timeout=300)
     finally:
+        holder.kill()
         holder.wait(timeout=30)
-    assert done.returncode == 0, done.stderr
-    assert done.stderr.count("for another dlbricks process timing on this machine") == 1, done.stderr
-    assert waited >= HOLD_S - 1.0
+    assert blocked, stderr
+    assert bench.returncode == 0, stderr
+    assert stderr.count(WAITING) == 1, stderr
+    assert stderr.index(WAITING) < stderr.index("[1/"), stderr  # it waited before it timed a brick
 
 
 def test_the_wait_for_another_process_is_in_no_measurement() -> None:
