@@ -35,7 +35,8 @@ QUEUE_TIMES = ("host_s", "device_s", "device_warm_s", "repeat_s")
 #: Footprint, in last-level caches, above which a model's rounds on a CPU leave out the untimed whole
 #: run before each timed one (``RoundsBudget.warm_whole``): a run that touches more than twice the
 #: cache leaves in it none of what the next run reads first, so the timed run meets the same caches
-#: after a run of its own as after the bricks' turn (methodology, "Rounds").
+#: after a run of its own as after the bricks' turn (methodology, "No warm run for a model larger
+#: than the cache").
 WARM_WHOLE_MAX_LLC = 2.0
 
 
