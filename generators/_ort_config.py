@@ -45,8 +45,10 @@ COLD_SPANS = ("model", "cache")
 #: brick whose occurrences share a weight at each of them (``RoundsBudget.warm_chain``,
 #: :func:`~dlbricks.generators.rounds.sweeper`, :meth:`~dlbricks.Decomposition.schedule`); 12: a brick's
 #: runs in rounds are taken at the whole model's speed in each round (:meth:`~dlbricks.generators.rounds.Rounds.speed_factors`), and a chained
-#: round calls a brick at each use only where its uses read the same weights again.
-MEASUREMENT_METHOD = 12
+#: round calls a brick at each use only where its uses read the same weights again; 13: a chained
+#: brick's timed call follows a small matrix product that wakes the vector units (``ready``:
+#: :func:`~dlbricks.generators.items.vector_warmup_model`).
+MEASUREMENT_METHOD = 13
 
 
 def _ort() -> ModuleType:

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 from dlbricks import InvalidArgumentError
 
-__all__ = ["FLOOR_KEY", "Item", "floor_model", "resolve_item", "side_by_side"]
+__all__ = ["FLOOR_KEY", "Item", "floor_model", "resolve_item", "side_by_side", "vector_warmup_model"]
 
 FLOOR_KEY = "dlbricks.floor:identity-float32-1"
 
@@ -74,6 +74,25 @@ def floor_model(nodes: int = 1) -> onnx.ModelProto:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
     graph = helper.make_graph(chain, "dlbricks_floor", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+#: Rows and columns of :func:`vector_warmup_model`'s product: a few microseconds of the runtime's
+#: widest float kernels, touching 3 KiB.
+VECTOR_WARMUP_SIZE = 16
+
+
+def vector_warmup_model(size: int = VECTOR_WARMUP_SIZE) -> onnx.ModelProto:
+    """A ``size`` x ``size`` float MatMul with a constant right-hand side: run just before a chained
+    brick's timed call, its matrix kernel leaves the core's vector units as a model's previous layer
+    leaves them for the next (methodology, "Wide vector units between two calls")."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise InvalidArgumentError(f"'size' must be an int >= 1. Got {size!r} instead.")
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [size, size], [1.0 / size] * (size * size))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [size, size])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [size, size])
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "dlbricks_vector_warmup", [x], [y],
+                              [weight])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 

@@ -27,7 +27,7 @@ from . import ort_kernels
 from ._cuda import NO_SYNC_ENTRY, REPEAT_COPIES, REPEAT_MAX_DEVICE_S, cuda_probe, repeat_s
 from ._ort_config import OrtConfig, _ort
 from .inputs import input_specs, random_inputs, value_ranges, value_statistics
-from .items import floor_model, side_by_side
+from .items import floor_model, side_by_side, vector_warmup_model
 from .system import last_level_cache_bytes
 from .util import closed, one_line, prepare_previous, round_robin
 
@@ -510,6 +510,13 @@ def prepare_chain(backend: OrtBackend, models: Sequence[onnx.ModelProto], config
       A brick of one op of :data:`IN_PLACE_OPS` writes over its input where the input dies there,
       as it does inside the model.
 
+    - Each brick's ``ready`` runs a small matrix product (:func:`~dlbricks.generators.items.vector_warmup_model`,
+      one session shared by the chain) just before its timed call: inside the model a layer's kernel
+      starts microseconds after the previous layer's, while a chained call follows its session's
+      overhead, the floor's model and the round's own code, long enough for a CPU that powers its
+      wide vector units down when they idle to start the brick's kernel at reduced throughput
+      (methodology, "Wide vector units between two calls").
+
     The other bricks of the round then pass through the caches between two calls of a brick as the
     model's other layers do, so the brick's weights are as cold as in the model without copies.
     """
@@ -522,6 +529,10 @@ def prepare_chain(backend: OrtBackend, models: Sequence[onnx.ModelProto], config
             chain.append(backend.prepare(model, warm, fed=fed))
         except UnrunnableBrickError:
             chain.append(None)
+    warmup = backend.prepare(vector_warmup_model(), warm, timed=False)
+    for prepared in chain:
+        if prepared is not None:
+            prepared.ready = warmup.run
     if feeds is None:
         feeds = _guessed_feeds(models, chain)
     rows = list(feeds)[:len(chain)]

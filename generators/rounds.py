@@ -268,8 +268,8 @@ def time_rounds(whole: Any, bricks: Sequence[Any], counts: Sequence[int], budget
 
     Each brick's turn is a short measurement of the harness (:func:`brick_budget`: its prime before
     each call, and the floor's one-node model paired with its calls where it has one), or with
-    ``budget.chained`` one call and one call of its ``empty``. Whether the whole model comes first is
-    drawn from ``rng`` each round.
+    ``budget.chained`` one call and one call of its ``empty``, its untimed ``ready`` (where it has
+    one) just before the call. Whether the whole model comes first is drawn from ``rng`` each round.
 
     ``schedule`` (chained rounds only): the positions in ``bricks`` of a round's calls, in order, each
     brick at least once (:meth:`~dlbricks.Decomposition.schedule`: every occurrence of a model whose
@@ -305,6 +305,7 @@ def time_rounds(whole: Any, bricks: Sequence[Any], counts: Sequence[int], budget
 
     fastest = [math.inf] * len(bricks)
     singles = [(b.run, getattr(b, "empty", None)) for b in bricks]
+    readies = [getattr(b, "ready", None) for b in bricks]
 
     calls_a_round = [int(n) for n in np.bincount(order_of_calls, minlength=len(bricks))] if bricks else []
     per_call = [1.0 / n for n in calls_a_round]
@@ -313,6 +314,8 @@ def time_rounds(whole: Any, bricks: Sequence[Any], counts: Sequence[int], budget
         times, empties = [0.0] * len(bricks), [0.0] * len(bricks)
         for i in order_of_calls:
             run, empty = singles[i]
+            if readies[i] is not None:
+                readies[i]()
             t = _timed(run, clock) / 1e9
             times[i] += t * per_call[i]
             fastest[i] = min(fastest[i], t)

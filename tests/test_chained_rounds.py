@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
@@ -162,6 +163,31 @@ def test_a_chain_keeps_each_input_as_its_writer_left_it_until_its_reader_runs() 
               for v, w in zip(p.binding.get_outputs(), p.outputs(), strict=True)]
     total = sum(end - start for start, end in places)
     assert max(e for _, e in places) - min(s for s, _ in places) < total  # dead outputs' memory reused
+    for prepared in chain:
+        prepared.close()
+
+
+def test_each_chained_brick_runs_a_small_matrix_product_before_its_call_without_touching_its_data() -> None:
+    """Every brick of a chain has a ``ready``: one small MatMul session shared by the chain (a real
+    onnxruntime run), which leaves each brick's inputs and outputs as they were."""
+    from dlbricks.generators.items import VECTOR_WARMUP_SIZE, vector_warmup_model
+
+    warmup = vector_warmup_model()
+    onnx.checker.check_model(warmup, full_check=True)
+    x = np.arange(VECTOR_WARMUP_SIZE ** 2, dtype=np.float32).reshape(VECTOR_WARMUP_SIZE, VECTOR_WARMUP_SIZE)
+    session = ort.InferenceSession(warmup.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], x @ np.full_like(x, 1 / VECTOR_WARMUP_SIZE), rtol=1e-6)
+    with pytest.raises(dlbricks.InvalidArgumentError, match="'size'"):
+        vector_warmup_model(0)
+    _, _, chain = _chain()
+    assert all(callable(p.ready) for p in chain)
+    assert len({p.ready for p in chain}) == 1  # one session for the chain
+    for prepared in chain:
+        prepared.run()
+        before = [o.copy() for o in prepared.outputs()]
+        prepared.ready()
+        for got, was in zip(prepared.outputs(), before, strict=True):
+            np.testing.assert_array_equal(got, was)
     for prepared in chain:
         prepared.close()
 
