@@ -109,8 +109,8 @@ _rounds_option = click.option(
     "--rounds", "round_design", type=click.Choice(tuple(ROUND_DESIGNS)), default=None,
     help="How a model and its bricks are timed together: chained (one call of each brick a round on bricks "
          "chained as in the model, which measures them; onnxruntime on a CPU, bursts elsewhere) or bursts (a "
-         "millisecond or two of each brick a round, on its cold copies). Default: chained for layer bricks "
-         "where the backend chains bricks on a CPU, else bursts.")
+         "millisecond or two of each brick a round, on its cold copies). Default: chained for layer and fused "
+         "bricks where the backend chains bricks on a CPU, else bursts.")
 _budget_option = click.option("--budget", "budget_name", type=click.Choice(tuple(_BUDGETS)), default="default",
                               show_default=True, help="Stopping rule for bricks and whole models.")
 

@@ -70,10 +70,9 @@ def chains_bricks(config: Any) -> bool:
 
 def default_rounds(config: Any, granularity: str = "layer") -> RoundsBudget:
     """The rounds of a paired run under ``config`` when none are asked for: :data:`CHAINED_ROUNDS`
-    for layer bricks where the backend chains bricks on a CPU (:func:`chains_bricks`), else
-    :data:`PAIRED_ROUNDS` (fused bricks at "all" came out high in chained rounds: 4.0% and 8/12 in a
-    main job on an Intel Xeon, see the methodology)."""
-    return CHAINED_ROUNDS if granularity == "layer" and chains_bricks(config) else PAIRED_ROUNDS
+    for layer or fused bricks where the backend chains bricks on a CPU (:func:`chains_bricks`), else
+    :data:`PAIRED_ROUNDS` (and for granularity "both")."""
+    return CHAINED_ROUNDS if granularity in ("layer", "fused") and chains_bricks(config) else PAIRED_ROUNDS
 #: Relative half-width that the machine's swing may leave in an estimate (the 95% interval of the
 #: ratio of a model's bricks to its whole runs over their rounds) before its figure is said not to be
 #: trusted.
@@ -553,8 +552,8 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     """Measure the whole model with the same harness, store the run, and compare with the estimate.
 
     Paired (the default), the model is held in a worker beside its bricks and timed with them in
-    interleaved rounds (``rounds``, default :func:`default_rounds`: chained for layer bricks on a CPU
-    with onnxruntime;
+    interleaved rounds (``rounds``, default :func:`default_rounds`: chained for layer and fused bricks
+    on a CPU with onnxruntime;
     :func:`~dlbricks.benchmarks_db.rounds.measure_in_rounds`): the estimate reads each brick's runs over
     the rounds and the measured latency is the whole model's median over the same rounds, so that
     both meet the same moments of the machine; the interval holds what the rounds saw of its swing

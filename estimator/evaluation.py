@@ -211,7 +211,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     and the warm run is left out. The suite runs model by model: the whole model and every one of
     its bricks run in interleaved rounds
     (:func:`~dlbricks.benchmarks_db.rounds.measure_in_rounds`), so that its estimate and its measured
-    latency come from the same moments of the machine: for layer bricks on a CPU with onnxruntime,
+    latency come from the same moments of the machine: for layer and fused bricks on a CPU with onnxruntime,
     rounds of single calls on its bricks prepared as a chain, which measure both sides, each side's
     time the benchmarking speedup's (:data:`~dlbricks.estimator.api.CHAINED_ROUNDS`); elsewhere the
     model is measured whole first (the measurement whose time the speedup counts) and its new bricks
@@ -236,7 +236,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
 
     ``rounds`` is the rounds' budget (default :func:`~dlbricks.estimator.api.default_rounds`:
     :data:`~dlbricks.estimator.api.CHAINED_ROUNDS`, rounds of single calls on bricks prepared as a
-    chain, for layer bricks where the backend chains bricks on a CPU, else :data:`PAIRED_ROUNDS`,
+    chain, for layer and fused bricks where the backend chains bricks on a CPU, else :data:`PAIRED_ROUNDS`,
     rounds of bursts).
     """
     start, waited = time.perf_counter(), lock_waited_s()

@@ -220,13 +220,15 @@ def test_chain_offsets_never_overlap_buffers_alive_at_once() -> None:
 
 
 def test_layer_bricks_rounds_are_chained_by_default_where_the_backend_chains_bricks_on_a_cpu() -> None:
-    """onnxruntime on a CPU chains a model's bricks: the rounds of layer bricks are chained unless
-    asked otherwise; fused bricks and a GPU's are bursts."""
+    """onnxruntime on a CPU chains a model's bricks: the rounds of layer and fused bricks are chained
+    unless asked otherwise; both granularities at once and a GPU's are bursts."""
     from dlbricks.estimator.api import CHAINED_ROUNDS, PAIRED_ROUNDS, default_rounds
 
     assert default_rounds(OrtConfig()) is CHAINED_ROUNDS
-    assert default_rounds(OrtConfig(graph_optimization_level="all"), "fused") is PAIRED_ROUNDS
+    assert default_rounds(OrtConfig(graph_optimization_level="all"), "fused") is CHAINED_ROUNDS
+    assert default_rounds(OrtConfig(graph_optimization_level="all"), "both") is PAIRED_ROUNDS
     assert default_rounds(OrtConfig(device="cuda")) is PAIRED_ROUNDS
+    assert default_rounds(OrtConfig(device="cuda", graph_optimization_level="all"), "fused") is PAIRED_ROUNDS
 
 
 def test_a_model_far_larger_than_the_cache_runs_whole_without_an_untimed_run_before_each_timed_one() -> None:
