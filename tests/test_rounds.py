@@ -169,7 +169,6 @@ def test_time_rounds_needs_a_count_per_brick() -> None:
         time_rounds(FakeRun(clock, 1.0), _bricks(clock), COUNTS[:2], clock=clock)
 
 
-
 class FakeSingle(FakeRun):
     """A brick of a chain: a first call in a round pays ``cold_us`` more (the session state that its
     floor model, run right after it, pays as well); a call right after another of the same brick
@@ -458,6 +457,7 @@ def test_a_chained_brick_meets_the_vector_units_as_its_layer_does_in_the_model(s
         ratios[warmup] = float(np.median(own / np.asarray(rounds.whole_s)))
     assert ratios[True] == pytest.approx(1.0, rel=0.01)
     assert ratios[False] > 1.03  # 30 us on most calls of 11 uses, against a 5.5 ms model
+
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
