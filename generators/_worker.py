@@ -37,6 +37,9 @@ class _State:
         self.backends: dict[str, Any] = {}
         self.held: dict[str, tuple[Any, Any, Any]] = {}  # key -> (prepared, backend, config)
         self.kept = PreparedCache(0)
+        #: Bricks prepared ahead of their rounds (``prepare``): whole model's key, prepared, seconds
+        #: spent, configuration
+        self.ahead: tuple[str, list[tuple[int, str, Any, bool]], float, Any] | None = None
 
 
 def main() -> int:
@@ -76,6 +79,10 @@ def _answer(state: _State, request: tuple[str, Any]) -> tuple[str, Any]:
             return "ok", _queue(state, payload)
         if kind == "rounds":
             return "ok", _rounds(state, payload)
+        if kind == "prepare":
+            return "ok", _prepare_ahead(state, payload)
+        if kind == "timed":
+            return _timed_answer(state, payload)
         raise ValueError(f"unknown request {kind!r}")
     except Exception as e:  # every failure of an item is reported, not fatal
         return "error", one_line(e)
@@ -151,37 +158,48 @@ def _again(state: _State, payload: dict[str, Any]) -> Any:
                             warmed=True)
 
 
-def _rounds(state: _State, payload: dict[str, Any]) -> Any:
-    """Time a held whole model and its bricks in interleaved rounds
-    (:func:`~dlbricks.generators.rounds.time_rounds`). Each brick is taken from the kept items or
-    prepared (and each of its copies run once), or, for chained rounds on a CPU, all prepared as a
-    chain by the backend (``prepare_chain``) and closed after; a brick that cannot be prepared is left out. Returns
-    ``(Rounds, included brick positions, seconds spent preparing)``; the bricks are kept again after
-    (closed on an accelerator)."""
+def _timed_answer(state: _State, request: tuple[str, Any]) -> tuple[str, Any]:
+    """The answer to ``request`` with the seconds it took here: ``(status, (seconds, result))``, for
+    a request sent ahead (a spare worker's setup while another worker times), whose wall time the
+    parent cannot take since it does not wait for it."""
     import time
-    from dataclasses import replace
 
-    import numpy as np
+    start = time.perf_counter()
+    status, result = _answer(state, request)
+    return status, (time.perf_counter() - start, result)
+
+
+def _chains(payload: dict[str, Any], backend: Any) -> bool:
+    """Whether the bricks of a rounds request are prepared as one chain (chained rounds on a CPU,
+    by a backend that prepares chains)."""
+    config = payload["config"]
+    return bool(payload["budget"].chained and getattr(config, "device", "cpu") == "cpu"
+                and hasattr(backend, "prepare_chain"))
+
+
+def _prepare_bricks(state: _State, payload: dict[str, Any]) -> tuple[list[tuple[int, str, Any, bool]], float]:
+    """The bricks of a rounds request, prepared: each taken from the kept items or prepared (and
+    each of its copies run once), or, for chained rounds on a CPU, all prepared as a chain by the
+    backend (``prepare_chain``); a brick that cannot be prepared is left out. Returns ``(position,
+    cache key ("" in a chain), prepared, taken from the cache)`` for each, and the seconds spent."""
+    import time
+
     import onnx
 
-    if payload["whole"] not in state.held:
-        raise KeyError(f"no model {payload['whole'][:12]} is held in this worker; measure it with hold=True")
-    whole = state.held[payload["whole"]][0]
     backend = _backend(state, payload["backend"])
     config = payload["config"]
     start = time.perf_counter()
-    prepared: list[tuple[int, str, Any, bool]] = []  # position, cache key, prepared, taken from the cache
-    rounds = None
+    prepared: list[tuple[int, str, Any, bool]] = []
     try:
-        chain = payload["budget"].chained and getattr(config, "device", "cpu") == "cpu" and hasattr(backend, "prepare_chain")
-        if chain:
+        if _chains(payload, backend):
             models = [onnx.load_from_string(b) for b in payload["bricks"]]
             for position, item in enumerate(backend.prepare_chain(models, config, payload.get("feeds"))):
                 if item is not None:
                     item.run()
                     item.empty()
                     prepared.append((position, "", item, False))
-        for position, model_bytes in enumerate(() if chain else payload["bricks"]):
+            return prepared, time.perf_counter() - start
+        for position, model_bytes in enumerate(payload["bricks"]):
             key = digest(model_bytes, config.config_id)
             item = state.kept.take(key)
             kept = item is not None
@@ -193,7 +211,70 @@ def _rounds(state: _State, payload: dict[str, Any]) -> Any:
                 for _ in range(int(getattr(item, "copies", 1) or 1)):
                     item.run()
             prepared.append((position, key, item, kept))
-        prepare_s = time.perf_counter() - start
+    except BaseException:
+        _close_bricks(state, prepared, config, None)
+        raise
+    return prepared, time.perf_counter() - start
+
+
+def _close_bricks(state: _State, prepared: list[tuple[int, str, Any, bool]], config: Any, rounds: Any) -> None:
+    """Close the bricks of a rounds request, or keep them again (not a chain's, not on an
+    accelerator), each valued at its median over ``rounds`` (0 without rounds)."""
+    import numpy as np
+
+    on_device = getattr(config, "device", "cpu") != "cpu"
+    for i, (_, key, item, _) in enumerate(prepared):
+        if on_device or not key:  # a chain's sessions are its own: closed with it
+            item.close()
+        else:
+            value = float(np.median(rounds.bricks_s[i])) if rounds is not None else 0.0
+            state.kept.keep(key, item, value_s=value)
+
+
+def _prepare_ahead(state: _State, payload: dict[str, Any]) -> Any:
+    """Prepare the bricks of the rounds that a later ``rounds`` request of the whole model
+    ``payload["whole"]`` times (:func:`_prepare_bricks`), and keep them for it; the bricks prepared
+    ahead before are closed. Returns ``(bricks prepared, seconds spent)``."""
+    _drop_ahead(state)
+    prepared, prepare_s = _prepare_bricks(state, payload)
+    state.ahead = (payload["whole"], prepared, prepare_s, payload["config"])
+    return len(prepared), prepare_s
+
+
+def _drop_ahead(state: _State) -> None:
+    """Close the bricks prepared ahead, if any."""
+    if state.ahead is not None:
+        _, prepared, _, config = state.ahead
+        state.ahead = None
+        _close_bricks(state, prepared, config, None)
+
+
+def _rounds(state: _State, payload: dict[str, Any]) -> Any:
+    """Time a held whole model and its bricks in interleaved rounds
+    (:func:`~dlbricks.generators.rounds.time_rounds`), the bricks prepared ahead for this whole
+    model (``payload["ahead"]``, see :func:`_prepare_ahead`) or prepared now (:func:`_prepare_bricks`).
+    Returns ``(Rounds, included brick positions, seconds spent preparing)``; the bricks are kept
+    again after (closed in a chain or on an accelerator)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    if payload["whole"] not in state.held:
+        raise KeyError(f"no model {payload['whole'][:12]} is held in this worker; measure it with hold=True")
+    whole = state.held[payload["whole"]][0]
+    backend = _backend(state, payload["backend"])
+    config = payload["config"]
+    if payload.get("ahead"):
+        if state.ahead is None or state.ahead[0] != payload["whole"]:
+            raise KeyError(f"no bricks of model {payload['whole'][:12]} were prepared ahead in this worker")
+        _, prepared, prepare_s, _ = state.ahead
+        state.ahead = None
+    else:
+        _drop_ahead(state)
+        prepared, prepare_s = _prepare_bricks(state, payload)
+    chain = _chains(payload, backend)
+    rounds = None
+    try:
         counts = [payload["counts"][p] for p, _, _, _ in prepared]
         budget = payload["budget"] if chain or not payload["budget"].chained else \
             replace(payload["budget"], chained=False)  # no chain here (another backend, a GPU): bursts
@@ -203,13 +284,7 @@ def _rounds(state: _State, payload: dict[str, Any]) -> Any:
         rounds = time_rounds(whole, [p[2] for p in prepared], counts, budget,
                              rng=np.random.default_rng(payload.get("seed")), schedule=schedule, sweep=sweep)
     finally:
-        on_device = getattr(config, "device", "cpu") != "cpu"
-        for i, (_, key, item, _) in enumerate(prepared):
-            if on_device or not key:  # a chain's sessions are its own: closed with it
-                item.close()
-            else:
-                value = float(np.median(rounds.bricks_s[i])) if rounds is not None else 0.0
-                state.kept.keep(key, item, value_s=value)
+        _close_bricks(state, prepared, config, rounds)
     return rounds, tuple(p[0] for p in prepared), prepare_s
 
 

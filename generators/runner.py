@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -143,6 +144,8 @@ class _Worker:
             process_group=0,  # Ctrl-C at a terminal reaches the driver only; it decides when we stop
         )
         self._started = False
+        self._ahead: list[tuple[str, str]] = []  # (kind, key) of requests sent ahead, answers not yet read
+        self._writer: threading.Thread | None = None
         init = {"sys_path": list(sys.path), "registry": portable_registry(), "cache_bytes": keep_bytes}
         assert self.proc.stdin is not None
         try:
@@ -176,9 +179,71 @@ class _Worker:
         self._started = True
         return self
 
+    @property
+    def has_ahead(self) -> bool:
+        """Whether requests sent ahead have answers not yet read."""
+        return bool(self._ahead)
+
+    def send_ahead(self, requests: Sequence[tuple[str, str, tuple[str, Any]]]) -> None:
+        """Send ``requests`` (each ``(kind, key, message)``) now, from a thread, and read their answers
+        later (:meth:`take_ahead`), so that the caller goes on while this worker starts on them. Each
+        is wrapped in a ``timed`` request: its answer carries the seconds it took in the worker."""
+        self._join_writer(None)
+        self._ahead.extend((kind, key) for kind, key, _ in requests)
+        messages = [("timed", message) for _, _, message in requests]
+        self._writer = threading.Thread(target=self._write_all, args=(messages,), daemon=True)
+        self._writer.start()
+
+    def _write_all(self, messages: Sequence[tuple[str, Any]]) -> None:
+        assert self.proc.stdin is not None
+        for message in messages:
+            try:
+                write_message(self.proc.stdin, message)
+            except (BrokenPipeError, OSError, ValueError):  # the worker died, or was closed: its reader says so
+                return
+
+    def _join_writer(self, timeout: float | None) -> bool:
+        """Wait for the requests sent ahead to be written; whether they are."""
+        if self._writer is not None:
+            self._writer.join(timeout)
+            if self._writer.is_alive():
+                return False
+            self._writer = None
+        return True
+
+    def take_ahead(self, kind: str, key: str, timeout: float) -> tuple[str, Any] | None:
+        """The answer ``(status, (seconds, result))`` to the request sent ahead as ``(kind, key)``
+        when it is the next one unread, waiting at most ``timeout`` seconds for it; None otherwise
+        (every unread answer is then read and dropped).
+
+        Raises
+        ------
+        WorkerTimeoutError, WorkerDiedError
+            As :meth:`request`.
+        """
+        if not self._ahead:
+            return None
+        if self._ahead[0] != (kind, key):
+            self._drop_ahead(timeout)
+            return None
+        self._ahead.pop(0)
+        assert self.proc.stdout is not None
+        with _MACHINE.held():
+            return read_message(self.proc.stdout.fileno(), timeout)
+
+    def _drop_ahead(self, timeout: float) -> None:
+        """Read and drop the answers to the requests sent ahead."""
+        assert self.proc.stdout is not None
+        while self._ahead:
+            self._ahead.pop(0)
+            read_message(self.proc.stdout.fileno(), timeout)
+        self._join_writer(None)
+
     def request(self, message: tuple[str, Any], timeout: float) -> tuple[str, Any]:
-        """Send ``message`` and wait at most ``timeout`` seconds for the answer."""
+        """Send ``message`` and wait at most ``timeout`` seconds for the answer (the answers to
+        requests sent ahead and not taken are read and dropped first)."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
+        self._drop_ahead(timeout)
         with _MACHINE.held():
             try:
                 write_message(self.proc.stdin, message)
@@ -220,7 +285,7 @@ class _Worker:
 
     def close(self) -> None:
         """Ask the worker to exit; kill it if it does not within a few seconds."""
-        if self.proc.poll() is None:
+        if self.proc.poll() is None and self._join_writer(EXIT_GRACE_S):
             try:
                 assert self.proc.stdin is not None
                 write_message(self.proc.stdin, ("exit", None))
@@ -379,6 +444,43 @@ class Runner:
         if self._spare is None:
             self._spare = self._new_worker(wait=False)
 
+    def prestart_rounds(self, whole: Item, items: Sequence[Item], counts: Sequence[int], budget: RoundsBudget, *,
+                        feeds: Sequence[Sequence[tuple[int, int] | None]] | None = None) -> None:
+        """:meth:`prestart`, and where a run computes with one thread on a CPU of several cores, have
+        the spare hold ``whole`` and prepare ``items`` for its rounds (as :meth:`measure_detailed`
+        with ``hold`` and :meth:`rounds` would) meanwhile: the next process's setup, a whole model's
+        session and its bricks', then runs on a core that the current worker's timing leaves free,
+        beside its rounds, whose two sides meet it alike; the requests after the next :meth:`close`
+        take what it prepared. Nothing is sent ahead where the spare has requests pending."""
+        self.prestart()
+        spare = self._spare
+        if spare is None or spare.has_ahead or not _prepares_beside(self.config):
+            return
+        hold = {"key": whole.key, "model": whole.load(), "backend": self.backend_name, "config": self.config,
+                "budget": _HOLD_BUDGET, "keep_samples": self.keep_samples, "floor_s": self._floor_s(), "hold": True}
+        bricks = {"whole": whole.key, "bricks": [item.load() for item in items], "counts": list(counts),
+                  "backend": self.backend_name, "config": self.config, "budget": budget, "feeds": feeds}
+        spare.send_ahead([("measure", whole.key, ("measure", hold)), ("prepare", whole.key, ("prepare", bricks))])
+
+    def drop_spare(self) -> None:
+        """Kill the spare worker, if any (one prepared ahead for rounds that will not run)."""
+        if self._spare is not None:
+            spare, self._spare = self._spare, None
+            spare.kill()
+
+    def _take_ahead(self, kind: str, key: str) -> tuple[float, Any] | None:
+        """What the current worker did ahead as ``(kind, key)``: ``(seconds, result)``, or None where
+        it did not, or failed (the caller then asks again)."""
+        worker = self._ensure_worker()
+        try:
+            reply = worker.take_ahead(kind, key, self.budget.timeout)
+        except (WorkerTimeoutError, WorkerDiedError):
+            self._replace_worker()
+            return None
+        if reply is None or reply[0] != "ok":
+            return None
+        return reply[1]
+
     def floor(self) -> Measurement:
         """The floor measurement of this configuration: calibrated before the first item, again
         every :data:`FLOOR_REFRESH_S` seconds, the one whose one-node model ran fastest kept.
@@ -447,11 +549,13 @@ class Runner:
             return None
         floor_s = self._floor_s()
         node_s = None if self._floor is None else self._floor.node_s
-        worker = self._ensure_worker()
         _LAST_REPLY.settle(id(self))
-        payload = {"whole": whole_key, "bricks": models, "counts": list(counts), "backend": self.backend_name,
-                   "config": self.config, "budget": budget, "seed": seed, "feeds": feeds,
-                   "schedule": None if schedule is None else list(schedule), "sweep_bytes": int(sweep_bytes)}
+        ahead = self._take_ahead("prepare", whole_key) is not None  # its bricks prepared while it was the spare
+        worker = self._ensure_worker()
+        payload = {"whole": whole_key, "bricks": None if ahead else models, "ahead": ahead, "counts": list(counts),
+                   "backend": self.backend_name, "config": self.config, "budget": budget, "seed": seed,
+                   "feeds": feeds, "schedule": None if schedule is None else list(schedule),
+                   "sweep_bytes": int(sweep_bytes)}
         # preparing what the worker does not keep, then the rounds: at most the budget's time twice over
         timeout = self.budget.timeout + 2 * budget.max_time + sum(1 for _ in models)
         try:
@@ -492,6 +596,11 @@ class Runner:
         resolved = item if isinstance(item, Item) else resolve_item(item)
         floor_s = self._floor_s()
         self._ensure_worker()
+        if hold:
+            ahead = self._take_ahead("measure", resolved.key)
+            if ahead is not None:  # held by this worker while it was the spare
+                seconds, (measurement, timing) = ahead
+                return self._with_node_cost(dataclasses.replace(measurement, wall_time_s=seconds)), timing
         start = time.perf_counter()
         try:
             model = resolved.load()
@@ -652,15 +761,23 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
         held = runner.measure_detailed(whole_item, hold=True, budget=_HOLD_BUDGET)[0]
         if not held.ok:
             continue
-        if p + 1 < max(processes, max_processes):
-            runner.prestart()  # the next process starts while this one's rounds run
+        if p + 1 < max(processes, max_processes):  # the next process starts, and sets up, while this one's rounds run
+            runner.prestart_rounds(whole_item, brick_items, counts, rounds or RoundsBudget(), feeds=feeds)
         part = runner.rounds(held.key, brick_items, counts, rounds, seed=None if seed is None else seed * 97 + p,
                              feeds=feeds, schedule=schedule, sweep_bytes=sweep_bytes)
         runner.release(held.key)
         if part is not None:
             parts.append(dataclasses.replace(part, rounds=dataclasses.replace(part.rounds,
                                                                               hold_s=held.wall_time_s or 0.0)))
+    runner.drop_spare()  # one set up for a process that did not run
     return merge_paired(parts) if parts else None
+
+
+def _prepares_beside(config: Any) -> bool:
+    """Whether a spare worker may set up beside a worker's timing under ``config``: runs of one
+    thread on a CPU, with another core to spare."""
+    return (getattr(config, "device", "cpu") == "cpu" and getattr(config, "threads", 1) == 1
+            and len(os.sched_getaffinity(0)) > 1)
 
 
 def _loaded(item: Item) -> Item:

@@ -1,0 +1,106 @@
+"""A model's next round process set up ahead: while one worker times a model's rounds, the spare that
+the next process takes holds the whole model and prepares its bricks on the other core. Real
+onnxruntime sessions in real worker processes."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+import dlbricks
+from dlbricks.estimator.api import CHAINED_ROUNDS
+from dlbricks.generators import Budget, OrtConfig
+from dlbricks.generators import runner as runner_module
+from dlbricks.generators.items import Item, resolve_item
+from dlbricks.generators.runner import Runner, rounds_in_processes
+from tests._models import resnet_like
+
+ROUNDS = dataclasses.replace(CHAINED_ROUNDS, min_rounds=4, min_time=0.0, max_time=0.5)
+
+
+def _suite() -> tuple[Item, list[Item], list[int], Any]:
+    graph = dlbricks.load_model(resnet_like(blocks=2, channels=8), batch_size=1, name="r2")
+    dec = dlbricks.decompose(graph)
+    keys = list(dict.fromkeys(o.signature for o in dec.occurrences))
+    counts = dec.counts()
+    bricks = [resolve_item(dec.in_context(k)) for k in keys]
+    return resolve_item(graph), bricks, [counts[k] for k in keys], dec.feeds(keys)
+
+
+@pytest.fixture
+def taken(monkeypatch) -> list[tuple[str, bool]]:
+    """Each time a worker with requests sent ahead was asked for one: (kind, whether it had its answer)."""
+    seen: list[tuple[str, bool]] = []
+    take = runner_module._Worker.take_ahead
+
+    def spy(self: Any, kind: str, key: str, timeout: float) -> Any:
+        pending = self.has_ahead
+        reply = take(self, kind, key, timeout)
+        if pending:
+            seen.append((kind, reply is not None and reply[0] == "ok"))
+        return reply
+
+    monkeypatch.setattr(runner_module._Worker, "take_ahead", spy)
+    return seen
+
+
+def test_the_next_process_holds_the_model_and_prepares_its_bricks_while_the_current_one_times(taken) -> None:
+    """Two processes of chained rounds: the second takes the whole model held and the bricks prepared
+    while the first timed; its rounds are as complete as the first's, and no spare outlives them."""
+    whole, bricks, counts, feeds = _suite()
+    with Runner(budget=Budget.quick()) as runner:
+        paired = rounds_in_processes(runner, whole, bricks, counts, ROUNDS, processes=2, max_processes=2,
+                                     seed=1, feeds=feeds)
+        assert runner._spare is None
+    assert paired is not None and set(paired.rounds.process) == {0, 1}
+    assert taken == [("measure", True), ("prepare", True)]
+    per_process = [sum(p == i for p in paired.rounds.process) for i in (0, 1)]
+    assert min(per_process) >= ROUNDS.min_rounds
+    assert set(paired.bricks) == {b.key for b in bricks}
+    assert paired.rounds.hold_s > 0 and paired.rounds.prepare_s > 0
+    assert paired.ratio()[0] > 0
+
+
+def test_a_spare_set_up_for_another_model_is_not_used_for_this_one(taken) -> None:
+    """What a spare prepared ahead for one model is dropped when the next request is another's: the
+    worker holds and prepares that one itself."""
+    whole, bricks, counts, feeds = _suite()
+    with Runner(budget=Budget.quick()) as runner:
+        assert runner.measure(whole).ok
+        runner.prestart_rounds(whole, bricks, counts, ROUNDS, feeds=feeds)
+        runner.close(keep_spare=True)
+        other = Item("whole-other", whole.load)
+        held = runner.measure_detailed(other, hold=True)[0]
+        assert held.ok
+        part = runner.rounds(other.key, bricks, counts, ROUNDS, seed=2, feeds=feeds)
+        assert part is not None and part.rounds.count >= ROUNDS.min_rounds
+    assert taken[0] == ("measure", False)
+
+
+def test_a_spare_that_dies_while_it_sets_up_is_replaced_and_the_rounds_still_run(taken) -> None:
+    """A spare killed before its answers are read: the next request starts a fresh worker, which holds
+    and prepares everything itself."""
+    whole, bricks, counts, feeds = _suite()
+    with Runner(budget=Budget.quick()) as runner:
+        assert runner.measure(whole).ok
+        runner.prestart_rounds(whole, bricks, counts, ROUNDS, feeds=feeds)
+        spare = runner._spare
+        assert spare is not None and spare.has_ahead
+        spare.proc.kill()
+        spare.proc.wait()
+        runner.close(keep_spare=True)
+        held = runner.measure_detailed(whole, hold=True)[0]
+        assert held.ok and runner.worker_pid not in (None, spare.proc.pid)
+        part = runner.rounds(whole.key, bricks, counts, ROUNDS, seed=3, feeds=feeds)
+        assert part is not None and part.rounds.count >= ROUNDS.min_rounds
+
+
+def test_nothing_is_set_up_ahead_for_runs_of_several_threads() -> None:
+    """Runs of two threads take the other core themselves: the spare only starts."""
+    whole, bricks, counts, feeds = _suite()
+    with Runner(config=OrtConfig(intra_op_num_threads=2), budget=Budget.quick()) as runner:
+        assert runner.measure(whole).ok
+        runner.prestart_rounds(whole, bricks, counts, ROUNDS, feeds=feeds)
+        assert runner._spare is not None and not runner._spare.has_ahead
