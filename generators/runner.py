@@ -184,6 +184,10 @@ class _Worker:
         """Whether requests sent ahead have answers not yet read."""
         return bool(self._ahead)
 
+    def ahead_for(self, key: str) -> bool:
+        """Whether the next request sent ahead and not yet read is about ``key``."""
+        return bool(self._ahead) and self._ahead[0][1] == key
+
     def send_ahead(self, requests: Sequence[tuple[str, str, tuple[str, Any]]]) -> None:
         """Send ``requests`` (each ``(kind, key, message)``) now, from a thread, and read their answers
         later (:meth:`take_ahead`), so that the caller goes on while this worker starts on them. Each
@@ -462,6 +466,11 @@ class Runner:
                   "backend": self.backend_name, "config": self.config, "budget": budget, "feeds": feeds}
         spare.send_ahead([("measure", whole.key, ("measure", hold)), ("prepare", whole.key, ("prepare", bricks))])
 
+    def spare_holds(self, key: str) -> bool:
+        """Whether the spare worker was set up ahead to hold the model ``key``
+        (:meth:`prestart_rounds`) and its answers are not read yet."""
+        return self._spare is not None and self._spare.ahead_for(key)
+
     def drop_spare(self) -> None:
         """Kill the spare worker, if any (one prepared ahead for rounds that will not run)."""
         if self._spare is not None:
@@ -729,7 +738,8 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
                         max_processes: int = MAX_ROUND_PROCESSES, rel_ci: float = PROCESS_REL_CI,
                         seed: int | None = None,
                         feeds: Sequence[Sequence[tuple[int, int] | None]] | None = None,
-                        schedule: Sequence[int] | None = None, sweep_bytes: int = 0) -> PairedRounds | None:
+                        schedule: Sequence[int] | None = None, sweep_bytes: int = 0,
+                        then: Callable[[Runner], object] | None = None) -> PairedRounds | None:
     """Time ``whole`` (a model) and ``items`` (its bricks, in the model's order, with ``counts`` their
     occurrences) in interleaved rounds (:meth:`Runner.rounds`, ``rounds`` its budget in each
     process) in worker processes of ``runner``, one after another: its current worker (as the
@@ -742,8 +752,14 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
     long-lived worker and at 81.8 ms in another, at 72-74 ms in fresh ones; lstm_lm_medium's LSTM at
     3.22-3.47 ms in six fresh ones. So ``processes`` workers at least, and further ones, up to
     ``max_processes``, while the mean of their ratios is not known to ``rel_ci`` (pyperf spreads its
-    runs over processes for the same reason). ``feeds``, ``schedule``, ``sweep_bytes``: see :meth:`Runner.rounds`. Returns None
-    where no process finished its rounds."""
+    runs over processes for the same reason). ``feeds``, ``schedule``, ``sweep_bytes``: see :meth:`Runner.rounds`.
+
+    While a process times, the spare that the next one takes starts and, on a CPU with a core to
+    spare, holds ``whole`` and prepares its bricks (:meth:`Runner.prestart_rounds`); from the
+    ``processes``-th on, ``then(runner)`` sets up the spare instead (the next model's first process,
+    which the caller's next request takes after :meth:`Runner.close` with ``keep_spare``), and a
+    further process of this model, where one is needed, sets up for itself. Returns None where no
+    process finished its rounds."""
     for name, value in (("processes", processes), ("max_processes", max_processes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidArgumentError(f"'{name}' must be an int >= 1. Got {value!r} instead.")
@@ -753,6 +769,8 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
     except Exception:  # a model that cannot materialize: no rounds, the stored figures stand
         return None
     parts: list[PairedRounds] = []
+    if runner.spare_holds(whole_item.key):  # set up ahead by the model before
+        runner.close(keep_spare=True)
     for p in range(max(processes, max_processes)):
         if p >= processes and (not parts or _processes_agree(parts, rel_ci)):
             break
@@ -761,15 +779,18 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
         held = runner.measure_detailed(whole_item, hold=True, budget=_HOLD_BUDGET)[0]
         if not held.ok:
             continue
-        if p + 1 < max(processes, max_processes):  # the next process starts, and sets up, while this one's rounds run
+        if p + 1 < processes or (then is None and p + 1 < max_processes):  # the next one sets up meanwhile
             runner.prestart_rounds(whole_item, brick_items, counts, rounds or RoundsBudget(), feeds=feeds)
+        elif then is not None:
+            then(runner)
         part = runner.rounds(held.key, brick_items, counts, rounds, seed=None if seed is None else seed * 97 + p,
                              feeds=feeds, schedule=schedule, sweep_bytes=sweep_bytes)
         runner.release(held.key)
         if part is not None:
             parts.append(dataclasses.replace(part, rounds=dataclasses.replace(part.rounds,
                                                                               hold_s=held.wall_time_s or 0.0)))
-    runner.drop_spare()  # one set up for a process that did not run
+    if runner.spare_holds(whole_item.key):  # set up for a process that did not run
+        runner.drop_spare()
     return merge_paired(parts) if parts else None
 
 

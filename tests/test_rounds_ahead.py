@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import dlbricks
+from dlbricks.benchmarks_db.rounds import prepare_rounds_ahead, round_order
 from dlbricks.estimator.api import CHAINED_ROUNDS
 from dlbricks.generators import Budget, OrtConfig
 from dlbricks.generators import runner as runner_module
@@ -104,3 +105,23 @@ def test_nothing_is_set_up_ahead_for_runs_of_several_threads() -> None:
         assert runner.measure(whole).ok
         runner.prestart_rounds(whole, bricks, counts, ROUNDS, feeds=feeds)
         assert runner._spare is not None and not runner._spare.has_ahead
+
+
+def test_a_models_last_process_sets_up_the_next_models_first(taken) -> None:
+    """``then`` sets up the next model in the spare while this model's last process times; the next
+    model's rounds take it, and its own second process is set up by its first."""
+    whole, bricks, counts, feeds = _suite()
+    graph = dlbricks.load_model(resnet_like(blocks=1, channels=4), batch_size=1, name="r1")
+    dec = dlbricks.decompose(graph)
+    with Runner(budget=Budget.quick()) as runner:
+        first = rounds_in_processes(runner, whole, bricks, counts, ROUNDS, processes=2, max_processes=2, seed=1,
+                                    feeds=feeds, then=lambda r: prepare_rounds_ahead(r, dec, graph, ROUNDS))
+        assert runner.spare_holds(resolve_item(graph).key)
+        runner.close(keep_spare=True)  # as evaluate does between two models
+        keys = round_order(dec)
+        second = rounds_in_processes(runner, graph, [dec.in_context(k) for k in keys],
+                                     [dec.counts()[k] for k in keys], ROUNDS, processes=2, max_processes=2,
+                                     seed=2, feeds=dec.feeds(keys))
+        assert runner._spare is None
+    assert first is not None and second is not None and set(second.bricks) == set(keys)
+    assert taken == [("measure", True), ("prepare", True)] * 3
