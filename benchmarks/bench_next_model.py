@@ -5,8 +5,11 @@ Reads a database that ``dlbricks evaluate --target-ci T --db DB`` filled (defaul
 optimizations off, layer bricks). For each model of the suite, its *new* bricks are those that no
 other model uses: what a database holding the others' bricks would still have to measure. The others
 are every other zoo model (``--others full``, the default: the zoo is decomposed, not measured) or
-the other models of the default suite (``--others default``). Their cost is the wall time stored with their measurements (pilot, further runs and moments
-summed: :func:`dlbricks.generators.measurement.combine` adds up wall times). The model whole is then measured
+the other models of the default suite (``--others default``). Their cost is the wall time stored with
+their measurements: measured apart, the pilot, further runs and moments summed
+(:func:`dlbricks.generators.measurement.combine` adds up wall times); measured in chained rounds (the
+main job's default), each brick's calls and its floor model's over the rounds and its share of the
+bricks' preparation (:func:`dlbricks.generators.rounds.rounds_measurements`). The model whole is then measured
 here, in a fresh worker, under the main job's budget for whole models at the same target
 (``rel_ci = 2 T``), and its wall time (session, warm-up, sampling) is the baseline. The script
 prints, per model, the new bricks, both times and their ratio, then the median ratio over the suite

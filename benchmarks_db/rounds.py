@@ -11,11 +11,10 @@ a moment that its own whole runs did not meet.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dlbricks import Decomposition
-from dlbricks.generators.items import resolve_item
 from dlbricks.generators.rounds import RoundsBudget
 from dlbricks.generators.runner import ROUND_PROCESSES, rounds_in_processes
 from dlbricks.generators.system import last_level_cache_bytes
@@ -28,8 +27,7 @@ if TYPE_CHECKING:
     from dlbricks.generators import Measurement
     from dlbricks.generators.rounds import PairedRounds
 
-__all__ = ["QUEUE_TIMES", "measure_in_rounds", "model_measurements", "prepare_rounds_ahead", "round_order",
-           "whole_warmed"]
+__all__ = ["QUEUE_TIMES", "measure_in_rounds", "model_measurements", "round_order", "whole_warmed"]
 
 #: Fields of a brick's stored measurement that its rounds do not take (the launch queue's times on an
 #: accelerator, from requests of their own): kept from the stored measurement.
@@ -56,18 +54,6 @@ def whole_warmed(rounds: RoundsBudget, dec: Decomposition, device: str = "cpu",
     if rounds.warm_whole and device.lower() == "cpu" and dec.footprint_bytes() > WARM_WHOLE_MAX_LLC * cache:
         return dataclasses.replace(rounds, warm_whole=False)
     return rounds
-
-
-def prepare_rounds_ahead(runner: Any, dec: Decomposition, whole: Any, rounds: RoundsBudget | None = None) -> None:
-    """Have ``runner``'s spare worker hold ``whole`` (``dec``'s model) and prepare every one of its
-    bricks for its rounds (:meth:`~dlbricks.generators.runner.Runner.prestart_rounds`), as
-    :func:`measure_in_rounds` with ``all_bricks`` will ask of its first process: the ``then`` of the
-    model measured before it."""
-    keys = round_order(dec)
-    counts = dec.counts()
-    budget = whole_warmed(rounds or RoundsBudget(), dec, str(getattr(runner.config, "device", "cpu")))
-    runner.prestart_rounds(resolve_item(whole), [resolve_item(dec.in_context(sig)) for sig in keys],
-                           [counts[sig] for sig in keys], budget, feeds=dec.feeds(keys))
 
 
 def model_measurements(store: Store, dec: Decomposition, system: Any, config_id: str) -> dict[str, Measurement]:
@@ -98,8 +84,7 @@ def _with_queue_times(measured: Measurement, stored: Measurement | None) -> Meas
 
 def measure_in_rounds(store: Store, dec: Decomposition, runner: Any, whole: Any, system: Any, *,
                       budget: Any = None, rounds: RoundsBudget | None = None, processes: int = ROUND_PROCESSES,
-                      seed: int | None = None, all_bricks: bool = False,
-                      then: Callable[[Any], object] | None = None) -> PairedRounds | None:
+                      seed: int | None = None, all_bricks: bool = False) -> PairedRounds | None:
     """Time ``whole`` (``dec``'s model) with each of its bricks that has an ok stored measurement in
     interleaved rounds, in ``processes`` worker processes of ``runner`` one after another (its
     current one, then fresh ones: :func:`~dlbricks.generators.runner.rounds_in_processes`; ``rounds`` the
@@ -112,8 +97,7 @@ def measure_in_rounds(store: Store, dec: Decomposition, runner: Any, whole: Any,
     reorder is calibrated where the database has none, as :func:`~dlbricks.benchmarks_db.populate`
     does (the rounds are then how the bricks are measured: chained rounds). On a CPU, a model that
     touches more than twice the last-level cache in one run runs whole without an untimed run
-    before each timed one (:func:`whole_warmed`). ``then(runner)`` may set up the next model's first
-    process while this model's last one times (:func:`prepare_rounds_ahead`). Returns
+    before each timed one (:func:`whole_warmed`). Returns
     the rounds as measurements (the whole model's is the caller's to store), or None where the
     rounds failed: what was stored stands."""
     if all_bricks and dec.reorder_bytes:  # the rounds stand in for populate: the price it would calibrate
@@ -129,8 +113,7 @@ def measure_in_rounds(store: Store, dec: Decomposition, runner: Any, whole: Any,
     rounds = whole_warmed(rounds or RoundsBudget(), dec, str(getattr(runner.config, "device", "cpu")))
     paired = rounds_in_processes(runner, whole, [dec.in_context(sig) for sig in keys], [counts[sig] for sig in keys],
                                  rounds, processes=processes, seed=seed, feeds=dec.feeds(keys),
-                                 schedule=dec.schedule(keys), sweep_bytes=dec.deduplicated_weight_bytes(),
-                                 then=then)
+                                 schedule=dec.schedule(keys), sweep_bytes=dec.deduplicated_weight_bytes())
     if paired is None:
         return None
     bricks: Mapping[str, Measurement] = {sig: _with_queue_times(m, stored.get(sig)) for sig, m in paired.bricks.items()}

@@ -157,12 +157,6 @@ def _rate(work: float, m: Measurement) -> float:
     return work / max(m.min_s - (m.floor_s or 0.0), 1e-12)
 
 
-#: Each calibration model's budget: a peak is its fastest call, taken from a tenth to half a second
-#: of calls. A shorter budget can only lower a peak, which raises the roofline bound that divides by
-#: it; that bound stands at a third of the models' times or less.
-CALIBRATION_BUDGET = Budget(min_time=0.1, max_time=0.5)
-
-
 def calibrate_peaks(config: BackendConfig | None = None, budget: Budget | None = None) -> Calibration:
     """Measure peak FLOP/s (MatMuls and 3x3 convolutions) and bandwidth (Adds) with the backend that
     runs a configuration (default: onnxruntime, 1 CPU thread): ONNX models, run by the configuration's
@@ -170,7 +164,7 @@ def calibrate_peaks(config: BackendConfig | None = None, budget: Budget | None =
     Convolution and elemwise_add instead. On the CPU the 8-bit GEMMs are run too, and with
     onnxruntime the convolutions in its NCHWc layout (level "all"). On a GPU the sizes are larger
     (``*_CUDA``) and neither is run."""
-    budget = budget or CALIBRATION_BUDGET
+    budget = budget or Budget(min_time=0.3, max_time=2.0)
     config = config or OrtConfig()
     mxnet = config.backend == "mxnet"  # the model format of its calibration: org.mxnet nodes
     on_cpu = config.device == "cpu"

@@ -19,7 +19,7 @@ import numpy as np
 
 from dlbricks import BrickSet, Decomposition, InvalidArgumentError, ModelGraph, decompose, load_model
 from dlbricks.benchmarks_db import BenchOptions, Store, populate
-from dlbricks.benchmarks_db.rounds import measure_in_rounds, prepare_rounds_ahead
+from dlbricks.benchmarks_db.rounds import measure_in_rounds
 from dlbricks.generators import Budget, Measurement, OrtConfig, benchmark, collect_system_info, get_backend
 from dlbricks.generators.budget import PILOT_BUDGET
 from dlbricks.generators.measurement import pool
@@ -414,11 +414,8 @@ def _measure_suite(graphs: Mapping[str, ModelGraph], brickset: BrickSet, turns: 
     paired: dict[str, PairedRounds] = {}
     workers = _KeptRunners(repeat_for=config.config_id)
     try:
-        names = list(graphs)
         for seed, (name, graph) in enumerate(graphs.items()):
             dec = brickset.models[name]
-            then = _next_model_ahead(names[seed + 1:], graphs, turns[0].brickset, store, system, config, rounds) \
-                if chained and len(turns) == 1 else None
             workers.restart(config)  # each model's bricks and rounds in a worker of its own
             runner = workers(backend, config, budget, False).runner
             earlier = _measured(store.measurements.get(dec.model_key, system, config.config_id, kind="model"))
@@ -435,7 +432,7 @@ def _measure_suite(graphs: Mapping[str, ModelGraph], brickset: BrickSet, turns: 
             if first is None or first.ok:
                 for k, turn in enumerate(turns):
                     result = _in_rounds(store, turn.brickset.models[name], runner, graph, system, budget, seed, say,
-                                        rounds, then=then)
+                                        rounds)
                     if result is None:
                         if chained:  # nothing else measures its bricks: measure them apart
                             turn.measure(name, store, workers, backend, budget, system, say)
@@ -463,28 +460,14 @@ def _measure_suite(graphs: Mapping[str, ModelGraph], brickset: BrickSet, turns: 
     return whole_time, whole_setup, rounds_time, paired
 
 
-def _next_model_ahead(rest: Sequence[str], graphs: Mapping[str, ModelGraph], brickset: BrickSet, store: Store,
-                      system: SystemInfo, config: Any, rounds: RoundsBudget) -> Callable[[Runner], object] | None:
-    """How a model's last round process sets up the next model's first one (the first of ``rest``,
-    unless an earlier run of the database measured it whole: no rounds then), in the spare worker
-    (:func:`~dlbricks.benchmarks_db.rounds.prepare_rounds_ahead`); None where there is none."""
-    if not rest or _measured(store.measurements.get(brickset.models[rest[0]].model_key, system, config.config_id,
-                                                    kind="model")):
-        return None
-    dec, graph = brickset.models[rest[0]], graphs[rest[0]]
-    return lambda runner: prepare_rounds_ahead(runner, dec, graph, rounds)
-
-
 def _in_rounds(store: Store, dec: Decomposition, runner: Runner, graph: ModelGraph, system: SystemInfo,
                budget: Budget, seed: int, say: Callable[[str], object],
-               rounds: RoundsBudget = PAIRED_ROUNDS, then: Callable[[Runner], object] | None = None,
-               ) -> PairedRounds | None:
+               rounds: RoundsBudget = PAIRED_ROUNDS) -> PairedRounds | None:
     """``dec``'s model and its bricks in rounds (:data:`PAIRED_ROUNDS` in each of
     :data:`~dlbricks.generators.runner.ROUND_PROCESSES` workers of ``runner``: the one that measured the
-    model's new bricks, then fresh ones); None where they failed. ``then``: see
-    :func:`~dlbricks.benchmarks_db.rounds.measure_in_rounds`."""
+    model's new bricks, then fresh ones); None where they failed."""
     result = measure_in_rounds(store, dec, runner, graph, system, budget=budget, rounds=rounds, seed=seed,
-                               all_bricks=_bricks_in_rounds(rounds, runner.config), then=then)
+                               all_bricks=_bricks_in_rounds(rounds, runner.config))
     if result is None:
         say(f"{dec.model}: its rounds failed; its bricks measured apart, its whole model apart")
         return None

@@ -423,7 +423,9 @@ def rounds_measurements(rounds: Rounds, whole_key: str, keys: Sequence[str], cou
     """Summarize ``rounds`` into one :class:`Measurement` per brick of ``keys`` and one of the whole
     model (its ``wall_time_s`` the rounds' time), each from its runs over the rounds (a brick's
     ``min_s`` its fastest call, not its fastest round), the brick's paired empty model (the median over
-    the rounds) kept with it.
+    the rounds) kept with it. A brick's ``wall_time_s`` is what it cost in the rounds: its calls and its
+    empty model's, and an equal share of the bricks' preparation (:meth:`Rounds.bricks_timed_s` and
+    :attr:`Rounds.prepare_s` over the model's bricks), so that a model's bricks add up to their side.
 
     A brick's times (and its empty model's) are taken at the whole model's speed: each round's times
     times that round's :meth:`~Rounds.speed_factors`, so that the bricks' sum over the whole model's
@@ -432,17 +434,20 @@ def rounds_measurements(rounds: Rounds, whole_key: str, keys: Sequence[str], cou
     stay as timed."""
     speed = rounds.speed_factors()
 
+    prepare_each = rounds.prepare_s / len(keys) if keys else 0.0
+
     def summary(key: str, samples: Sequence[float], empties: Sequence[float] | None,
-                fastest: float | None = None, scaled: bool = True) -> Measurement:
+                fastest: float | None = None, scaled: bool = True, calls: int = 1) -> Measurement:
         spent, raw_min = float(sum(samples)), float(min(samples)) if len(samples) else math.nan
+        wall = (rounds.elapsed_s if not scaled else
+                prepare_each + calls * (spent + (float(sum(empties)) if empties is not None else 0.0)))
         if scaled:
             samples = np.asarray(samples, dtype=np.float64) * speed
         timing = Timing(samples_s=tuple(float(t) for t in samples), inner=1, converged=rounds.converged,
                         warmup_calls=0, warmup_s=0.0, timed_s=spent, sampling_s=rounds.elapsed_s)
         if empties is not None:
             timing = replace(timing, empty_s=rounds.centre(np.asarray(empties, dtype=np.float64) * speed))
-        m = timing_to_measurement(timing, key, backend, config, rounds.elapsed_s, floor_s=floor_s,
-                                  keep_samples=keep_samples)
+        m = timing_to_measurement(timing, key, backend, config, wall, floor_s=floor_s, keep_samples=keep_samples)
         if rounds.process:
             m = replace(m, median_s=rounds.centre(samples))
         if scaled and math.isfinite(raw_min):
@@ -452,8 +457,10 @@ def rounds_measurements(rounds: Rounds, whole_key: str, keys: Sequence[str], cou
         return replace(m, node_s=node_s)
 
     fastest = rounds.bricks_min_s or (None,) * len(keys)
-    bricks = {key: summary(key, samples, empties, low)
-              for key, samples, empties, low in zip(keys, rounds.bricks_s, rounds.empties_s, fastest, strict=True)}
+    calls = rounds.calls or (1,) * len(keys)
+    bricks = {key: summary(key, samples, empties, low, calls=n)
+              for key, samples, empties, low, n in zip(keys, rounds.bricks_s, rounds.empties_s, fastest, calls,
+                                                       strict=True)}
     whole = summary(whole_key, rounds.whole_s, None, scaled=False)
     return PairedRounds(whole, bricks, rounds, tuple(keys), tuple(int(c) for c in counts))
 

@@ -145,6 +145,7 @@ class _Worker:
         )
         self._started = False
         self._ahead: list[tuple[str, str]] = []  # (kind, key) of requests sent ahead, answers not yet read
+        self._answers: dict[tuple[str, str], Any] = {}  # answers read, not yet taken
         self._writer: threading.Thread | None = None
         init = {"sys_path": list(sys.path), "registry": portable_registry(), "cache_bytes": keep_bytes}
         assert self.proc.stdin is not None
@@ -181,17 +182,18 @@ class _Worker:
 
     @property
     def has_ahead(self) -> bool:
-        """Whether requests sent ahead have answers not yet read."""
-        return bool(self._ahead)
+        """Whether requests sent ahead have answers not yet taken."""
+        return bool(self._ahead or self._answers)
 
     def ahead_for(self, key: str) -> bool:
-        """Whether the next request sent ahead and not yet read is about ``key``."""
-        return bool(self._ahead) and self._ahead[0][1] == key
+        """Whether a request sent ahead about ``key`` has its answer not yet taken."""
+        return any(k == key for _, k in (*self._ahead, *self._answers))
 
     def send_ahead(self, requests: Sequence[tuple[str, str, tuple[str, Any]]]) -> None:
         """Send ``requests`` (each ``(kind, key, message)``) now, from a thread, and read their answers
-        later (:meth:`take_ahead`), so that the caller goes on while this worker starts on them. Each
-        is wrapped in a ``timed`` request: its answer carries the seconds it took in the worker."""
+        later (:meth:`settle` and :meth:`take_ahead`), so that the caller goes on while this worker
+        starts on them. Each is wrapped in a ``timed`` request: its answer carries the seconds it
+        took in the worker."""
         self._join_writer(None)
         self._ahead.extend((kind, key) for kind, key, _ in requests)
         messages = [("timed", message) for _, _, message in requests]
@@ -215,33 +217,43 @@ class _Worker:
             self._writer = None
         return True
 
+    def settle(self, timeout: float) -> None:
+        """Wait until the worker has started and answered every request sent ahead, at most
+        ``timeout`` seconds for each answer, and keep the answers for :meth:`take_ahead`.
+
+        Raises
+        ------
+        BackendError
+            If the worker did not start.
+        WorkerTimeoutError, WorkerDiedError
+            As :meth:`request`.
+        """
+        self.ready()
+        assert self.proc.stdout is not None
+        while self._ahead:
+            kind_key = self._ahead.pop(0)
+            self._answers[kind_key] = read_message(self.proc.stdout.fileno(), timeout)
+        self._join_writer(None)
+
     def take_ahead(self, kind: str, key: str, timeout: float) -> tuple[str, Any] | None:
-        """The answer ``(status, (seconds, result))`` to the request sent ahead as ``(kind, key)``
-        when it is the next one unread, waiting at most ``timeout`` seconds for it; None otherwise
-        (every unread answer is then read and dropped).
+        """The answer ``(status, (seconds, result))`` to the request sent ahead as ``(kind, key)``,
+        waiting at most ``timeout`` seconds for each answer before it; None where there is none
+        (the answers before it are dropped).
 
         Raises
         ------
         WorkerTimeoutError, WorkerDiedError
             As :meth:`request`.
         """
-        if not self._ahead:
-            return None
-        if self._ahead[0] != (kind, key):
-            self._drop_ahead(timeout)
-            return None
-        self._ahead.pop(0)
-        assert self.proc.stdout is not None
-        with _MACHINE.held():
-            return read_message(self.proc.stdout.fileno(), timeout)
+        if (kind, key) in self._ahead:
+            with _MACHINE.held():
+                self.settle(timeout)
+        return self._answers.pop((kind, key), None)
 
     def _drop_ahead(self, timeout: float) -> None:
         """Read and drop the answers to the requests sent ahead."""
-        assert self.proc.stdout is not None
-        while self._ahead:
-            self._ahead.pop(0)
-            read_message(self.proc.stdout.fileno(), timeout)
-        self._join_writer(None)
+        self.settle(timeout)
+        self._answers.clear()
 
     def request(self, message: tuple[str, Any], timeout: float) -> tuple[str, Any]:
         """Send ``message`` and wait at most ``timeout`` seconds for the answer (the answers to
@@ -439,6 +451,10 @@ class Runner:
             spare, self._spare = self._spare, None
             spare.kill()
 
+    def start(self) -> None:
+        """Start the worker now (take the spare, or start a fresh one) unless one is running."""
+        self._ensure_worker()
+
     def prestart(self) -> None:
         """Start a spare worker now, without waiting for it, so that it imports the runtime while the
         current worker measures: the request after the next :meth:`close` takes it ready (a worker's
@@ -452,23 +468,54 @@ class Runner:
                         feeds: Sequence[Sequence[tuple[int, int] | None]] | None = None) -> None:
         """:meth:`prestart`, and where a run computes with one thread on a CPU of several cores, have
         the spare hold ``whole`` and prepare ``items`` for its rounds (as :meth:`measure_detailed`
-        with ``hold`` and :meth:`rounds` would) meanwhile: the next process's setup, a whole model's
-        session and its bricks', then runs on a core that the current worker's timing leaves free,
-        beside its rounds, whose two sides meet it alike; the requests after the next :meth:`close`
-        take what it prepared. Nothing is sent ahead where the spare has requests pending."""
+        with ``hold`` and :meth:`rounds` would), on the core the current worker leaves free while it
+        sets up too; :meth:`settle_spare` waits for it before the current worker times, and the
+        requests after the next :meth:`close` take what it prepared. Nothing is sent ahead where the
+        spare has requests pending."""
         self.prestart()
         spare = self._spare
         if spare is None or spare.has_ahead or not _prepares_beside(self.config):
             return
+        spare.send_ahead(self._setup_requests(whole, items, counts, budget, feeds))
+
+    def prepare_rounds(self, whole: Item, items: Sequence[Item], counts: Sequence[int], budget: RoundsBudget, *,
+                       feeds: Sequence[Sequence[tuple[int, int] | None]] | None = None) -> None:
+        """Have the current worker, which holds ``whole``, prepare ``items`` for its :meth:`rounds` now
+        (unless it did so as the spare), and wait for it: its setup and the spare's
+        (:meth:`prestart_rounds`) then run at the same time, and the rounds are timed alone."""
+        worker = self._ensure_worker()
+        if worker.ahead_for(whole.key) or not _prepares_beside(self.config):
+            return
+        worker.send_ahead(self._setup_requests(whole, items, counts, budget, feeds)[1:])
+        try:
+            with _MACHINE.held():
+                worker.settle(self.budget.timeout + sum(1 for _ in items))
+        except (WorkerTimeoutError, WorkerDiedError):
+            self._replace_worker()
+
+    def settle_spare(self) -> None:
+        """Wait until the spare has done what :meth:`prestart_rounds` sent it (its answers are kept
+        for the requests that take it), so that nothing sets up beside a worker's timing. A spare
+        that died or did not answer in time is dropped: the next request starts a fresh worker."""
+        if self._spare is None or not self._spare.has_ahead:
+            return
+        try:
+            self._spare.settle(self.budget.timeout + STARTUP_TIMEOUT_S)
+        except (BackendError, WorkerTimeoutError, WorkerDiedError):
+            self.drop_spare()
+
+    def _setup_requests(self, whole: Item, items: Sequence[Item], counts: Sequence[int], budget: RoundsBudget,
+                        feeds: Sequence[Sequence[tuple[int, int] | None]] | None) -> list[tuple[str, str, Any]]:
+        """The requests that set a worker up for ``whole``'s rounds: hold it, prepare its bricks."""
         hold = {"key": whole.key, "model": whole.load(), "backend": self.backend_name, "config": self.config,
                 "budget": _HOLD_BUDGET, "keep_samples": self.keep_samples, "floor_s": self._floor_s(), "hold": True}
         bricks = {"whole": whole.key, "bricks": [item.load() for item in items], "counts": list(counts),
                   "backend": self.backend_name, "config": self.config, "budget": budget, "feeds": feeds}
-        spare.send_ahead([("measure", whole.key, ("measure", hold)), ("prepare", whole.key, ("prepare", bricks))])
+        return [("measure", whole.key, ("measure", hold)), ("prepare", whole.key, ("prepare", bricks))]
 
     def spare_holds(self, key: str) -> bool:
         """Whether the spare worker was set up ahead to hold the model ``key``
-        (:meth:`prestart_rounds`) and its answers are not read yet."""
+        (:meth:`prestart_rounds`) and its answers are not taken yet."""
         return self._spare is not None and self._spare.ahead_for(key)
 
     def drop_spare(self) -> None:
@@ -738,8 +785,7 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
                         max_processes: int = MAX_ROUND_PROCESSES, rel_ci: float = PROCESS_REL_CI,
                         seed: int | None = None,
                         feeds: Sequence[Sequence[tuple[int, int] | None]] | None = None,
-                        schedule: Sequence[int] | None = None, sweep_bytes: int = 0,
-                        then: Callable[[Runner], object] | None = None) -> PairedRounds | None:
+                        schedule: Sequence[int] | None = None, sweep_bytes: int = 0) -> PairedRounds | None:
     """Time ``whole`` (a model) and ``items`` (its bricks, in the model's order, with ``counts`` their
     occurrences) in interleaved rounds (:meth:`Runner.rounds`, ``rounds`` its budget in each
     process) in worker processes of ``runner``, one after another: its current worker (as the
@@ -754,12 +800,11 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
     ``max_processes``, while the mean of their ratios is not known to ``rel_ci`` (pyperf spreads its
     runs over processes for the same reason). ``feeds``, ``schedule``, ``sweep_bytes``: see :meth:`Runner.rounds`.
 
-    While a process times, the spare that the next one takes starts and, on a CPU with a core to
-    spare, holds ``whole`` and prepares its bricks (:meth:`Runner.prestart_rounds`); from the
-    ``processes``-th on, ``then(runner)`` sets up the spare instead (the next model's first process,
-    which the caller's next request takes after :meth:`Runner.close` with ``keep_spare``), and a
-    further process of this model, where one is needed, sets up for itself. Returns None where no
-    process finished its rounds."""
+    On a CPU with a core to spare and runs of one thread, the worker that the next of the first
+    ``processes`` takes holds ``whole`` and prepares its bricks while the current one does the same
+    (:meth:`Runner.prestart_rounds`, :meth:`Runner.prepare_rounds`), and the current one's rounds
+    wait for both (:meth:`Runner.settle_spare`): setting up beside a worker's timing moved the
+    estimates of the largest models by 1-3 points. Returns None where no process finished its rounds."""
     for name, value in (("processes", processes), ("max_processes", max_processes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidArgumentError(f"'{name}' must be an int >= 1. Got {value!r} instead.")
@@ -769,20 +814,22 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
     except Exception:  # a model that cannot materialize: no rounds, the stored figures stand
         return None
     parts: list[PairedRounds] = []
-    if runner.spare_holds(whole_item.key):  # set up ahead by the model before
-        runner.close(keep_spare=True)
+    budget = rounds or RoundsBudget()
     for p in range(max(processes, max_processes)):
         if p >= processes and (not parts or _processes_agree(parts, rel_ci)):
             break
         if p:
             runner.close(keep_spare=True)  # the next request starts a fresh worker, or takes the spare
+        runner.start()
+        if p + 1 < processes:  # the next process sets up while this one does
+            runner.prestart_rounds(whole_item, brick_items, counts, budget, feeds=feeds)
         held = runner.measure_detailed(whole_item, hold=True, budget=_HOLD_BUDGET)[0]
         if not held.ok:
             continue
-        if p + 1 < processes or (then is None and p + 1 < max_processes):  # the next one sets up meanwhile
-            runner.prestart_rounds(whole_item, brick_items, counts, rounds or RoundsBudget(), feeds=feeds)
-        elif then is not None:
-            then(runner)
+        runner.prepare_rounds(whole_item, brick_items, counts, budget, feeds=feeds)
+        runner.settle_spare()  # nothing sets up while this one times
+        if p + 1 < max(processes, max_processes):
+            runner.prestart()  # a further process's worker imports meanwhile
         part = runner.rounds(held.key, brick_items, counts, rounds, seed=None if seed is None else seed * 97 + p,
                              feeds=feeds, schedule=schedule, sweep_bytes=sweep_bytes)
         runner.release(held.key)

@@ -461,3 +461,18 @@ def test_a_chained_brick_meets_the_vector_units_as_its_layer_does_in_the_model(s
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_each_brick_of_the_rounds_costs_its_own_calls_and_a_share_of_the_preparation() -> None:
+    """A brick's stored wall time is its calls and its empty model's over the rounds (a brick called
+    twice a round counts both) plus an equal share of the preparation: a model's bricks add up to
+    their side of the rounds, not each to the rounds' whole time."""
+    rounds = Rounds(whole_s=(0.010,) * 4, bricks_s=((0.004,) * 4, (0.002,) * 4), empties_s=((0.001,) * 4, None),
+                    whole_first=(True,) * 4, converged=True, elapsed_s=9.0, prepare_s=0.5, calls=(1, 2))
+    paired = rounds_measurements(rounds, "model", ["a", "b"], (1, 2), "fake", None,  # type: ignore[arg-type]
+                                 floor_s=None, node_s=None)
+    assert paired.bricks["a"].wall_time_s == pytest.approx(0.25 + 4 * 0.004 + 4 * 0.001)
+    assert paired.bricks["b"].wall_time_s == pytest.approx(0.25 + 2 * 4 * 0.002)
+    assert sum(m.wall_time_s for m in paired.bricks.values()) == pytest.approx(
+        rounds.prepare_s + rounds.bricks_timed_s())
+    assert paired.whole.wall_time_s == 9.0

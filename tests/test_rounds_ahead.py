@@ -1,6 +1,6 @@
-"""A model's next round process set up ahead: while one worker times a model's rounds, the spare that
-the next process takes holds the whole model and prepares its bricks on the other core. Real
-onnxruntime sessions in real worker processes."""
+"""A model's next round process set up ahead: while one worker sets up for a model's rounds, the
+spare that the next process takes holds the whole model and prepares its bricks on the other core,
+and neither sets up while a worker times. Real onnxruntime sessions in real worker processes."""
 
 from __future__ import annotations
 
@@ -8,14 +8,13 @@ import dataclasses
 from typing import Any
 
 import pytest
-
-import dlbricks
-from dlbricks.benchmarks_db.rounds import prepare_rounds_ahead, round_order
 from dlbricks.estimator.api import CHAINED_ROUNDS
 from dlbricks.generators import Budget, OrtConfig
 from dlbricks.generators import runner as runner_module
 from dlbricks.generators.items import Item, resolve_item
 from dlbricks.generators.runner import Runner, rounds_in_processes
+
+import dlbricks
 from tests._models import resnet_like
 
 ROUNDS = dataclasses.replace(CHAINED_ROUNDS, min_rounds=4, min_time=0.0, max_time=0.5)
@@ -47,16 +46,27 @@ def taken(monkeypatch) -> list[tuple[str, bool]]:
     return seen
 
 
-def test_the_next_process_holds_the_model_and_prepares_its_bricks_while_the_current_one_times(taken) -> None:
-    """Two processes of chained rounds: the second takes the whole model held and the bricks prepared
-    while the first timed; its rounds are as complete as the first's, and no spare outlives them."""
+def test_the_next_process_sets_up_while_the_current_one_does_and_neither_while_one_times(taken,
+                                                                                        monkeypatch) -> None:
+    """Two processes of chained rounds: the second's worker holds the whole model and prepares its
+    bricks while the first's does; when the first's rounds start, the spare has answered everything
+    (nothing sets up beside the timing); the second takes what it prepared; no spare outlives them."""
     whole, bricks, counts, feeds = _suite()
+    pending_at_rounds: list[bool] = []
+    rounds = Runner.rounds
+
+    def spy(self: Runner, *args: Any, **kwargs: Any) -> Any:
+        pending_at_rounds.append(self._spare is not None and bool(self._spare._ahead))
+        return rounds(self, *args, **kwargs)
+
+    monkeypatch.setattr(Runner, "rounds", spy)
     with Runner(budget=Budget.quick()) as runner:
         paired = rounds_in_processes(runner, whole, bricks, counts, ROUNDS, processes=2, max_processes=2,
                                      seed=1, feeds=feeds)
         assert runner._spare is None
     assert paired is not None and set(paired.rounds.process) == {0, 1}
-    assert taken == [("measure", True), ("prepare", True)]
+    assert pending_at_rounds == [False, False]
+    assert taken == [("prepare", True), ("measure", True), ("prepare", True)]
     per_process = [sum(p == i for p in paired.rounds.process) for i in (0, 1)]
     assert min(per_process) >= ROUNDS.min_rounds
     assert set(paired.bricks) == {b.key for b in bricks}
@@ -105,23 +115,3 @@ def test_nothing_is_set_up_ahead_for_runs_of_several_threads() -> None:
         assert runner.measure(whole).ok
         runner.prestart_rounds(whole, bricks, counts, ROUNDS, feeds=feeds)
         assert runner._spare is not None and not runner._spare.has_ahead
-
-
-def test_a_models_last_process_sets_up_the_next_models_first(taken) -> None:
-    """``then`` sets up the next model in the spare while this model's last process times; the next
-    model's rounds take it, and its own second process is set up by its first."""
-    whole, bricks, counts, feeds = _suite()
-    graph = dlbricks.load_model(resnet_like(blocks=1, channels=4), batch_size=1, name="r1")
-    dec = dlbricks.decompose(graph)
-    with Runner(budget=Budget.quick()) as runner:
-        first = rounds_in_processes(runner, whole, bricks, counts, ROUNDS, processes=2, max_processes=2, seed=1,
-                                    feeds=feeds, then=lambda r: prepare_rounds_ahead(r, dec, graph, ROUNDS))
-        assert runner.spare_holds(resolve_item(graph).key)
-        runner.close(keep_spare=True)  # as evaluate does between two models
-        keys = round_order(dec)
-        second = rounds_in_processes(runner, graph, [dec.in_context(k) for k in keys],
-                                     [dec.counts()[k] for k in keys], ROUNDS, processes=2, max_processes=2,
-                                     seed=2, feeds=dec.feeds(keys))
-        assert runner._spare is None
-    assert first is not None and second is not None and set(second.bricks) == set(keys)
-    assert taken == [("measure", True), ("prepare", True)] * 3
