@@ -426,6 +426,7 @@ class Runner:
         self._floor_at = 0.0
         self._worker: _Worker | None = None
         self._spare: _Worker | None = None
+        self._reserve: _Worker | None = None  # a further spare, started while the spare is set up
         self._idle_spin_s = getattr(self.backend, "idle_spin_s", lambda config: 0.0)(self.config)
         self._queue = bool(getattr(self.backend, "takes_queue_times", lambda config: False)(self.config))
         self._repeat = bool(repeat)
@@ -447,9 +448,11 @@ class Runner:
         if self._worker is not None:
             worker, self._worker = self._worker, None
             worker.close()
-        if self._spare is not None and not keep_spare:
-            spare, self._spare = self._spare, None
-            spare.kill()
+        if not keep_spare:
+            for spare in (self._spare, self._reserve):
+                if spare is not None:
+                    spare.kill()
+            self._spare = self._reserve = None
 
     def start(self) -> None:
         """Start the worker now (take the spare, or start a fresh one) unless one is running."""
@@ -460,9 +463,12 @@ class Runner:
         current worker measures: the request after the next :meth:`close` takes it ready (a worker's
         start, some 1-2 s of imports, is then off the critical path). Its start runs beside the current
         worker's timing on another core; the paired rounds are what should run then, since both of
-        their sides meet it."""
+        their sides meet it. Where the spare is set up for the next process (:meth:`prestart_rounds`),
+        a reserve starts instead, which becomes the spare when the next request takes that one."""
         if self._spare is None:
-            self._spare = self._new_worker(wait=False)
+            self._spare, self._reserve = self._reserve or self._new_worker(wait=False), None
+        elif self._reserve is None and self._spare.has_ahead:  # the spare is set up for the next process
+            self._reserve = self._new_worker(wait=False)
 
     def prestart_rounds(self, whole: Item, items: Sequence[Item], counts: Sequence[int], budget: RoundsBudget, *,
                         feeds: Sequence[Sequence[tuple[int, int] | None]] | None = None) -> None:
@@ -519,9 +525,10 @@ class Runner:
         return self._spare is not None and self._spare.ahead_for(key)
 
     def drop_spare(self) -> None:
-        """Kill the spare worker, if any (one prepared ahead for rounds that will not run)."""
+        """Kill the spare worker, if any (one prepared ahead for rounds that will not run); the
+        reserve, if any, becomes the spare."""
         if self._spare is not None:
-            spare, self._spare = self._spare, None
+            spare, self._spare, self._reserve = self._spare, self._reserve, None
             spare.kill()
 
     def _take_ahead(self, kind: str, key: str) -> tuple[float, Any] | None:
@@ -708,7 +715,7 @@ class Runner:
     def _ensure_worker(self) -> _Worker:
         """The running worker, started if there is none."""
         if self._worker is None:
-            spare, self._spare = self._spare, None
+            spare, self._spare, self._reserve = self._spare, self._reserve, None
             if spare is not None:
                 with contextlib.suppress(BackendError):  # a spare that died: a fresh worker says why
                     self._worker = spare.ready()
@@ -828,8 +835,7 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
             continue
         runner.prepare_rounds(whole_item, brick_items, counts, budget, feeds=feeds)
         runner.settle_spare()  # nothing sets up while this one times
-        if p + 1 < max(processes, max_processes):
-            runner.prestart()  # a further process's worker imports meanwhile
+        runner.prestart()  # a further worker imports meanwhile: the next to set up, or the next model's
         part = runner.rounds(held.key, brick_items, counts, rounds, seed=None if seed is None else seed * 97 + p,
                              feeds=feeds, schedule=schedule, sweep_bytes=sweep_bytes)
         runner.release(held.key)
