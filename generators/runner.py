@@ -237,8 +237,8 @@ class _Worker:
 
     def take_ahead(self, kind: str, key: str, timeout: float) -> tuple[str, Any] | None:
         """The answer ``(status, (seconds, result))`` to the request sent ahead as ``(kind, key)``,
-        waiting at most ``timeout`` seconds for each answer before it; None where there is none
-        (the answers before it are dropped).
+        waiting at most ``timeout`` seconds for each answer up to it; None where none was sent (the
+        other answers wait for their own requests; the next :meth:`request` drops them).
 
         Raises
         ------
@@ -848,8 +848,8 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
 
 
 def _prepares_beside(config: Any) -> bool:
-    """Whether a spare worker may set up beside a worker's timing under ``config``: runs of one
-    thread on a CPU, with another core to spare."""
+    """Whether a spare worker may set up beside the current worker's setup under ``config``: runs of
+    one thread on a CPU, with another core to spare."""
     return (getattr(config, "device", "cpu") == "cpu" and getattr(config, "threads", 1) == 1
             and len(os.sched_getaffinity(0)) > 1)
 
