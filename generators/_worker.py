@@ -160,7 +160,7 @@ def _again(state: _State, payload: dict[str, Any]) -> Any:
 
 def _timed_answer(state: _State, request: tuple[str, Any]) -> tuple[str, Any]:
     """The answer to ``request`` with the seconds it took here: ``(status, (seconds, result))``, for
-    a request sent ahead (a spare worker's setup while another worker times), whose wall time the
+    a request sent ahead (a spare worker's setup while the parent goes on), whose wall time the
     parent cannot take since it does not wait for it."""
     import time
 
