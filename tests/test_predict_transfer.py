@@ -9,7 +9,8 @@ from onnx import TensorProto, helper, numpy_helper
 import dlbricks
 from dlbricks.estimator.estimation import Peaks, estimate_decomposition
 from dlbricks.estimator.predict import LatencyPredictor, descriptor, kernel_class
-from dlbricks.generators import Budget, Measurement, OrtConfig, benchmark
+from dlbricks.generators import Budget, OrtConfig, get_backend
+from dlbricks.generators.harness import time_calls
 from tests import _models
 
 
@@ -52,37 +53,48 @@ def test_gemm_matmul_and_pointwise_conv_share_a_class() -> None:
     assert np.allclose(descriptor(matmul_brick(32, 16, 8))[:3], descriptor(pointwise_conv_brick(8, 16, 32))[:3])
 
 
-def _ratio(pair: list[Measurement], a: dlbricks.Brick, b: dlbricks.Brick) -> float:
-    """Time of brick ``a`` over time of brick ``b``, each less its floor, within one benchmark call."""
-    times = {m.key: m.median_s - (m.floor_s or 0.0) for m in pair}
-    return times[a.signature] / times[b.signature]
+def _interleaved(prepared: list[object], rounds: int) -> np.ndarray:
+    """Seconds per call of each prepared brick, less its floor's (the one-node model timed beside it),
+    in each of ``rounds`` rounds: one short burst of each brick a round, in an order drawn each round,
+    so that every brick meets each of the machine's phases (rows: rounds, columns: bricks)."""
+    burst = Budget(warmup_time=0.002, min_time=0.01, min_runs=5, max_time=0.05, rel_ci=1.0, placements=1)
+    rng = np.random.default_rng(7)
+    times = np.zeros((rounds, len(prepared)))
+    for r in range(rounds):
+        for i in rng.permutation(len(prepared)):
+            timing = time_calls(prepared[i], burst, warmed=r > 0)
+            times[r, i] = float(np.median(timing.samples_s)) - (timing.empty_s or 0.0)
+    return times
 
 
 def test_gemm_predicted_from_matmuls_of_the_same_shape_is_within_15_percent() -> None:
     """Measured with onnxruntime: a Gemm (transB, bias) predicted by a model fitted on MatMuls only,
-    one of them of the Gemm's shape, lands within 15% of the Gemm's own measurement, both taken
-    against that MatMul timed beside the Gemm. The two are timed in pairs, in alternating order, six
-    times, and the Gemm's ratio is the median over the pairs: a step of the machine's speed inside
-    one pair moves that pair's ratio, not the median."""
+    one of them of the Gemm's shape (its twin), lands within 15% of the Gemm's own measurement.
+
+    The ten bricks run in interleaved rounds, and each brick's time is its median ratio to the twin
+    over the rounds times the twin's median: a ratio taken within a round is the machine's at one
+    moment for both bricks, so the machine changing speed between phases (here by up to 1.6x within
+    seconds) moves neither the fit's points against each other nor the Gemm against its twin."""
     shapes = [(32, 256, 256), (64, 256, 512), (64, 512, 256), (128, 256, 256), (32, 512, 512),
               (128, 512, 512), (64, 384, 384), (96, 384, 768)]
     target = (128, 384, 768)
-    others = [matmul_brick(*s) for s in shapes]
     twin, gemm = matmul_brick(*target), gemm_brick(*target)
-    budget = Budget(warmup_time=0.01, min_time=0.05, min_runs=10, max_time=0.3, rel_ci=0.03, placements=4)
-    measured = list(benchmark(others, config=OrtConfig(), budget=budget))
-    pairs = [list(benchmark(pair, config=OrtConfig(), budget=budget)) for pair in ([twin, gemm], [gemm, twin]) * 3]
-    assert all(m.ok for pair in pairs for m in pair), [m.error for pair in pairs for m in pair]
-    ratio = float(np.median([_ratio(pair, gemm, twin) for pair in pairs]))
-    measured += pairs[0]
-    assert all(m.ok for m in measured), [m.error for m in measured]
-    by_key = {m.key: m for m in measured}
-    matmuls = [*others, twin]
-    predictor = LatencyPredictor().fit_measurements(matmuls, {b.signature: by_key[b.signature] for b in matmuls})
+    bricks = [*(matmul_brick(*s) for s in shapes), twin, gemm]
+    backend = get_backend("onnxruntime")
+    prepared = [backend.prepare(b.to_onnx(), OrtConfig()) for b in bricks]
+    try:
+        times = _interleaved(prepared, rounds=15)
+    finally:
+        for item in prepared:
+            item.close()
+    assert (times > 0).all(), times
+    relative = np.median(times / times[:, [len(shapes)]], axis=0)  # each brick over its twin, a round at a time
+    seconds = relative * float(np.median(times[:, len(shapes)]))
+    matmuls = bricks[:-1]
+    predictor = LatencyPredictor().fit(matmuls, {b.signature: float(t) for b, t in zip(matmuls, seconds, strict=False)})
     found = predictor.prediction(gemm)
-    beside = by_key[twin.signature].median_s - (by_key[twin.signature].floor_s or 0.0)  # the twin the fit saw
     assert found is not None and found.model in ("gemm", "MatMul") and not found.far
-    assert found.seconds / beside == pytest.approx(ratio, rel=0.15)
+    assert found.seconds / seconds[len(shapes)] == pytest.approx(relative[-1], rel=0.15)
 
 
 def _fake(brick: dlbricks.Brick) -> float:
