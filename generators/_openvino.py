@@ -20,7 +20,7 @@ import io
 import statistics
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from types import ModuleType
 from typing import Any, ClassVar
@@ -36,7 +36,7 @@ from dlbricks.ov_fusion import OPENVINO, REORDER_TYPE, RuntimeKernel, kernel_lay
 
 from ._config import ConfigBase
 from .inputs import input_specs, random_inputs, value_statistics
-from .items import floor_model
+from .items import floor_model, vector_warmup_model
 from ._ort_config import CACHE_STATES, COLD_SPANS
 from .ort import _is_brick, session_copies, weight_bytes
 from .util import closed, prepare_previous, round_robin
@@ -51,8 +51,9 @@ PRECISIONS = ("f32", "bf16", "f16")
 EXECUTION_MODES = ("PERFORMANCE", "ACCURACY")
 #: Version of how bricks are measured, part of every :attr:`OpenvinoConfig.config_id` (as
 #: :attr:`dlbricks.generators.OrtConfig.measurement_method` for onnxruntime). 3: a brick's runs in
-#: rounds are taken at the whole model's speed in each round.
-MEASUREMENT_METHOD = 3
+#: rounds are taken at the whole model's speed in each round; 4: chained rounds
+#: (:meth:`OpenvinoBackend.prepare_chain`) on a CPU.
+MEASUREMENT_METHOD = 4
 #: The op type of a kernel that the CPU plugin inserts to change a tensor's layout (no node of the
 #: model runs in it), as :meth:`OpenvinoBackend.profile_kernels` reports it.
 REORDER = REORDER_TYPE
@@ -360,6 +361,45 @@ class OpenvinoBackend:
         nbytes = (copies * (weight_bytes(model) + sum(a.nbytes for a in first))
                   + sum(a.nbytes for a in inputs.values()))
         return OpenvinoPrepared(requests, held, previous, empty, nbytes)
+
+    def prepare_chain(self, models: Sequence[onnx.ModelProto], config: Any,
+                      feeds: Sequence[Sequence[tuple[int, int] | None]] | None = None) -> list[OpenvinoPrepared | None]:
+        """The bricks of one model, in its order, prepared as a chain for rounds of single calls
+        (``RoundsBudget(chained=True)``); None for a brick the CPU plugin cannot compile.
+
+        Each brick is prepared warm (one compiled model, no copies, no brick run before it) with the
+        floor's one-node model beside it, and its untimed ``ready`` runs a small matrix product just
+        before its timed call, as onnxruntime's chain does. Each floating-point input that a brick
+        earlier in the chain writes in the model (``feeds``: per brick, per input, the position of
+        the brick that writes it and that brick's output, :meth:`~dlbricks.Decomposition.feeds`) is
+        bound to that output's tensor, so that a round writes each input before its reader reads it,
+        as the model does (:func:`_read_from`); an input whose values the model's run kept (a
+        non-maximum suppression's boxes) keeps its own. Unlike onnxruntime's chain, each output keeps
+        its own buffer: the tensors are not laid out by their lifetimes in one block.
+        """
+        self.check(config)
+        warm = replace(config, cache="warm")
+        chain: list[OpenvinoPrepared | None] = []
+        for model in models:
+            try:
+                chain.append(self.prepare(model, warm))
+            except UnrunnableBrickError:
+                chain.append(None)
+        warmup = self.prepare(vector_warmup_model(), warm, timed=False)
+        for j, (model, prepared) in enumerate(zip(models, chain, strict=True)):
+            if prepared is None:
+                continue
+            prepared.ready = warmup.run
+            prepared._held.append(warmup)
+            row = feeds[j] if feeds is not None and j < len(feeds) else ()
+            brick, _ = split_previous(model)
+            names = [name for name, _, _ in input_specs(brick)]
+            kept = {name for name, stats in value_statistics(brick).items() if stats.values is not None}
+            for name, feed in zip(names, row, strict=False):
+                writer = chain[feed[0]] if feed is not None and 0 <= feed[0] < j else None
+                if writer is not None and name not in kept:
+                    _read_from(prepared, name, writer, feed[1])
+        return chain
 
     def brick_overhead_s(self, item: Any, config: Any, run_s: float) -> float | None:
         """Seconds of a brick's own run that its model does not run, as their share of the brick's
@@ -756,6 +796,29 @@ def _feed_from(previous: OpenvinoPrepared | None, model: onnx.ModelProto, tensor
         if tuple(tensor.shape) == shape and np.asarray(tensor.data).dtype == dtype:
             request.set_output_tensor(i, tensors[name])
             return
+
+
+def _read_from(reader: OpenvinoPrepared, name: str, writer: OpenvinoPrepared, output: int) -> bool:
+    """Bind ``reader``'s floating-point input ``name`` to ``writer``'s output tensor ``output`` where both
+    hold the same element type and bytes: the tensor itself where their shapes match, else a view of
+    its memory in the input's shape (a channels-last output read by a brick that takes NCHW: the
+    values move, which no kernel's time depends on). Returns whether it was bound."""
+    request = reader.requests[0]
+    if output >= len(writer.requests[0].output_tensors):
+        return False
+    source = writer.requests[0].get_output_tensor(output)
+    target = request.get_tensor(name)
+    data = np.asarray(target.data)
+    if source.element_type != target.element_type or not np.issubdtype(data.dtype, np.floating) \
+            or source.byte_size != target.byte_size:
+        return False
+    if tuple(source.shape) != tuple(target.shape):
+        view = np.asarray(source.data).reshape(tuple(target.shape))
+        source = _ov().Tensor(view, shared_memory=True)
+        reader._held.append(view)
+    request.set_tensor(name, source)
+    reader._held.append(source)
+    return True
 
 
 def _original_nodes(compiled: Any, model: onnx.ModelProto) -> dict[str, tuple[str, ...]]:

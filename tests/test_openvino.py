@@ -203,6 +203,45 @@ def test_measurements_in_a_worker_are_stored(ov: ModuleType, squeezenet: dlbrick
         assert row.version and row.version.startswith(importlib.metadata.version("openvino"))
 
 
+@openvino
+def test_a_chain_reads_each_input_where_its_model_writes_it(ov: ModuleType, tiny: Path) -> None:
+    """Chained rounds are OpenVINO's default on the CPU (``prepare_chain``): each brick prepared warm
+    with the floor's model and a vector warm-up beside it, and each floating-point input that an
+    earlier brick writes in the model bound to that brick's output memory, so that one pass of the
+    chain in the model's order writes each input before its reader reads it."""
+    from dlbricks.benchmarks_db.rounds import round_order
+    from dlbricks.estimator.api import default_rounds
+
+    cfg = get_backend("openvino").default_config()
+    assert default_rounds(cfg).chained and default_rounds(cfg, "fused").chained
+    dec = dlbricks.decompose(dlbricks.load_model(onnx.load(tiny), name="tiny"))
+    keys = round_order(dec)
+    feeds = dec.feeds(keys)
+    chain = get_backend("openvino").prepare_chain([dec.in_context(k).to_onnx() for k in keys], cfg, feeds)
+    try:
+        assert len(chain) == len(keys) and all(p is not None and p.copies == 1 for p in chain)
+        shared = 0
+        for j, row in enumerate(feeds):
+            reader = chain[j].requests[0]
+            for k, feed in enumerate(row):
+                if feed is None:
+                    continue
+                writer = chain[feed[0]].requests[0]
+                shared += np.shares_memory(np.asarray(reader.get_input_tensor(k).data),
+                                           np.asarray(writer.get_output_tensor(feed[1]).data))
+        assert shared >= len(keys) - 1, (shared, feeds)  # every brick but the first reads one before it
+        for _ in range(2):
+            for prepared in chain:
+                prepared.ready()
+                prepared.run()
+                prepared.empty()
+        assert all(np.isfinite(o).all() for p in chain for o in p.outputs())
+    finally:
+        for prepared in chain:
+            if prepared is not None:
+                prepared.close()
+
+
 # ----------------------------------------------------------------------------------- the command line
 @openvino
 def test_bench_estimate_and_validate_through_the_command_line(ov: ModuleType, tiny: Path, tmp_path: Path) -> None:
