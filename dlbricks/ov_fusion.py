@@ -48,13 +48,15 @@ _ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "i64": 8, "u8": 1, "i
 class RuntimeKernel:
     """One op of OpenVINO's runtime model: its name (as the profiling counters report it), its
     ``layerType``, the original layer names it runs (``originalLayersNames``), the names of the ops
-    it reads, and the bytes of its first output."""
+    it reads, the bytes of its first output and that output's memory layout (``outputLayouts``:
+    ``abcd`` planar, ``acdb`` channels-last, ``aBcd16b`` blocked...)."""
 
     name: str
     layer_type: str
     originals: tuple[str, ...]
     inputs: tuple[str, ...]
     output_bytes: int = 0
+    layout: str = ""
 
 
 def runtime_kernels(compiled: Any) -> tuple[RuntimeKernel, ...]:
@@ -75,7 +77,8 @@ def runtime_kernels(compiled: Any) -> tuple[RuntimeKernel, ...]:
             nbytes = numel * _ELEMENT_BYTES.get(text("outputPrecisions").split(",")[0], 4)
         out.append(RuntimeKernel(op.get_friendly_name(), text("layerType") or op.get_type_name(),
                                  tuple(filter(None, text("originalLayersNames").split(","))),
-                                 tuple(v.get_node().get_friendly_name() for v in op.input_values()), nbytes))
+                                 tuple(v.get_node().get_friendly_name() for v in op.input_values()), nbytes,
+                                 text("outputLayouts").split(",")[0]))
     return tuple(out)
 
 

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import onnx
-from onnx import compose
+from onnx import compose, helper, numpy_helper
 
 from dlbricks import InvalidArgumentError
 from dlbricks.bricks import split_previous
@@ -52,7 +52,8 @@ EXECUTION_MODES = ("PERFORMANCE", "ACCURACY")
 #: Version of how bricks are measured, part of every :attr:`OpenvinoConfig.config_id` (as
 #: :attr:`dlbricks.generators.OrtConfig.measurement_method` for onnxruntime). 3: a brick's runs in
 #: rounds are taken at the whole model's speed in each round; 4: chained rounds
-#: (:meth:`OpenvinoBackend.prepare_chain`) on a CPU.
+#: (:meth:`OpenvinoBackend.prepare_chain`) on a CPU, and a pooling or Concat brick's overhead taken
+#: against the layout a convolution hands over (:func:`in_context_s`).
 MEASUREMENT_METHOD = 4
 #: The op type of a kernel that the CPU plugin inserts to change a tensor's layout (no node of the
 #: model runs in it), as :meth:`OpenvinoBackend.profile_kernels` reports it.
@@ -507,11 +508,12 @@ def _overhead_share(brick: Any, before: Any, granularity: str, config: OpenvinoC
     nhwc = brick_channels_last(_ov(), data, config.properties(), model.graph.name, reads_layer=before is not None)
     times, ran = _kernel_medians(model, config, channels_last=nhwc)
     total = sum(times.values())
+    in_context = None if before is None else in_context_s(brick, before, config)
+    if in_context is not None:  # an in-place Concat alone runs no kernel, only the copies of its run
+        own = max(total, _run_s(model, config, channels_last=nhwc))
+        return min(1.0, max(0.0, 1.0 - in_context / own)) if own > 0.0 else 0.0
     if total <= 0.0:
         return 0.0
-    in_context = None if before is None else in_context_s(brick, before, config)
-    if in_context is not None:
-        return min(1.0, max(0.0, 1.0 - in_context / total))
     kernels = {k.name: k for k in ran}
     edges = sum(t for name, t in times.items() if name in kernels
                 and _edge_reorder(kernels[name], kernels, reads_layer=before is not None))
@@ -561,14 +563,45 @@ def _kernel_medians(model: onnx.ModelProto, config: OpenvinoConfig, *,
     return {name: statistics.median(values) for name, values in times.items()}, runtime_kernels(compiled)
 
 
+def _run_s(model: onnx.ModelProto, config: OpenvinoConfig, *, channels_last: str = PLAIN) -> float:
+    """Seconds of one run of ``model`` compiled under ``config`` (without profiling) less one run of
+    the floor's one-node model, each the median of a loop of runs as long as the profiled ones: what
+    a brick's timed median less its floor holds. Beyond its kernels' ``real_time`` a brick's run moves
+    its inputs and outputs between its own tensors and the plugin's memory, which its model does
+    once, at its edges."""
+    ov = _ov()
+
+    def median_run(one: onnx.ModelProto, nhwc: str) -> float:
+        compiled = _compile(ov, one.SerializeToString(), config.properties(), one.graph.name, channels_last=nhwc)
+        request = compiled.create_infer_request()
+        inputs = _channels_last_inputs(_drawn_inputs(one), nhwc)
+        tensors = {name: ov.Tensor(array, shared_memory=True) for name, array in inputs.items()}
+        outputs = _bind(ov, request, compiled, tensors, name=one.graph.name)
+        for _ in range(_PROFILE_WARMUP):
+            _infer(request, one.graph.name)
+        samples = []
+        while len(samples) < PROFILE_RUNS and sum(samples) < PROFILE_TIME_S:
+            start = time.perf_counter()
+            _infer(request, one.graph.name)
+            samples.append(time.perf_counter() - start)
+        del outputs
+        return statistics.median(samples)
+
+    return max(0.0, median_run(model, channels_last) - median_run(floor_model(), PLAIN))
+
+
 def in_context_s(brick: Any, previous: Any, config: OpenvinoConfig) -> float | None:
     """Seconds that ``brick``'s own kernels take when ``previous``'s output (the one of ``brick``'s
     first input's shape and dtype) feeds its first input in one compiled model: the profiled medians
     of the kernels that run only layers of ``brick`` (none where the plugin fused them into a kernel of
-    ``previous``), layout reorders left out. None where the two cannot be joined or compiled."""
+    ``previous``), layout reorders left out. A pooling or Concat brick after a ``previous`` with no
+    convolution gets a convolution before the pair (:func:`_anchored`), so that it meets the layout
+    it meets in a CNN. None where the two cannot be joined or compiled."""
     pair = _joined(previous.to_onnx(), brick.to_onnx())
     if pair is None:
         return None
+    if set(brick.op_types) & LAYOUT_FOLLOWERS and not set(previous.op_types) & _CONVOLUTIONS:
+        pair = _anchored(pair)
     try:
         times, kernels = _kernel_medians(pair, config)
     except UnrunnableBrickError:
@@ -579,7 +612,35 @@ def in_context_s(brick: Any, previous: Any, config: OpenvinoConfig) -> float | N
                if nodes and all(n.startswith(_SECOND) for n in nodes))
 
 
-_FIRST, _SECOND = "p_", "b_"
+_FIRST, _SECOND, _ANCHOR = "p_", "b_", "a_"
+#: Op types whose CPU kernel takes the layout of the tensor it gets: planar after a model input or an
+#: elementwise op, channels-last (or blocked) after a convolution, a different kernel at a different
+#: speed (a MaxPool of squeezenet1_1 on an AVX-512 Xeon: 2.0 ms planar, 0.55-0.74 ms channels-last).
+LAYOUT_FOLLOWERS = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Concat"})
+_CONVOLUTIONS = frozenset({"Conv", "ConvTranspose"})
+
+
+def _anchored(pair: onnx.ModelProto) -> onnx.ModelProto:
+    """``pair`` with a 1x1 identity Convolution (its nodes named ``a_``) writing each of its inputs
+    that is a 4-D float tensor of static shape. Inside a CNN the tensors a pooling or a Concat reads
+    come, through elementwise layers, from convolutions, whose layout the plugin keeps; a pair that
+    starts at an elementwise layer would hand over planar tensors and time the planar kernel. The
+    anchors' kernels, and the layers the plugin fuses into them, are not the brick's."""
+    inits = {i.name for i in pair.graph.initializer}
+    anchored = onnx.ModelProto()
+    anchored.CopyFrom(pair)
+    for k, graph_input in enumerate(i for i in anchored.graph.input if i.name not in inits):
+        tensor = graph_input.type.tensor_type
+        dims = tensor.shape.dim
+        if tensor.elem_type != onnx.TensorProto.FLOAT or len(dims) != 4 or not all(d.HasField("dim_value") for d in dims):
+            continue
+        channels, name = dims[1].dim_value, graph_input.name
+        graph_input.name = _ANCHOR + name
+        weight = np.eye(channels, dtype=np.float32).reshape(channels, channels, 1, 1)
+        anchored.graph.initializer.append(numpy_helper.from_array(weight, f"{_ANCHOR}weight{k}"))
+        anchored.graph.node.insert(0, helper.make_node("Conv", [graph_input.name, f"{_ANCHOR}weight{k}"], [name],
+                                                       name=f"{_ANCHOR}anchor{k}"))
+    return anchored
 
 
 def _joined(first: onnx.ModelProto, second: onnx.ModelProto) -> onnx.ModelProto | None:

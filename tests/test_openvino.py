@@ -242,6 +242,35 @@ def test_a_chain_reads_each_input_where_its_model_writes_it(ov: ModuleType, tiny
                 prepared.close()
 
 
+@openvino
+def test_a_pooling_bricks_context_runs_the_layout_its_model_runs(ov: ModuleType,
+                                                                  squeezenet: dlbricks.ModelGraph) -> None:
+    """A MaxPool brick after a Relu brick: compiled after that Relu alone, it gets a planar tensor; in
+    its model a convolution (with the Relu inside its kernel) hands it over in the plugin's own
+    layout. The context its overhead is taken against starts at a convolution (``_anchored``), so
+    its pooling kernel runs the layout the model's pooling kernels run."""
+    from dlbricks.generators._openvino import _anchored, _compile, _joined
+    from dlbricks.model_zoo import build
+    from dlbricks.ov_fusion import runtime_kernels
+
+    props = get_backend("openvino").default_config().properties()
+
+    def pooling_layouts(model: onnx.ModelProto) -> set[str]:
+        compiled = _compile(ov, model.SerializeToString(), props, model.graph.name)
+        return {k.layout for k in runtime_kernels(compiled) if k.layer_type == "Pooling"}
+
+    dec = dlbricks.decompose(squeezenet)
+    sig = next(s for s, b in dec.bricks.items() if b.op_type == "MaxPool"
+               and (p := dec.in_context(s).previous) is not None and p.op_types == ("Relu",))
+    brick, previous = dec.bricks[sig], dec.in_context(sig).previous
+    in_model = pooling_layouts(build("squeezenet1_1"))
+    pair = _joined(previous.to_onnx(), brick.to_onnx())
+    assert pair is not None
+    assert pooling_layouts(_anchored(pair)) <= in_model, (pooling_layouts(_anchored(pair)), in_model)
+    assert pooling_layouts(pair) == {"abcd"}  # the planar kernel, which the model does not run
+    assert "abcd" not in in_model
+
+
 # ----------------------------------------------------------------------------------- the command line
 @openvino
 def test_bench_estimate_and_validate_through_the_command_line(ov: ModuleType, tiny: Path, tmp_path: Path) -> None:
