@@ -8,9 +8,6 @@ from types import ModuleType
 import pytest
 
 MARKS = [pytest.mark.mxnet, pytest.mark.filterwarnings("ignore:Please import `csr_matrix`:DeprecationWarning")]
-#: The marks of a module whose tests time nothing (loading, decomposing, converting, checking values):
-#: CI runs them beside the slow lane rather than alone.
-UNTIMED_MARKS = [*MARKS, pytest.mark.untimed]
 
 
 def import_mxnet() -> ModuleType:
