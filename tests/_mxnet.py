@@ -8,6 +8,8 @@ from types import ModuleType
 import pytest
 
 MARKS = [pytest.mark.mxnet, pytest.mark.filterwarnings("ignore:Please import `csr_matrix`:DeprecationWarning")]
+# a module that times nothing: CI runs it beside other work
+UNTIMED_MARKS = [*MARKS, pytest.mark.untimed]
 
 
 def import_mxnet() -> ModuleType:

@@ -453,6 +453,7 @@ def test_ctrl_c_at_start_up_exits_130_without_a_traceback(work: Path, delay: flo
 
 
 @pytest.mark.slow
+@pytest.mark.untimed
 def test_kill_9_at_twenty_random_moments_loses_and_duplicates_nothing() -> None:
     """benchmarks/kill9_soak.py: 20 kills -9 mid-run, each followed by the file's checks, then a run
     that finishes the job."""

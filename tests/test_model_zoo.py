@@ -169,6 +169,7 @@ def test_batch_size_reaches_every_input_and_output():
 
 
 @pytest.mark.slow
+@pytest.mark.untimed
 @_SLOW
 @pytest.mark.parametrize("name", ALL_MODELS)
 def test_all_models_are_valid_and_runnable(name):

@@ -10,7 +10,7 @@ import pytest
 import dlbricks
 from tests import _mxnet
 
-pytestmark = _mxnet.MARKS
+pytestmark = _mxnet.UNTIMED_MARKS
 mx = _mxnet.import_mxnet()
 
 from dlbricks.model_zoo.gluon import build_gluon  # noqa: E402

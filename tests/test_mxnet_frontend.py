@@ -15,7 +15,7 @@ from dlbricks.errors import ShapeInferenceError
 from dlbricks.mxnet_frontend import LAYOUTS_ATTR, MXNET_DOMAIN, is_mxnet_model, load_mxnet
 from tests import _mxnet
 
-pytestmark = _mxnet.MARKS
+pytestmark = _mxnet.UNTIMED_MARKS
 mx = _mxnet.import_mxnet()
 
 from dlbricks.model_zoo.gluon import build_gluon, export_gluon, gluon_block  # noqa: E402

@@ -17,7 +17,7 @@ from dlbricks.mxnet_frontend import STATISTICS_BLOCK, feature_statistics, load_m
 from dlbricks.types import ValueStatistics
 from tests import _mxnet
 
-pytestmark = _mxnet.MARKS
+pytestmark = _mxnet.UNTIMED_MARKS
 mx = _mxnet.import_mxnet()
 
 #: sha256 of the sorted brick signatures of :func:`small_export`, as the loader that converted

@@ -15,7 +15,7 @@ import dlbricks
 from dlbricks.errors import UnrunnableBrickError
 from tests import _mxnet
 
-pytestmark = _mxnet.MARKS
+pytestmark = _mxnet.UNTIMED_MARKS
 mx = _mxnet.import_mxnet()
 
 from dlbricks._mxnet_to_onnx import CONVERTIBLE_OPS, mxnet_brick_to_onnx

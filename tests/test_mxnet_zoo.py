@@ -9,7 +9,7 @@ import dlbricks
 from dlbricks import InvalidArgumentError
 from tests import _mxnet
 
-pytestmark = _mxnet.MARKS
+pytestmark = _mxnet.UNTIMED_MARKS
 mx = _mxnet.import_mxnet()
 
 from dlbricks.model_zoo.gluon import (  # noqa: E402
