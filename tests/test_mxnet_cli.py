@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import dlbricks
 from tests import _mxnet
 
-pytestmark = _mxnet.MARKS
+pytestmark = _mxnet.UNTIMED_MARKS
 mx = _mxnet.import_mxnet()
 
 from mxnet.gluon import nn

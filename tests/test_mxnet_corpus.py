@@ -15,7 +15,7 @@ import pytest
 from tests._scripts import load_script
 from tests import _mxnet
 
-pytestmark = _mxnet.MARKS
+pytestmark = _mxnet.UNTIMED_MARKS
 mx = _mxnet.import_mxnet()
 
 

@@ -131,6 +131,7 @@ def _assert_self_contained(html: str) -> None:
 
 
 @pytest.mark.plot
+@pytest.mark.untimed
 @needs_matplotlib
 def test_report_of_a_model_shows_the_estimates_numbers(filled: dict[str, Path], tmp_path: Path) -> None:
     from dlbricks.estimator import estimate
@@ -197,6 +198,7 @@ def test_report_of_a_model_shows_the_estimates_numbers(filled: dict[str, Path], 
 
 
 @pytest.mark.plot
+@pytest.mark.untimed
 @needs_matplotlib
 def test_report_of_several_models_adds_the_suite_and_marks_predicted_bricks(filled: dict[str, Path],
                                                                             tmp_path: Path) -> None:
@@ -238,6 +240,7 @@ def test_report_of_several_models_adds_the_suite_and_marks_predicted_bricks(fill
 
 
 @pytest.mark.plot
+@pytest.mark.untimed
 @needs_matplotlib  # else each case stops at the missing extra first
 @pytest.mark.parametrize("case", ["unknown model", "missing database", "output is the database",
                                   "output is its WAL file", "output in a missing folder", "output under a file",
@@ -287,6 +290,7 @@ def test_without_matplotlib_drawing_is_one_line_naming_the_extra(command: list[s
 
 
 @pytest.mark.plot
+@pytest.mark.untimed
 @needs_matplotlib
 def test_evaluate_writes_the_report_and_the_log_axes_picture(filled: dict[str, Path], tmp_path: Path) -> None:
     """evaluate --report: the suite table is the evaluation's (its rows, their intervals, the swing of
@@ -348,6 +352,7 @@ def test_datasette_metadata_describes_the_schema_and_its_queries_run(filled: dic
 
 @pytest.mark.browser
 @pytest.mark.plot
+@pytest.mark.untimed
 @needs_matplotlib
 def test_the_report_loads_in_chromium_without_console_errors_or_requests(filled: dict[str, Path],
                                                                          tmp_path: Path) -> None:
