@@ -32,12 +32,18 @@ from onnx import compose, helper, numpy_helper
 from dlbricks import InvalidArgumentError
 from dlbricks.bricks import split_previous
 from dlbricks.errors import BackendUnavailableError, UnrunnableBrickError
-from dlbricks.ov_fusion import OPENVINO, REORDER_TYPE, RuntimeKernel, kernel_layers, runtime_kernels
+from dlbricks.ov_fusion import (
+    OPENVINO,
+    REORDER_TYPE,
+    RuntimeKernel,
+    kernel_layers,
+    runtime_kernels,
+)
 
 from ._config import ConfigBase
+from ._ort_config import CACHE_STATES, COLD_SPANS
 from .inputs import input_specs, random_inputs, value_statistics
 from .items import floor_model, vector_warmup_model
-from ._ort_config import CACHE_STATES, COLD_SPANS
 from .ort import _is_brick, session_copies, weight_bytes
 from .util import closed, prepare_previous, round_robin
 
@@ -53,8 +59,10 @@ EXECUTION_MODES = ("PERFORMANCE", "ACCURACY")
 #: :attr:`dlbricks.generators.OrtConfig.measurement_method` for onnxruntime). 3: a brick's runs in
 #: rounds are taken at the whole model's speed in each round; 4: chained rounds
 #: (:meth:`OpenvinoBackend.prepare_chain`) on a CPU, and a pooling or Concat brick's overhead taken
-#: against the layout a convolution hands over (:func:`in_context_s`).
-MEASUREMENT_METHOD = 4
+#: against the layout a convolution hands over (:func:`in_context_s`); 5: a brick's kernels in
+#: context include the kernels the ONNX frontend made for its layers and its Transpose layers'
+#: (:func:`pair_sides`), and what a layer fused into the kernel before it adds there.
+MEASUREMENT_METHOD = 5
 #: The op type of a kernel that the CPU plugin inserts to change a tensor's layout (no node of the
 #: model runs in it), as :meth:`OpenvinoBackend.profile_kernels` reports it.
 REORDER = REORDER_TYPE
@@ -515,7 +523,8 @@ def _overhead_share(brick: Any, before: Any, granularity: str, config: OpenvinoC
     if total <= 0.0:
         return 0.0
     kernels = {k.name: k for k in ran}
-    edges = sum(t for name, t in times.items() if name in kernels
+    layers = _layer_names(model)
+    edges = sum(t for name, t in times.items() if name in kernels and _inserted(kernels[name], layers)
                 and _edge_reorder(kernels[name], kernels, reads_layer=before is not None))
     return min(1.0, edges / total)
 
@@ -540,16 +549,7 @@ def _kernel_medians(model: onnx.ModelProto, config: OpenvinoConfig, *,
     :data:`PROFILE_RUNS` runs after a few warm-up runs; and the ops of that compiled model's runtime
     model (kernel names differ from one compilation to the next: the frontend numbers the ops it
     creates)."""
-    ov = _ov()
-    compiled = _compile(ov, model.SerializeToString(), {**config.properties(), "PERF_COUNT": True},
-                        model.graph.name, channels_last=channels_last)
-    request = compiled.create_infer_request()
-    inputs = _drawn_inputs(model)
-    inputs = _channels_last_inputs(inputs, channels_last)
-    tensors = {name: ov.Tensor(array, shared_memory=True) for name, array in inputs.items()}
-    outputs = _bind(ov, request, compiled, tensors, name=model.graph.name)
-    for _ in range(_PROFILE_WARMUP):
-        _infer(request, model.graph.name)
+    compiled, request, outputs = _warm_request(model, config, channels_last=channels_last, profiled=True)
     start = time.perf_counter()
     _infer(request, model.graph.name)
     runs = int(min(PROFILE_RUNS, max(3, PROFILE_TIME_S / max(time.perf_counter() - start, 1e-9))))
@@ -563,22 +563,31 @@ def _kernel_medians(model: onnx.ModelProto, config: OpenvinoConfig, *,
     return {name: statistics.median(values) for name, values in times.items()}, runtime_kernels(compiled)
 
 
+def _warm_request(model: onnx.ModelProto, config: OpenvinoConfig, *, channels_last: str,
+                  profiled: bool) -> tuple[Any, Any, Any]:
+    """``model`` compiled under ``config`` (with NHWC edges where ``channels_last``, with profiling
+    where ``profiled``), an infer request bound to drawn inputs, run a few times: ``(compiled model,
+    request, its bound outputs)``; the outputs must outlive the request's runs."""
+    ov = _ov()
+    properties = {**config.properties(), "PERF_COUNT": True} if profiled else config.properties()
+    compiled = _compile(ov, model.SerializeToString(), properties, model.graph.name, channels_last=channels_last)
+    request = compiled.create_infer_request()
+    inputs = _channels_last_inputs(_drawn_inputs(model), channels_last)
+    tensors = {name: ov.Tensor(array, shared_memory=True) for name, array in inputs.items()}
+    outputs = _bind(ov, request, compiled, tensors, name=model.graph.name)
+    for _ in range(_PROFILE_WARMUP):
+        _infer(request, model.graph.name)
+    return compiled, request, outputs
+
+
 def _run_s(model: onnx.ModelProto, config: OpenvinoConfig, *, channels_last: str = PLAIN) -> float:
     """Seconds of one run of ``model`` compiled under ``config`` (without profiling) less one run of
     the floor's one-node model, each the median of a loop of runs as long as the profiled ones: what
     a brick's timed median less its floor holds. Beyond its kernels' ``real_time`` a brick's run moves
     its inputs and outputs between its own tensors and the plugin's memory, which its model does
     once, at its edges."""
-    ov = _ov()
-
     def median_run(one: onnx.ModelProto, nhwc: str) -> float:
-        compiled = _compile(ov, one.SerializeToString(), config.properties(), one.graph.name, channels_last=nhwc)
-        request = compiled.create_infer_request()
-        inputs = _channels_last_inputs(_drawn_inputs(one), nhwc)
-        tensors = {name: ov.Tensor(array, shared_memory=True) for name, array in inputs.items()}
-        outputs = _bind(ov, request, compiled, tensors, name=one.graph.name)
-        for _ in range(_PROFILE_WARMUP):
-            _infer(request, one.graph.name)
+        _, request, outputs = _warm_request(one, config, channels_last=nhwc, profiled=False)
         samples = []
         while len(samples) < PROFILE_RUNS and sum(samples) < PROFILE_TIME_S:
             start = time.perf_counter()
@@ -593,8 +602,11 @@ def _run_s(model: onnx.ModelProto, config: OpenvinoConfig, *, channels_last: str
 def in_context_s(brick: Any, previous: Any, config: OpenvinoConfig) -> float | None:
     """Seconds that ``brick``'s own kernels take when ``previous``'s output (the one of ``brick``'s
     first input's shape and dtype) feeds its first input in one compiled model: the profiled medians
-    of the kernels that run only layers of ``brick`` (none where the plugin fused them into a kernel of
-    ``previous``), layout reorders left out. A pooling or Concat brick after a ``previous`` with no
+    of the kernels that are the brick's there (:func:`pair_sides`), and where the plugin fused its
+    layers into a kernel of ``previous``'s, what the pair's kernels of ``previous``'s layers take
+    beyond ``previous``'s compiled alone (:func:`_layers_s`; at least 0): a Relu fused into the
+    kernel of a BatchNormalization costs about nothing there, a Sigmoid fused into a convolution's
+    kernel its exponentials. A pooling or Concat brick after a ``previous`` with no
     convolution gets a convolution before the pair (:func:`_anchored`), so that it meets the layout
     it meets in a CNN. None where the two cannot be joined or compiled."""
     pair = _joined(previous.to_onnx(), brick.to_onnx())
@@ -606,10 +618,116 @@ def in_context_s(brick: Any, previous: Any, config: OpenvinoConfig) -> float | N
         times, kernels = _kernel_medians(pair, config)
     except UnrunnableBrickError:
         return None
-    runs = [k for k in kernels if k.layer_type not in ("Input", "Output", "Const") and k.layer_type not in _LAYOUT_OPS]
-    owners = kernel_layers(runs, pair)
-    return sum(times.get(kernel, 0.0) for kernel, nodes in owners.items()
-               if nodes and all(n.startswith(_SECOND) for n in nodes))
+    sides = pair_sides(kernels, pair)
+    own = sum(times.get(k, 0.0) for k, side in sides.items() if side == BRICK)
+    fused = sum(times.get(k, 0.0) for k, side in sides.items() if side == FUSED)
+    if fused <= 0.0:
+        return own
+    before = sum(times.get(k, 0.0) for k, side in sides.items() if side == BEFORE)
+    return own + max(0.0, before + fused - _layers_s(previous, config))
+
+
+def _layers_s(brick: Any, config: OpenvinoConfig) -> float:
+    """Seconds that ``brick``'s kernels of its layers take compiled alone: the profiled medians of its
+    kernels, the layout reorders the plugin inserts at its edges left out (once per brick and
+    configuration in this process)."""
+    key = (brick.signature, config.config_id)
+    if key not in _LAYERS_S:
+        model = brick.to_onnx()
+        times, kernels = _kernel_medians(model, config)
+        layers = _layer_names(model)
+        _LAYERS_S[key] = sum(times.get(k.name, 0.0) for k in kernels
+                             if k.layer_type not in ("Input", "Output", "Const") and not _inserted(k, layers))
+    return _LAYERS_S[key]
+
+
+def _layer_names(model: onnx.ModelProto) -> set[str]:
+    """The names of ``model``'s nodes and of their outputs: what a kernel's original layers name."""
+    return {name for node in model.graph.node for name in (node.name, *node.output)}
+
+
+def _inserted(kernel: RuntimeKernel, layers: set[str]) -> bool:
+    """Whether ``kernel`` is a layout op that the plugin inserted: one that names none of ``layers``
+    (:func:`_layer_names`), unlike a Transpose layer's kernel."""
+    return kernel.layer_type in _LAYOUT_OPS and not any(o.split("/", 1)[0] in layers for o in kernel.originals)
+
+
+#: :func:`_layers_s` of each brick and configuration, in this process.
+_LAYERS_S: dict[tuple[str, str], float] = {}
+
+
+#: :func:`pair_sides`: a kernel of the brick's layers only, of the brick's layers and the ones before
+#: it (the plugin fused them), of the layers before it only, of the anchors (:func:`_anchored`).
+BRICK, FUSED, BEFORE, ANCHOR = "brick", "fused", "before", "anchor"
+
+
+def pair_sides(kernels: Sequence[RuntimeKernel], pair: onnx.ModelProto) -> dict[str, str]:
+    """Each kernel of a joined pair's runtime model that runs layers, by name: whose layers it runs,
+    :data:`BRICK` (the second model's, ``b_``, only), :data:`FUSED` (the brick's and those of the
+    model before it, ``p_``), :data:`BEFORE` (the layers before only) or :data:`ANCHOR` (an anchor's,
+    maybe with layers fused into it). The brick's kernels are:
+
+    - a kernel whose layers (:func:`dlbricks.ov_fusion.kernel_layers`) are all the brick's; a layout
+      op counts where it runs one of the pair's layers (a Transpose layer, which the plugin runs as a
+      ``Transpose`` kernel), not where the plugin inserted it;
+    - a kernel that computes from data but names no layer, because the ONNX frontend made its op (an
+      LSTM becomes an ``LSTMSequence``, a LayerNormalization an ``MVN``): it is the brick's where
+      what reads its output, followed through such kernels, reaches a kernel of the brick's layers or
+      the pair's output, and no kernel of the layers before.
+    """
+    work = [k for k in kernels if k.layer_type not in ("Input", "Output", "Const")]
+    layers = kernel_layers([k for k in work if k.layer_type not in _LAYOUT_OPS], pair)
+    claimed = {n for nodes in layers.values() for n in nodes}
+    named = {out: node.name for node in pair.graph.node for out in node.output}
+    named.update({node.name: node.name for node in pair.graph.node})
+    for k in work:
+        if k.layer_type in _LAYOUT_OPS:
+            layers[k.name] = tuple(dict.fromkeys(n for n in (named.get(o) for o in k.originals)
+                                                 if n is not None and n not in claimed))
+    by_name = {k.name: k for k in kernels}
+    readers: dict[str, list[RuntimeKernel]] = {}
+    for k in kernels:
+        for source in k.inputs:
+            readers.setdefault(source, []).append(k)
+
+    def computes(k: RuntimeKernel) -> bool:
+        return k.layer_type not in _LAYOUT_OPS and any(
+            by_name[i].layer_type != "Const" for i in k.inputs if i in by_name)
+
+    def direct(k: RuntimeKernel) -> set[str]:
+        """The pair's layers that ``k`` names itself (:func:`kernel_layers` adds the unclaimed layers
+        before a kernel's first one, which the plugin may have fused into a kernel of no name)."""
+        return {n for n in (named.get(o) or named.get(o.split("/", 1)[0]) for o in k.originals) if n is not None}
+
+    def sides(k: RuntimeKernel) -> set[str]:
+        """Whose layers the kernels that read ``k`` run (``b_``, or ``p_`` for any other), following
+        readers that name no layer; the pair's outputs count as the model's whose they are."""
+        found: set[str] = set()
+        seen, todo = {k.name}, list(readers.get(k.name, ()))
+        while todo:
+            r = todo.pop()
+            if r.name in seen:
+                continue
+            seen.add(r.name)
+            nodes = direct(r)
+            if r.layer_type == "Output":  # a model output's op takes the tensor's name (stubs: outputs no one reads)
+                found.update(side for side in (_FIRST, _SECOND) if r.name.startswith(side))
+            elif nodes:
+                found.add(_SECOND if all(n.startswith(_SECOND) for n in nodes) else _FIRST)
+            else:
+                todo.extend(readers.get(r.name, ()))
+        return found
+
+    found = {}
+    for k in work:
+        nodes = layers.get(k.name, ())
+        if nodes:
+            ours = [n.startswith(_SECOND) for n in nodes]
+            anchored = any(n.startswith(_ANCHOR) for n in nodes)
+            found[k.name] = BRICK if all(ours) else ANCHOR if anchored else FUSED if any(ours) else BEFORE
+        elif computes(k):
+            found[k.name] = BRICK if sides(k) == {_SECOND} else BEFORE
+    return found
 
 
 _FIRST, _SECOND, _ANCHOR = "p_", "b_", "a_"
@@ -690,11 +808,11 @@ def _compile(ov: ModuleType, data: bytes, properties: Mapping[str, Any], name: s
         read = frontend.convert(frontend.load(io.BytesIO(data)))
         if channels_last != PLAIN:
             read = _nhwc_edges(ov, read, inputs=channels_last == NHWC_EDGES)
-    except Exception as e:  # noqa: BLE001 - the frontend raises untyped errors
+    except Exception as e:
         raise UnrunnableBrickError(f"openvino cannot read model {name!r}: {_ov_error(e)}") from e
     try:
         return _core().compile_model(read, "CPU", dict(properties))
-    except Exception as e:  # noqa: BLE001 - the plugin raises untyped errors
+    except Exception as e:
         raise UnrunnableBrickError(f"openvino cannot compile model {name!r}: {_ov_error(e)}") from e
 
 
@@ -795,7 +913,7 @@ def _bind(ov: ModuleType, request: Any, compiled: Any, tensors: Mapping[str, Any
         for i, tensor in enumerate(outputs):
             if tensor is not None:
                 request.set_output_tensor(i, tensor)
-    except Exception as e:  # noqa: BLE001 - the plugin raises untyped errors
+    except Exception as e:
         raise UnrunnableBrickError(f"openvino cannot bind the inputs and outputs of model {name!r}: "
                                    f"{_ov_error(e)}") from e
     return list(outputs)
@@ -805,7 +923,7 @@ def _infer(request: Any, name: str) -> None:
     """One synchronous inference of ``request``."""
     try:
         request.infer()
-    except Exception as e:  # noqa: BLE001 - the plugin raises untyped errors
+    except Exception as e:
         raise UnrunnableBrickError(f"openvino cannot run model {name!r}: {_ov_error(e)}") from e
 
 

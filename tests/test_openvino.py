@@ -19,13 +19,19 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
+from dlbricks.benchmarks_db import Store
+from dlbricks.cli import main
+from dlbricks.generators import (
+    Budget,
+    available_backends,
+    benchmark,
+    collect_system_info,
+    get_backend,
+)
 
 import dlbricks
 from dlbricks import InvalidArgumentError
-from dlbricks.benchmarks_db import Store
-from dlbricks.cli import main
 from dlbricks.errors import BackendUnavailableError, UnrunnableBrickError
-from dlbricks.generators import Budget, available_backends, benchmark, collect_system_info, get_backend
 from tests import _models
 
 openvino = pytest.mark.openvino
@@ -251,6 +257,7 @@ def test_a_pooling_bricks_context_runs_the_layout_its_model_runs(ov: ModuleType,
     its pooling kernel runs the layout the model's pooling kernels run."""
     from dlbricks.generators._openvino import _anchored, _compile, _joined
     from dlbricks.model_zoo import build
+
     from dlbricks.ov_fusion import runtime_kernels
 
     props = get_backend("openvino").default_config().properties()
@@ -269,6 +276,58 @@ def test_a_pooling_bricks_context_runs_the_layout_its_model_runs(ov: ModuleType,
     assert pooling_layouts(_anchored(pair)) <= in_model, (pooling_layouts(_anchored(pair)), in_model)
     assert pooling_layouts(pair) == {"abcd"}  # the planar kernel, which the model does not run
     assert "abcd" not in in_model
+
+
+def _silu_model() -> onnx.ModelProto:
+    """A convolution and a SiLU after it (x * Sigmoid(x)), as EfficientNet's."""
+    b = _models.Builder(4)
+    x = b.op1("Conv", ["x", b.weight((16, 8, 3, 3))], pads=[1, 1, 1, 1])
+    out = b.op1("Mul", [x, b.op1("Sigmoid", [x])])
+    return b.model([onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 8, 16, 16])],
+                   [(out, onnx.TensorProto.FLOAT)], "silu")
+
+
+@openvino
+@pytest.mark.parametrize(("model", "brick_op", "previous_op", "kernels", "fused"), [
+    # the frontend's LSTMSequence, named by no layer; the Reshape of its output names the LSTM and the
+    # Squeeze before, which the LSTMSequence runs
+    (_models.lstm_model(), "LSTM", "Squeeze", {"RNNSeq"}, True),
+    (_models.transformer_layer(), "LayerNormalization", "Add", {"MVN"}, False),  # an MVN, named by no layer
+    (_models.transformer_layer(), "Transpose", "Reshape", {"Transpose"}, False),  # a Transpose layer
+    (_models.resnet_like(blocks=1, channels=8), "Relu", "BatchNormalization", set(), True),  # fused before
+    (_silu_model(), "Sigmoid", "Conv", set(), True),  # fused into the convolution's kernel
+], ids=["lstm", "layer-norm", "transpose", "fused-relu", "fused-sigmoid"])
+def test_a_bricks_kernels_in_context_are_those_that_run_its_layers(ov: ModuleType, model: onnx.ModelProto,
+                                                                  brick_op: str, previous_op: str,
+                                                                  kernels: set[str], fused: bool) -> None:
+    """In a pair of a brick and the brick before it compiled as one model, the brick's kernels (among
+    them those of ``kernels``' types) are
+    those that run its layers and no layer before: also a kernel that the ONNX frontend made (and so
+    names no layer) whose output goes to the brick's, and a Transpose layer's kernel; none where the
+    plugin fused the brick into the kernel before it (a kernel of both: what the brick adds to it counts,
+    :func:`~dlbricks.generators._openvino.in_context_s`)."""
+    from dlbricks.generators._openvino import (
+        BRICK,
+        FUSED,
+        _compile,
+        _joined,
+        pair_sides,
+    )
+
+    from dlbricks.ov_fusion import runtime_kernels
+
+    fixed = model.graph.input[0].type.tensor_type.shape.dim[0].HasField("dim_value")
+    dec = dlbricks.decompose(dlbricks.load_model(model, batch_size=None if fixed else 1, name=model.graph.name))
+    sig = next(s for s, b in dec.bricks.items() if b.op_types == (brick_op,)
+               and (p := dec.in_context(s).previous) is not None and p.op_types == (previous_op,))
+    pair = _joined(dec.in_context(sig).previous.to_onnx(), dec.bricks[sig].to_onnx())
+    assert pair is not None
+    ran = runtime_kernels(_compile(ov, pair.SerializeToString(),
+                                   get_backend("openvino").default_config().properties(), "pair"))
+    sides = pair_sides(ran, pair)
+    mine = {k.layer_type for k in ran if sides.get(k.name) == BRICK}
+    assert kernels <= mine and (kernels or not mine), (mine, [(k.name, k.layer_type, k.originals) for k in ran])
+    assert (FUSED in sides.values()) == fused, sides
 
 
 # ----------------------------------------------------------------------------------- the command line
@@ -374,6 +433,7 @@ def test_a_bricks_overhead_is_what_its_model_does_not_run(ov: ModuleType, squeez
         brick_channels_last,
         brick_overhead_share,
     )
+
     from dlbricks.ov_fusion import runtime_kernels
 
     cfg = OpenvinoConfig()
