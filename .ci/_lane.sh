@@ -19,7 +19,7 @@ run_marked() {  # run_marked NAME DIR MARKER [VAR=VALUE...]: the tests marked MA
     shift 3
     local report=$dir/pytest-$name.xml rc ran
     set +e
-    env PATH="$PWD/$dir/bin:$PATH" VIRTUAL_ENV="$PWD/$dir" "$@" "$dir/bin/python" -m pytest -q -m "$marker" -p no:cacheprovider --junitxml="$report"
+    env PATH="$PWD/$dir/bin:$PATH" VIRTUAL_ENV="$PWD/$dir" "$@" "$dir/bin/python" -m pytest -q -m "$marker" -p no:cacheprovider --durations=10 --junitxml="$report"
     rc=$?
     set -e
     if [ "$rc" -eq 5 ]; then echo "$name lane: pytest collected no tests: failing"; exit 1; fi

@@ -61,7 +61,7 @@ EXECUTION_MODES = ("PERFORMANCE", "ACCURACY")
 #: (:meth:`OpenvinoBackend.prepare_chain`) on a CPU, and a pooling or Concat brick's overhead taken
 #: against the layout a convolution hands over (:func:`in_context_s`); 5: a brick's kernels in
 #: context include the kernels the ONNX frontend made for its layers and its Transpose layers'
-#: (:func:`pair_sides`), and what a layer fused into the kernel before it adds there.
+#: (:func:`pair_sides`).
 MEASUREMENT_METHOD = 5
 #: The op type of a kernel that the CPU plugin inserts to change a tensor's layout (no node of the
 #: model runs in it), as :meth:`OpenvinoBackend.profile_kernels` reports it.
@@ -602,11 +602,8 @@ def _run_s(model: onnx.ModelProto, config: OpenvinoConfig, *, channels_last: str
 def in_context_s(brick: Any, previous: Any, config: OpenvinoConfig) -> float | None:
     """Seconds that ``brick``'s own kernels take when ``previous``'s output (the one of ``brick``'s
     first input's shape and dtype) feeds its first input in one compiled model: the profiled medians
-    of the kernels that are the brick's there (:func:`pair_sides`), and where the plugin fused its
-    layers into a kernel of ``previous``'s, what the pair's kernels of ``previous``'s layers take
-    beyond ``previous``'s compiled alone (:func:`_layers_s`; at least 0): a Relu fused into the
-    kernel of a BatchNormalization costs about nothing there, a Sigmoid fused into a convolution's
-    kernel its exponentials. A pooling or Concat brick after a ``previous`` with no
+    of the kernels that are the brick's there (:func:`pair_sides`; none where the plugin fused its
+    layers into a kernel of ``previous``'s). A pooling or Concat brick after a ``previous`` with no
     convolution gets a convolution before the pair (:func:`_anchored`), so that it meets the layout
     it meets in a CNN. None where the two cannot be joined or compiled."""
     pair = _joined(previous.to_onnx(), brick.to_onnx())
@@ -618,27 +615,7 @@ def in_context_s(brick: Any, previous: Any, config: OpenvinoConfig) -> float | N
         times, kernels = _kernel_medians(pair, config)
     except UnrunnableBrickError:
         return None
-    sides = pair_sides(kernels, pair)
-    own = sum(times.get(k, 0.0) for k, side in sides.items() if side == BRICK)
-    fused = sum(times.get(k, 0.0) for k, side in sides.items() if side == FUSED)
-    if fused <= 0.0:
-        return own
-    before = sum(times.get(k, 0.0) for k, side in sides.items() if side == BEFORE)
-    return own + max(0.0, before + fused - _layers_s(previous, config))
-
-
-def _layers_s(brick: Any, config: OpenvinoConfig) -> float:
-    """Seconds that ``brick``'s kernels of its layers take compiled alone: the profiled medians of its
-    kernels, the layout reorders the plugin inserts at its edges left out (once per brick and
-    configuration in this process)."""
-    key = (brick.signature, config.config_id)
-    if key not in _LAYERS_S:
-        model = brick.to_onnx()
-        times, kernels = _kernel_medians(model, config)
-        layers = _layer_names(model)
-        _LAYERS_S[key] = sum(times.get(k.name, 0.0) for k in kernels
-                             if k.layer_type not in ("Input", "Output", "Const") and not _inserted(k, layers))
-    return _LAYERS_S[key]
+    return sum(times.get(k, 0.0) for k, side in pair_sides(kernels, pair).items() if side == BRICK)
 
 
 def _layer_names(model: onnx.ModelProto) -> set[str]:
@@ -650,10 +627,6 @@ def _inserted(kernel: RuntimeKernel, layers: set[str]) -> bool:
     """Whether ``kernel`` is a layout op that the plugin inserted: one that names none of ``layers``
     (:func:`_layer_names`), unlike a Transpose layer's kernel."""
     return kernel.layer_type in _LAYOUT_OPS and not any(o.split("/", 1)[0] in layers for o in kernel.originals)
-
-
-#: :func:`_layers_s` of each brick and configuration, in this process.
-_LAYERS_S: dict[tuple[str, str], float] = {}
 
 
 #: :func:`pair_sides`: a kernel of the brick's layers only, of the brick's layers and the ones before

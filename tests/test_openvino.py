@@ -304,8 +304,8 @@ def test_a_bricks_kernels_in_context_are_those_that_run_its_layers(ov: ModuleTyp
     them those of ``kernels``' types) are
     those that run its layers and no layer before: also a kernel that the ONNX frontend made (and so
     names no layer) whose output goes to the brick's, and a Transpose layer's kernel; none where the
-    plugin fused the brick into the kernel before it (a kernel of both: what the brick adds to it counts,
-    :func:`~dlbricks.generators._openvino.in_context_s`)."""
+    plugin fused the brick into the kernel before it (a kernel of both, which counts as the layer
+    before's)."""
     from dlbricks.generators._openvino import (
         BRICK,
         FUSED,
