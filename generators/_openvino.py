@@ -655,7 +655,7 @@ def pair_sides(kernels: Sequence[RuntimeKernel], pair: onnx.ModelProto) -> dict[
     named.update({node.name: node.name for node in pair.graph.node})
     for k in work:
         if k.layer_type in _LAYOUT_OPS:
-            layers[k.name] = tuple(dict.fromkeys(n for n in (named.get(o) for o in k.originals)
+            layers[k.name] = tuple(dict.fromkeys(n for n in (named.get(o.split("/", 1)[0]) for o in k.originals)
                                                  if n is not None and n not in claimed))
     by_name = {k.name: k for k in kernels}
     readers: dict[str, list[RuntimeKernel]] = {}
