@@ -28,7 +28,7 @@ from dlbricks.generators import Budget, collect_system_info
 from tests._models import resnet_like
 from tests.test_db_support import bench_command, env, rows, run, write_models
 
-pytestmark = [pytest.mark.ray, pytest.mark.untimed, pytest.mark.skipif(os.name != "posix", reason="signals and /proc")]
+pytestmark = [pytest.mark.ray, pytest.mark.skipif(os.name != "posix", reason="signals and /proc")]
 ray = pytest.importorskip("ray", reason="needs the distributed extra (pip install 'dlbricks[distributed]')")
 from ray.cluster_utils import Cluster  # noqa: E402
 
