@@ -61,8 +61,9 @@ EXECUTION_MODES = ("PERFORMANCE", "ACCURACY")
 #: (:meth:`OpenvinoBackend.prepare_chain`) on a CPU, and a pooling or Concat brick's overhead taken
 #: against the layout a convolution hands over (:func:`in_context_s`); 5: a brick's kernels in
 #: context include the kernels the ONNX frontend made for its layers and its Transpose layers'
-#: (:func:`pair_sides`).
-MEASUREMENT_METHOD = 5
+#: (:func:`pair_sides`); 6: a brick's figure from rounds is its mean over the rounds whose bricks' sum is
+#: central (:meth:`~dlbricks.generators.rounds.Rounds.central_weights`).
+MEASUREMENT_METHOD = 6
 #: The op type of a kernel that the CPU plugin inserts to change a tensor's layout (no node of the
 #: model runs in it), as :meth:`OpenvinoBackend.profile_kernels` reports it.
 REORDER = REORDER_TYPE

@@ -47,8 +47,10 @@ COLD_SPANS = ("model", "cache")
 #: runs in rounds are taken at the whole model's speed in each round (:meth:`~dlbricks.generators.rounds.Rounds.speed_factors`), and a chained
 #: round calls a brick at each use only where its uses read the same weights again; 13: a chained
 #: brick's timed call follows a small matrix product that wakes the vector units (``ready``:
-#: :func:`~dlbricks.generators.items.vector_warmup_model`).
-MEASUREMENT_METHOD = 13
+#: :func:`~dlbricks.generators.items.vector_warmup_model`); 14: a brick's figure from rounds is its mean
+#: over the rounds whose bricks' sum is central, the same rounds for every brick, so that the bricks add
+#: up to the model's ratio (:meth:`~dlbricks.generators.rounds.Rounds.central_weights`).
+MEASUREMENT_METHOD = 14
 
 
 def _ort() -> ModuleType:

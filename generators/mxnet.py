@@ -59,8 +59,9 @@ ACTIVATION_CORRELATION = 0.75
 #: brick's model touches (``cold_span``); 4: the floor is extrapolated to a call with no node; 5: the
 #: cold copies come nearest to their span rather than reach it (``_ort.cold_copies``); 6: inputs in
 #: oneDNN's layout of ops that reorder them are written again before each timed run; 7: a brick's
-#: runs in rounds are taken at the whole model's speed in each round.
-MEASUREMENT_METHOD = 7
+#: runs in rounds are taken at the whole model's speed in each round; 8: a brick's figure from rounds is
+#: its mean over the rounds whose bricks' sum is central (``Rounds.central_weights``).
+MEASUREMENT_METHOD = 8
 #: Input draws that a brick's cold copies cycle through (feature-map inputs only), within
 #: INPUT_VARIANT_BYTES together so that they stay in the cache: a kernel that branches on its data
 #: (MXNet's clip) would otherwise learn an input it meets run after run, which inside a model it

@@ -34,6 +34,10 @@ from .stats import relative_ci_width
 
 __all__ = ["PairedRounds", "Rounds", "RoundsBudget", "merge_paired", "paired_ratio", "sweeper", "time_rounds"]
 
+#: The share of a worker process's rounds cut from each end before the bricks' and the ratio's
+#: means over the rest (:meth:`Rounds.central_weights`): 0.4 keeps the middle fifth.
+CENTRAL_TRIM = 0.4
+
 
 @dataclass(frozen=True, slots=True)
 class RoundsBudget:
@@ -182,6 +186,26 @@ class Rounds:
         series = np.asarray(values, dtype=np.float64)
         return float(np.mean([np.median(series[g]) for g in self.groups()]))
 
+    def central_weights(self, values: Sequence[float]) -> np.ndarray:
+        """Per round, its weight in the trimmed mean of a per-round series ``values``: the middle
+        fifth of each worker process's rounds by ``values`` (:data:`CENTRAL_TRIM` cut from each end,
+        as :func:`scipy.stats.trim_mean` cuts), equal within a process, each process weighing the
+        same. As robust as the median to a phase change within a round (up to 40% of rounds on one
+        side), but a mean, so that:
+
+        ``weights @ series`` is a typical value of any other series over the same rounds, and it
+        adds up: the weighted brick times, times their counts, sum to the weighted per-round sum.
+        Each brick's own median does not (the sum of medians of right-skewed calls falls below the
+        median of their sums, as the whole model's run holds every layer's occasional slow call)."""
+        series = np.asarray(values, dtype=np.float64)
+        weights = np.zeros(len(series))
+        groups = self.groups()
+        for g in groups:
+            cut = int(CENTRAL_TRIM * len(g))
+            middle = g[np.argsort(series[g], kind="stable")][cut:len(g) - cut]
+            weights[middle] += 1.0 / (len(middle) * len(groups))
+        return weights
+
     def speed_factors(self) -> np.ndarray:
         """Per round, the whole model's typical time (:meth:`centre`) over its time in that round:
         what brings the round's other times to the speed the machine had when the whole model ran
@@ -200,12 +224,14 @@ class Rounds:
 
 def paired_ratio(rounds: Rounds, counts: Sequence[int], *, confidence: float = 0.95,
                  resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """The bricks' sum over the whole model, round by round, and its :meth:`~Rounds.centre` over the
-    rounds, with its ``confidence`` interval: ``(ratio, low, high)``.
+    """The bricks' sum over the whole model, round by round, and its trimmed mean over the
+    rounds (:meth:`~Rounds.central_weights`), with its ``confidence`` interval: ``(ratio, low, high)``.
 
     The ratio is taken in each round, then centred, not the centre of the sums over the centre of the
     whole runs: a slow phase that meets both sides of a round cancels in its ratio, while the two
-    centres, each a median over the rounds, can each land on a different phase. The interval is a
+    centres, each a median over the rounds, can each land on a different phase. Its centre is a mean
+    of the middle rounds rather than their median so that the bricks' measurements, centred over the
+    same rounds, add up to it (:func:`rounds_measurements`). The interval is a
     bootstrap over rounds (:func:`scipy.stats.bootstrap`): it holds what the machine's swing left in the ratio, narrow
     where bricks and whole met the same moments and wider where they did not. With rounds from
     several worker processes the rounds are resampled within each process (a stratified bootstrap,
@@ -217,7 +243,7 @@ def paired_ratio(rounds: Rounds, counts: Sequence[int], *, confidence: float = 0
     if len(whole) == 0 or np.any(whole <= 0):
         return math.nan, math.nan, math.nan
     per_round = sums / whole
-    ratio = rounds.centre(per_round)
+    ratio = float(rounds.central_weights(per_round) @ per_round)
     if len(whole) < 3 or np.ptp(per_round) == 0:
         return ratio, ratio, ratio
     groups = rounds.groups()
@@ -225,10 +251,17 @@ def paired_ratio(rounds: Rounds, counts: Sequence[int], *, confidence: float = 0
         return _stratified_ratio(per_round, groups, ratio, confidence, resamples, seed)
     seeded = {"rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state":
               np.random.default_rng(seed)}  # scipy < 1.15 (the mxnet extra's) names it random_state
-    result = stats.bootstrap((per_round,), np.median, vectorized=True, n_resamples=resamples,
+    result = stats.bootstrap((per_round,), _central_mean, vectorized=True, n_resamples=resamples,
                              confidence_level=confidence, method="percentile", **seeded)
     low, high = result.confidence_interval
     return ratio, float(min(low, ratio)), float(max(high, ratio))
+
+
+def _central_mean(values: np.ndarray, axis: int = -1) -> np.ndarray:
+    """The mean of the middle fifth of ``values`` along ``axis`` (:func:`scipy.stats.trim_mean`)."""
+    from scipy import stats
+
+    return stats.trim_mean(values, CENTRAL_TRIM, axis=axis)
 
 
 def _stratified_ratio(per_round: np.ndarray, groups: Sequence[np.ndarray], ratio: float,
@@ -238,10 +271,10 @@ def _stratified_ratio(per_round: np.ndarray, groups: Sequence[np.ndarray], ratio
     boot = np.zeros(resamples)
     for g in groups:
         picks = g[rng.integers(0, len(g), size=(resamples, len(g)))]
-        boot += np.median(per_round[picks], axis=1) / len(groups)
+        boot += _central_mean(per_round[picks], axis=1) / len(groups)
     tail = 50 * (1 - confidence)
     low, high = np.percentile(boot, [tail, 100 - tail])
-    own = np.array([np.median(per_round[g]) for g in groups])
+    own = np.array([_central_mean(per_round[g]) for g in groups])
     between = 2 * float(np.std(own, ddof=1)) / math.sqrt(len(own))
     low = ratio - math.hypot(ratio - float(low), between)
     high = ratio + math.hypot(float(high) - ratio, between)
@@ -428,11 +461,14 @@ def rounds_measurements(rounds: Rounds, whole_key: str, keys: Sequence[str], cou
     :attr:`Rounds.prepare_s` over the model's bricks), so that a model's bricks add up to their side.
 
     A brick's times (and its empty model's) are taken at the whole model's speed: each round's times
-    times that round's :meth:`~Rounds.speed_factors`, so that the bricks' sum over the whole model's
-    centre is the centred per-round ratio of :func:`paired_ratio`, and a slow phase that met a brick
-    and the whole model in the same round leaves neither's figure. ``min_s`` and the seconds spent
-    stay as timed."""
+    times that round's :meth:`~Rounds.speed_factors`, so that a slow phase that met a brick and the
+    whole model in the same round leaves neither's figure. A brick's ``median_s`` and ``empty_s`` are
+    then its mean over the middle fifth of the rounds by the bricks' weighted sum
+    (:meth:`~Rounds.central_weights`), the same rounds for every brick, so that the bricks' sum over
+    the whole model's centre is exactly the ratio of :func:`paired_ratio`. ``min_s`` and the seconds
+    spent stay as timed; the whole model's ``median_s`` is its :meth:`~Rounds.centre`."""
     speed = rounds.speed_factors()
+    central = rounds.central_weights(rounds.sums(counts) * speed)
 
     prepare_each = rounds.prepare_s / len(keys) if keys else 0.0
 
@@ -446,9 +482,11 @@ def rounds_measurements(rounds: Rounds, whole_key: str, keys: Sequence[str], cou
         timing = Timing(samples_s=tuple(float(t) for t in samples), inner=1, converged=rounds.converged,
                         warmup_calls=0, warmup_s=0.0, timed_s=spent, sampling_s=rounds.elapsed_s)
         if empties is not None:
-            timing = replace(timing, empty_s=rounds.centre(np.asarray(empties, dtype=np.float64) * speed))
+            timing = replace(timing, empty_s=float(central @ (np.asarray(empties, dtype=np.float64) * speed)))
         m = timing_to_measurement(timing, key, backend, config, wall, floor_s=floor_s, keep_samples=keep_samples)
-        if rounds.process:
+        if scaled:
+            m = replace(m, median_s=float(central @ samples))
+        elif rounds.process:
             m = replace(m, median_s=rounds.centre(samples))
         if scaled and math.isfinite(raw_min):
             m = replace(m, min_s=raw_min)
