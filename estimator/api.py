@@ -479,7 +479,21 @@ def _reorder_costs(dec: Decomposition, config: BackendConfig, store: Store, syst
             f"{dec.granularity.split(':')[0]} --backend {backend_name(config)}' under this configuration (this "
             "dlbricks), or estimate with on_missing='measure'.")
     extra = ReorderCost(*price).total(dec.reorder_bytes) if price is not None else 0.0
-    return overhead, extra
+    return {s: _overhead_at(s, v, store, system, config.config_id, measured[s]) for s, v in overhead.items()}, extra
+
+
+def _overhead_at(signature: str, overhead_s: float, store: Store, system: Any, config_id: str,
+                 used: Measurement) -> float:
+    """A brick's stored overhead at the time the estimate takes for it (``used``): the backend gave it
+    as a share of the brick's own run (its median less the floor, :func:`~dlbricks.benchmarks_db.jobs.brick_overhead`), so a time
+    measured elsewhere (a single call in a model's chained rounds, where the reorders meet colder
+    memory than in the brick's own warm calls) takes the same share of itself. The stored value where
+    either run lacks a time above its floor."""
+    own = store.measurements.get(signature, system, config_id)
+    if own is None or own.median_s is None or used.median_s is None:
+        return overhead_s
+    own_s, used_s = own.median_s - (own.floor_s or 0.0), used.median_s - (used.floor_s or 0.0)
+    return overhead_s * used_s / own_s if own_s > 0 and used_s > 0 else overhead_s
 
 
 def store_peaks(store: Store, system: Any, key: str = "onnxruntime") -> Peaks | None:
