@@ -191,10 +191,8 @@ class Rounds:
         fifth of each worker process's rounds by ``values`` (:data:`CENTRAL_TRIM` cut from each end,
         as :func:`scipy.stats.trim_mean` cuts), equal within a process, each process weighing the
         same. As robust as the median to a phase change within a round (up to 40% of rounds on one
-        side), but a mean, so that:
-
-        ``weights @ series`` is a typical value of any other series over the same rounds, and it
-        adds up: the weighted brick times, times their counts, sum to the weighted per-round sum.
+        side), but a mean: ``weights @ series`` is a typical value of any other series over the same
+        rounds, and it adds up: the weighted brick times, times their counts, sum to the weighted per-round sum.
         Each brick's own median does not (the sum of medians of right-skewed calls falls below the
         median of their sums, as the whole model's run holds every layer's occasional slow call)."""
         series = np.asarray(values, dtype=np.float64)
