@@ -34,6 +34,7 @@ from dlbricks.estimator.api import (
     TRUSTED_SWING,
     backend_name,
     device_of,
+    graph_config,
     open_store,
     peaks_key,
     threads_of,
@@ -163,6 +164,8 @@ def _print_estimate(est: Estimate, top: int) -> None:
         click.echo(f"  machine swing: the bricks' runs spread {est.swing:.3f}x while they were timed (90th percentile "
                    "over median, weighted by share); 'dlbricks validate' times the model with its bricks")
     click.echo(f"  parallel estimate    {_ms(est.parallel_s)} ms (critical path)")
+    if est.graph_s is not None:
+        click.echo(f"  in a CUDA graph      {_ms(est.graph_s)} ms (its kernels back to back, the floor once)")
     click.echo(f"  lower bound          {_ms(est.lower_bound_s)} ms sequential, "
                f"{_ms(est.lower_bound_parallel_s)} ms parallel")
     click.echo(f"  roofline             {_ms(est.roofline_s)} ms"
@@ -362,6 +365,24 @@ def plan_cmd(model: str, db: str, threads: int | None, opt_level: str | None, de
                             right={2, 3, 4, 5}))
 
 
+def _cuda_graph_option(fn: Any) -> Any:
+    return click.option("--cuda-graph", is_flag=True,
+                        help="CUDA: also run each model captured in a CUDA graph (onnxruntime's enable_cuda_graph) "
+                             "and set it beside the estimate of its kernels back to back; a model onnxruntime "
+                             "cannot capture is named with the reason.")(fn)
+
+
+def _graph_line(model: str, estimated_s: float | None, measured_s: float | None, failure: str | None) -> str:
+    """One model's CUDA-graph figure: measured beside estimated, or why there is none."""
+    if failure is not None:
+        return f"{model} could not be captured in a CUDA graph: {failure}"
+    if estimated_s is None:
+        return (f"{model} in a CUDA graph: measured {_ms(measured_s)} ms; no estimate: a brick has no device time "
+                "(predicted, or its queue probe failed)")
+    return (f"{model} in a CUDA graph: measured {_ms(measured_s)} ms, estimated {_ms(estimated_s)} ms (its kernels "
+            f"back to back, the floor once): {100 * (estimated_s / measured_s - 1):+.1f}%")
+
+
 @click.command("validate", help=f"""Measure MODELs whole, store the runs, and compare with their estimates.
 
     {model_help()} A sweep (--batch-size 1,2,4,8 or --input-shape input_ids=1,{{64,128,256}}) validates
@@ -382,16 +403,18 @@ def plan_cmd(model: str, db: str, threads: int | None, opt_level: str | None, de
 @backend_option
 @_budget_option
 @_rounds_option
+@_cuda_graph_option
 @handle_errors
 def validate_cmd(models: tuple[str, ...], db: str, threads: int | None, opt_level: str | None, device: str | None,
                  batch_size: str | None, input_shape: tuple[str, ...], per_brick: bool,
-                 top: int, paired: bool, granularity: str, budget_name: str, round_design: str | None) -> None:
+                 top: int, paired: bool, granularity: str, budget_name: str, round_design: str | None,
+                 cuda_graph: bool) -> None:
     rows, validations = [], []
     sweep = _sweep_shapes(batch_size, input_shape)
     Store.preflight(db)
     if sweep is not None:
-        if per_brick:
-            raise click.UsageError("--per-brick takes one shape; leave it out of a sweep.")
+        if per_brick or cuda_graph:
+            raise click.UsageError("--per-brick and --cuda-graph take one shape; leave them out of a sweep.")
         config = _run_config(list(models), db, threads, opt_level, device)
         with Store.open(db) as store:
             for model in models:
@@ -407,11 +430,13 @@ def validate_cmd(models: tuple[str, ...], db: str, threads: int | None, opt_leve
     batch, shapes = parse_shape_sweep(batch_size, input_shape)[0]
     targets = [_model_arg(model, batch, shapes) for model in models]
     config = _run_config(targets, db, threads, opt_level, device)
+    if cuda_graph:
+        graph_config(config)  # refused in one line before the database is opened
     with Store.open(db) as store:
         for model in targets:
             v = validate(model, store, config=config, granularity=granularity,
                          budget=_BUDGETS[budget_name](), per_brick=per_brick, paired=paired,
-                         rounds=ROUND_DESIGNS.get(round_design))
+                         rounds=ROUND_DESIGNS.get(round_design), cuda_graph=cuda_graph)
             validations.append(v)
             rows.append([v.estimate.model, _ms(v.measured.median_s), _ms(v.estimate.sequential_s),
                          f"{100 * v.error:+.1f}", f"{_ms(v.estimate.ci_low_s)}-{_ms(v.estimate.ci_high_s)}",
@@ -420,6 +445,10 @@ def validate_cmd(models: tuple[str, ...], db: str, threads: int | None, opt_leve
     click.echo(format_table(["model", "measured ms", "estimated ms", "error %", "95% interval ms", "inside",
                              "lower bound ms", "roofline ms", "bounds hold"], rows, right={1, 2, 3, 4, 6, 7}))
     _print_swing(validations)
+    for v in validations:
+        if v.graph is not None:
+            failure = None if v.graph.ok else (v.graph.error or "failed").strip().splitlines()[0]
+            click.echo(_graph_line(v.estimate.model, v.estimate.graph_s, v.graph.median_s, failure))
     alone = [v.estimate.model for v in validations if not v.estimate.references]
     if alone:
         click.echo(f"the interval of {', '.join(alone)} holds the bricks and the machine's swing only: no other model "
@@ -528,7 +557,22 @@ def _print_evaluation(ev: Evaluation) -> None:
         click.echo(f"layer bricks at the same level ({ev.layer_unique_bricks} unique, measured in the same run, "
                    f"not in the benchmarking time): mean |error| {100 * sum(errors) / len(errors):.2f}%, max "
                    f"|error| {100 * max(errors):.2f}%; within +-5%: {sum(e <= 0.05 for e in errors)}/{len(errors)}")
+    _print_graphs(ev)
     click.echo(f"elapsed: {ev.elapsed_s:.0f} s")
+
+
+def _print_graphs(ev: Evaluation) -> None:
+    """With ``--cuda-graph``: each model in its CUDA graph, and the error over those captured."""
+    asked = [r for r in ev.rows if r.graph_measured_s is not None or r.graph_failure is not None]
+    if not asked:
+        return
+    for r in asked:
+        click.echo(_graph_line(r.model, r.graph_estimated_s, r.graph_measured_s, r.graph_failure))
+    errors = [abs(r.graph_error or 0.0) for r in ev.graph_rows]
+    if errors:
+        click.echo(f"CUDA graphs: mean |error| {100 * sum(errors) / len(errors):.2f}%, max |error| "
+                   f"{100 * max(errors):.2f}%; within +-5%: {sum(e <= 0.05 for e in errors)}/{len(errors)} of the "
+                   f"models captured ({len(ev.graph_rows)} of {len(asked)})")
 
 
 def _runtime_text(config: Any) -> str:
@@ -598,10 +642,11 @@ def _name(row: Any) -> str:
               help="CUDA: measure convolutions and matrix products again under each cuDNN algorithm search and "
                    "with TF32 off; the lower bound takes the fastest, and each model shows the gap.")
 @_rounds_option
+@_cuda_graph_option
 @handle_errors
 def evaluate_cmd(suite: str, db: str, threads: int | None, opt_level: str | None, device: str | None,
                  plot_dir: Path | None, report_path: Path | None, quiet: bool, granularity: str, budget_name: str,
-                 target_ci: float | None, algorithm_sweep: bool, round_design: str | None) -> None:
+                 target_ci: float | None, algorithm_sweep: bool, round_design: str | None, cuda_graph: bool) -> None:
     """The main job: benchmark the suite's unique bricks, estimate every model, validate.
 
     Prints, per model, layers, unique bricks, measured and estimated latency, error, parallel
@@ -610,6 +655,8 @@ def evaluate_cmd(suite: str, db: str, threads: int | None, opt_level: str | None
     """
     backend = chosen_backend({})
     config = backend_config(backend, threads=threads, opt_level=opt_level, device=device)
+    if cuda_graph:
+        graph_config(config)  # refused in one line before the database is opened
     formats = backend_formats(backend)
     models = suite_models(suite, "onnx" if "onnx" in formats else min(formats))
     checked_names(models, "The --suite model name", "give zoo model names, as 'dlbricks zoo list' lists them")
@@ -622,7 +669,8 @@ def evaluate_cmd(suite: str, db: str, threads: int | None, opt_level: str | None
     with open_store(db) as store:
         ev = evaluate(models, store, config=config, budget=_BUDGETS[budget_name](),
                       granularity=granularity, say=say, target_ci=target_ci or None,
-                      algorithm_sweep=algorithm_sweep, rounds=ROUND_DESIGNS.get(round_design))
+                      algorithm_sweep=algorithm_sweep, rounds=ROUND_DESIGNS.get(round_design),
+                      cuda_graph=cuda_graph)
         _print_evaluation(ev)
         if report_path is not None:
             reports = [model_report(r.model, store, config=config, system=ev.system,

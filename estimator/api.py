@@ -42,7 +42,7 @@ from .predict import LatencyPredictor, Predictor, brick_call_s
 __all__ = [
     "CHAINED_ROUNDS", "PAIRED_ROUNDS", "ROUND_DESIGNS", "TRUSTED_SWING", "chains_bricks", "default_rounds", "estimate",
     "composition_references", "validate", "plan", "Validation", "open_store", "last_level_cache",
-    "matvec_rates", "memory_rate", "backend_name", "device_of", "peaks_key", "threads_of", "cache_capacity"
+    "matvec_rates", "memory_rate", "backend_name", "device_of", "graph_config", "peaks_key", "threads_of", "cache_capacity"
 ]
 
 #: The rounds of a paired validation and of each model of ``evaluate``, in each of its
@@ -144,6 +144,23 @@ def backend_name(config: BackendConfig) -> str:
 def device_of(config: BackendConfig) -> str:
     """Where a configuration computes: ``"cpu"``, or its accelerator (``"cuda"``, ``"gpu"``)."""
     return config.device
+
+
+def graph_config(config: BackendConfig) -> BackendConfig:
+    """The configuration that runs a whole model captured in a CUDA graph beside ``config``'s eager
+    runs (the backend's ``graph_config``).
+
+    Raises
+    ------
+    InvalidArgumentError
+        If ``config``'s backend or device has no such graphs.
+    """
+    ask = getattr(get_backend(backend_name(config)), "graph_config", None)
+    graphed = None if ask is None else ask(config)
+    if graphed is None:
+        raise InvalidArgumentError(f"{backend_name(config)} on {device_of(config)} captures no CUDA graph: "
+                                   "ask for CUDA graphs with onnxruntime on --device cuda.")
+    return graphed
 
 
 def peaks_key(config: Any) -> str:
@@ -519,7 +536,9 @@ class Validation:
     ``in_model`` (with ``per_brick=True``): per occurrence index, the in-model time of its layers
     from onnxruntime's profiler, to set beside each brick's own time; ``profile`` the whole profile
     (the model's layout reorders, its kernels and their sum). ``rounds`` (paired, the default): the
-    rounds in which the whole model and its bricks were timed together.
+    rounds in which the whole model and its bricks were timed together. ``graph`` (with
+    ``cuda_graph=True``): the whole model measured captured in a CUDA graph, to set beside the
+    estimate's ``graph_s``; a failed measurement where the runtime could not capture it.
     """
 
     estimate: Estimate
@@ -528,6 +547,7 @@ class Validation:
     in_model: Mapping[int, float] | None = None
     profile: InModelTimes | None = None
     rounds: PairedRounds | None = None
+    graph: Measurement | None = None
 
     @property
     def error(self) -> float:
@@ -558,11 +578,19 @@ class Validation:
         the whole runs over their rounds (None unpaired)."""
         return None if self.rounds is None else ratio_half_width(self.rounds)
 
+    @property
+    def graph_error(self) -> float | None:
+        """Relative error of the CUDA-graph estimate against the model run in its CUDA graph: None
+        where either is missing (not asked, not captured, a brick without device times)."""
+        if self.graph is None or not self.graph.ok or not self.graph.median_s or self.estimate.graph_s is None:
+            return None
+        return self.estimate.graph_s / self.graph.median_s - 1.0
+
 
 def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = None,
              config: OrtConfig | None = None, granularity: str = "layer", budget: Budget | None = None,
              on_missing: str = "measure", per_brick: bool = False, paired: bool = True,
-             rounds: RoundsBudget | None = None) -> Validation:
+             rounds: RoundsBudget | None = None, cuda_graph: bool = False) -> Validation:
     """Measure the whole model with the same harness, store the run, and compare with the estimate.
 
     Paired (the default), the model is held in a worker beside its bricks and timed with them in
@@ -575,7 +603,9 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     (:func:`composition_error`). Unpaired, the model is measured whole in three workers and compared
     with the bricks as stored, whenever they were measured. With ``per_brick``, also profile the model
     in its runtime (onnxruntime's profiler, or MXNet's for an ``MxnetConfig``) to give each
-    occurrence's in-model time.
+    occurrence's in-model time. With ``cuda_graph``, also measure the model captured in a CUDA graph
+    (:func:`graph_config`; one worker, one buffer placement: a captured graph keeps its addresses),
+    to set beside the estimate's ``graph_s``.
     """
     store = open_store(db)
     system = _system_key(system)
@@ -588,6 +618,7 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
         else:
             graph = load_model(model)
     cfg = config or OrtConfig()
+    graphed = graph_config(cfg) if cuda_graph else None  # refused before any measuring
     dec = _decompose(graph, granularity, cfg)
     store.models.add(dec, graph.source)
     budget = budget or EVALUATE_BUDGET
@@ -610,6 +641,9 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
                                         near_s=est.sequential_s, exclude=(dec.model_key,))
     if references:
         est = with_composition(est, composition_error(references, est.sequential_s), len(references))
+    captured = None if graphed is None else measure_graphed(graph, graphed, budget)
+    if captured is not None and captured.ok:
+        store.measurements.record_model(captured, system, budget=budget)
     in_model = None
     if per_brick:
         if backend_name(config) == "mxnet":
@@ -617,8 +651,15 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
         else:
             times = in_model_times(graph, config)
         in_model = {o.index: sum(times.layers.get(n, 0.0) for n in o.nodes) for o in dec.occurrences}
-        return Validation(est, whole, dec, in_model, times, result)
-    return Validation(est, whole, dec, in_model, rounds=result)
+        return Validation(est, whole, dec, in_model, times, result, captured)
+    return Validation(est, whole, dec, in_model, rounds=result, graph=captured)
+
+
+def measure_graphed(graph: ModelGraph, config: BackendConfig, budget: Budget) -> Measurement:
+    """``graph`` measured whole under ``config`` (a :func:`graph_config`) in one worker, at one buffer
+    placement (a captured graph replays at the addresses it was captured with); a failed measurement,
+    its error the runtime's, where the runtime could not capture it."""
+    return measure_whole(graph, config, replace(budget, placements=1), workers=1, backend=backend_name(config))
 
 
 def ratio_half_width(paired: PairedRounds) -> float:

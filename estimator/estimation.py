@@ -34,7 +34,7 @@ from .predict import (
     floor_drift_s,
     roofline_work,
 )
-from .queue import QueueTimes, queue_critical_path, queue_latency
+from .queue import QueueTimes, graph_latency, queue_critical_path, queue_latency
 
 __all__ = [
     "joined_interval",
@@ -175,6 +175,9 @@ class Estimate:
     # how much the machine swung while the measured bricks were timed: their runs' 90th percentile over
     # their median, weighted by each brick's share of the estimate (None where no brick has one)
     swing: float | None = None
+    # on a GPU, the model captured in a CUDA graph: its kernels back to back plus the floor once
+    # (:func:`~dlbricks.estimator.queue.graph_latency`); None where a brick has no device time
+    graph_s: float | None = None
 
     @property
     def warn(self) -> bool:
@@ -375,6 +378,7 @@ def _compose(dec: Decomposition, latency: Mapping[str, float], halfwidth: Mappin
     predictions = {sig: _above(p, roof[sig]) if roof else p for sig, p in predictions.items()}
     latency.update({sig: p.seconds for sig, p in predictions.items()})
     (seq, par), lower = _bounds(dec, latency, alternatives, floor_s, overhead, launch_queue, views, roof)
+    graph = _graph_time(dec, latency, alternatives, views) if launch_queue else None
     counts = dec.counts()
     down, up = _with_composition(seq, *_interval(counts, halfwidth, predictions), composition_error)
     total_work = seq - floor_s
@@ -394,7 +398,7 @@ def _compose(dec: Decomposition, latency: Mapping[str, float], halfwidth: Mappin
         floor_s=floor_s,
         coverage=measured_occ / len(dec.occurrences) if dec.occurrences else 1.0,
         predicted_share=share, predicted=tuple(predicted), breakdown=breakdown, far_share=far,
-        warning=_warning(share, far, len(predicted)))
+        warning=_warning(share, far, len(predicted)), graph_s=None if graph is None else floor_s + graph)
 
 
 def _with_composition(seq: float, down: float, up: float, log_error: float) -> tuple[float, float]:
@@ -575,6 +579,15 @@ def _queue_times(dec: Decomposition, latency: Mapping[str, float],
         else:
             times[sig] = QueueTimes(issue_time(latency[sig], device, m.repeat_s), device)
     return times
+
+
+def _graph_time(dec: Decomposition, latency: Mapping[str, float], measured: Mapping[str, Sequence[Measurement]],
+                views: Collection[str]) -> float | None:
+    """The occurrences' kernels back to back (:func:`~dlbricks.estimator.queue.graph_latency`), each
+    brick at the device time the launch queue gives it (a view none); None off an accelerator, or
+    where a brick has no device time (a predicted one, or one whose probe failed)."""
+    queue = _queue_times(dec, latency, measured, views)
+    return None if queue is None else graph_latency([queue[o.signature] for o in dec.occurrences])
 
 
 def issue_time(latency_s: float, device_s: float, repeat_s: float | None) -> float:

@@ -36,6 +36,8 @@ from .api import (
     default_rounds,
     estimate,
     fusion_options,
+    graph_config,
+    measure_graphed,
     open_store,
     peaks_key,
     ratio_half_width,
@@ -95,6 +97,9 @@ class EvaluationRow:
     rounds: int = 0  # rounds of the whole model and its bricks (0: measured apart)
     swing: float | None = None  # the whole model's 90th over 10th percentile over its rounds
     pairing: float | None = None  # relative 95% half-width the swing left in the estimate over the measured
+    graph_estimated_s: float | None = None  # on a GPU: the model in a CUDA graph, its kernels back to back
+    graph_measured_s: float | None = None  # with cuda_graph: the model run captured in a CUDA graph
+    graph_failure: str | None = None  # with cuda_graph: why the runtime could not capture it
 
     @property
     def covered(self) -> bool:
@@ -115,6 +120,13 @@ class EvaluationRow:
     def layer_error(self) -> float | None:
         """The layer bricks' estimate / measured - 1, where the run estimated it too."""
         return None if self.layer_estimated_s is None else self.layer_estimated_s / self.measured_s - 1.0
+
+    @property
+    def graph_error(self) -> float | None:
+        """The CUDA-graph estimate / the model measured in its CUDA graph - 1, where both exist."""
+        if self.graph_estimated_s is None or not self.graph_measured_s:
+            return None
+        return self.graph_estimated_s / self.graph_measured_s - 1.0
 
     @property
     def bounds_hold(self) -> bool:
@@ -164,6 +176,11 @@ class Evaluation:
         return sum((r.ci_high_s - r.ci_low_s) / 2 <= self.target_ci * r.estimated_s * (1 + 1e-9) for r in self.rows)
 
     @property
+    def graph_rows(self) -> tuple[EvaluationRow, ...]:
+        """The rows whose model was measured in a CUDA graph and estimated so (``cuda_graph``)."""
+        return tuple(r for r in self.rows if r.graph_error is not None)
+
+    @property
     def covered(self) -> int:
         """Models whose measured latency lies inside their estimate's interval."""
         return sum(r.covered for r in self.rows)
@@ -202,7 +219,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
              budget: Budget | None = None, lower_bound_sweep: bool = True,
              granularity: str = "layer", say: Callable[[str], object] = lambda s: None,
              target_ci: float | None = None, algorithm_sweep: bool = False,
-             rounds: RoundsBudget | None = None) -> Evaluation:
+             rounds: RoundsBudget | None = None, cuda_graph: bool = False) -> Evaluation:
     """Run the main job over zoo models (names) and return the table.
 
     Bricks are measured once each in the estimate's configuration, and (``lower_bound_sweep``) once
@@ -234,6 +251,10 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     :func:`algorithm_configs` (pilot budget): the lower bound takes each at its fastest, and each row
     gets the gap between the estimate's kernels and the best ones found.
 
+    With ``cuda_graph`` (CUDA only), each model is also measured captured in a CUDA graph
+    (:func:`~dlbricks.estimator.api.graph_config`), after its rounds, and set beside its estimate's
+    ``graph_s`` (its kernels back to back); a model the runtime cannot capture gets the reason.
+
     ``rounds`` is the rounds' budget (default :func:`~dlbricks.estimator.api.default_rounds`:
     :data:`~dlbricks.estimator.api.CHAINED_ROUNDS`, rounds of single calls on bricks prepared as a
     chain, for layer and fused bricks where the backend chains bricks on a CPU, else :data:`PAIRED_ROUNDS`,
@@ -250,6 +271,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     get_backend(backend_name(config)).check(config)  # before anything is stored: a missing provider is one line
     _check_granularity(granularity, config)
     sweep = algorithm_configs(config) if algorithm_sweep else []
+    graphed = graph_config(config) if cuda_graph else None
     graphs, brickset, layer_set = _decompose_suite(models, store, granularity, config)
     summary = brickset.summary()
     say(f"{summary.models} models, {summary.layers} layers, {summary.unique_bricks} unique bricks")
@@ -268,6 +290,8 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
                                               signatures=list(brickset.bricks))
     rows, op_times = _rows(models, brickset, layer_set if granularity == "both" else None, store, system, config,
                            paired, say)
+    if graphed is not None:
+        rows = [_with_graph(r, graphs[r.model], graphed, store, system, budget, say) for r in rows]
     if sweep:
         rows = [replace(r, algorithm_gap_s=algorithm_gap_s(brickset.models[r.model], store, system, config, sweep))
                 for r in rows]
@@ -509,10 +533,22 @@ def _rows(models: Sequence[str], brickset: BrickSet, layer_set: BrickSet | None,
             ci_low_s=est.ci_low_s, ci_high_s=est.ci_high_s, layer_estimated_s=layer_est,
             rounds=0 if result is None else result.rounds.count,
             swing=None if result is None else result.rounds.swing(),
-            pairing=pairing))
+            pairing=pairing, graph_estimated_s=est.graph_s))
         say(f"{name}: measured {1e3 * rows[-1].measured_s:.2f} ms, estimated "
             f"{1e3 * est.sequential_s:.2f} ms ({100 * rows[-1].error:+.1f}%)")
     return _leave_one_out(rows), op_times
+
+
+def _with_graph(row: EvaluationRow, graph: ModelGraph, config: Any, store: Store, system: SystemInfo,
+                budget: Budget, say: Callable[[str], object]) -> EvaluationRow:
+    """``row`` with its model measured captured in a CUDA graph (stored where it ran), or the reason
+    the runtime gave for not capturing it (its first line)."""
+    say(f"{row.model}: whole model in a CUDA graph")
+    m = measure_graphed(graph, config, budget)
+    if not m.ok:
+        return replace(row, graph_failure=(m.error or "failed").strip().splitlines()[0][:200])
+    store.measurements.record_model(m, system, budget=budget)
+    return replace(row, graph_measured_s=m.median_s)
 
 
 def _leave_one_out(rows: Sequence[EvaluationRow]) -> list[EvaluationRow]:

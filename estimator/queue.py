@@ -8,6 +8,8 @@ occurrences in order into one in-order stream, each starting on the device when 
 and the device is free; :func:`queue_critical_path` lets independent occurrences of the brick DAG
 overlap on the device (as many streams as it takes), with the host still issuing one at a time.
 The sequential sum is the special case of a host that waits for each kernel (``blocking=True``).
+:func:`graph_latency` is the model captured in a CUDA graph: the host issues the whole graph once,
+and the kernels run back to back.
 
 Pure arithmetic over stored times: tested on the CPU with hand-built DAGs and given times.
 """
@@ -21,7 +23,7 @@ import networkx as nx
 
 from dlbricks import InvalidArgumentError
 
-__all__ = ["QueueTimes", "queue_latency", "queue_critical_path"]
+__all__ = ["QueueTimes", "graph_latency", "queue_latency", "queue_critical_path"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,17 @@ def queue_latency(times: Sequence[QueueTimes], *, blocking: bool = False) -> flo
         host = (max(host, device) if blocking or t.blocking else host) + t.host_s
         device = max(host, device) + t.device_s
     return max(host, device)
+
+
+def graph_latency(times: Sequence[QueueTimes]) -> float | None:
+    """Seconds of the occurrences' kernels back to back, as a model captured in a CUDA graph runs
+    them: one launch of the graph issues every kernel, so no host time stands between them (the
+    replay's own cost, one per run, is the caller's). None where an occurrence's host waits for its
+    kernels (``blocking``): a result read back by the host, or a brick with no device time, has no
+    place in a captured graph."""
+    if any(t.blocking for t in times):
+        return None
+    return float(sum(t.device_s for t in times))
 
 
 def queue_critical_path(dag: nx.DiGraph, times: Mapping[int, QueueTimes], order: Sequence[int] | None = None) -> float:

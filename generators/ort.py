@@ -61,6 +61,8 @@ KEEP_COPIES_APART = ("CommonSubexpressionElimination",)
 #: their input, output and scratch, so with (almost) no weights they have no data of their own to
 #: keep cold, and each copy costs a session to create (a Relu brick of MobileNet-v2 ran as 84).
 MIN_COLD_WEIGHT_BYTES = 4096
+#: The CUDA provider's option that captures a model in a CUDA graph (:meth:`OrtBackend.graph_config`).
+CUDA_GRAPH_OPTION = "enable_cuda_graph"
 #: Ops whose onnxruntime CPU kernels are registered with ``Alias(0, 0)``: inside a model their output
 #: is their input's buffer with another shape (exploratory: a Relu, Reshape, Relu chain on 4 MB ran in
 #: 212 us, the same with a Flatten, an Unsqueeze or an Identity added, 340 us with an Add of zero),
@@ -448,6 +450,15 @@ class OrtBackend:
         (``graph_optimization_level``) and ``--device``; None leaves the default."""
         given = {"intra_op_num_threads": threads, "graph_optimization_level": opt_level, "device": device}
         return OrtConfig(**{k: v for k, v in given.items() if v is not None})
+
+    def graph_config(self, config: OrtConfig) -> OrtConfig | None:
+        """``config`` with the model captured in a CUDA graph and replayed (the CUDA provider's
+        ``enable_cuda_graph``): what a user who cares about batch-1 latency on a GPU runs. onnxruntime
+        refuses such a session where a node of the model runs on the CPU, or copies between the two.
+        None on the CPU."""
+        if config.device != "cuda":
+            return None
+        return replace(config, provider_options={**dict(config.provider_options), CUDA_GRAPH_OPTION: "1"})
 
 
 #: Ops whose onnxruntime CPU kernels are registered ``MayInplace(0, 0)`` (the unary activations):

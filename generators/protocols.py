@@ -99,6 +99,10 @@ class Backend(Protocol):
         ``warmup``, with the names of the nodes of ``model`` it runs (several for a fused kernel, none
         for a kernel the runtime added; a layout reorder it added has op type ``"Reorder"``): the
         in-model times that ``dlbricks validate --per-brick`` sets beside each brick.
+    - ``graph_config(config) -> BackendConfig | None``: ``config`` with a whole model captured in a
+        device graph and replayed (onnxruntime's CUDA graphs), whose latency the estimator sets beside
+        its graph estimate (``validate --cuda-graph``); None where the runtime or device has none.
+        Default: none.
     - ``fusion_runtime``: the runtime whose executed kernels the backend's fused bricks are
         (``decompose(..., "fused", runtime=...)``, e.g. ``"openvino"``). Default: onnxruntime's
         groups at the configuration's optimization level.

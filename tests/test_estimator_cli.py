@@ -418,3 +418,52 @@ def test_evaluate_sweep_needs_cuda_and_says_so_in_one_line(tmp_path) -> None:
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "--device cuda" in lines[0] and "Traceback" not in result.output
+
+
+def test_models_run_in_their_cuda_graph_are_set_beside_the_graph_estimate_or_named_with_why_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``evaluate --cuda-graph``'s harness on a fake device's times: a model captured gets its run
+    stored and its error beside the graph estimate; one the runtime refuses gets the first line of
+    the reason, and no error."""
+    from dlbricks.cli._estimator import _print_graphs
+    from dlbricks.estimator import evaluation
+    from dlbricks.estimator.evaluation import EvaluationRow
+    from dlbricks.generators import OrtConfig, collect_system_info
+    from tests.test_db_support import measurement
+
+    graphed = OrtConfig(device="cuda", provider_options={"enable_cuda_graph": "1"})
+    refusal = ("[ONNXRuntimeError] : 1 : FAIL : This session cannot use the CUDA Graph feature as requested by the "
+               "user as all compute graph nodes have not been partitioned to the CUDA EP.\nmore lines")
+
+    dec = dlbricks.decompose(_models.matmul_stack(shared=False, layers=2))
+
+    def measure_graphed(graph: object, config: object, budget: object) -> dlbricks.generators.Measurement:
+        if graph == "captured":
+            return measurement(dec.model_key, median=2e-3, cfg=graphed)
+        return dataclasses.replace(measurement(dec.model_key, status="failed", cfg=graphed), error=refusal)
+
+    monkeypatch.setattr(evaluation, "measure_graphed", measure_graphed)
+    row = EvaluationRow(model="m", layers=3, unique_bricks=2, measured_s=3e-3, estimated_s=3.1e-3, parallel_s=3e-3,
+                        lower_bound_s=1e-3, roofline_s=None, ci_low_s=2.9e-3, ci_high_s=3.3e-3, graph_estimated_s=2.1e-3)
+    system = collect_system_info()
+    with Store.open(tmp_path / "g.db") as store:
+        store.systems.record(system)
+        store.models.add(dec)
+        said: list[str] = []
+        captured = evaluation._with_graph(row, "captured", graphed, store, system, None, said.append)
+        refused = evaluation._with_graph(dataclasses.replace(row, model="r"), "refused", graphed, store, system, None,
+                                         said.append)
+        assert store.measurements.get(dec.model_key, system, graphed.config_id, kind="model").median_s == 2e-3
+    assert captured.graph_error == pytest.approx(2.1 / 2.0 - 1)
+    assert refused.graph_error is None and refused.graph_failure == refusal.splitlines()[0]
+
+    class Suite:  # the two fields _print_graphs reads of an Evaluation
+        rows = (captured, refused, row)
+        graph_rows = (captured,)
+
+    _print_graphs(Suite())  # type: ignore[arg-type]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ("m in a CUDA graph: measured 2.000 ms, estimated 2.100 ms (its kernels back to back, the floor "
+                        "once): +5.0%")
+    assert lines[1] == f"r could not be captured in a CUDA graph: {refusal.splitlines()[0]}"
+    assert lines[2].startswith("CUDA graphs: mean |error| 5.00%, max |error| 5.00%; within +-5%: 1/1") and "(1 of 2)" in lines[2]

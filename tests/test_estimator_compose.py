@@ -285,6 +285,43 @@ def test_a_cuda_brick_whose_host_waits_is_counted_whole_in_the_queue() -> None:
     assert est.sequential_s >= floor + count * 30e-6
 
 
+def test_on_cuda_the_graph_estimate_is_the_kernels_back_to_back_and_the_floor_once() -> None:
+    """The model captured in a CUDA graph: every occurrence's kernels after themselves
+    (``device_warm_s``) back to back, and the floor once; none on a CPU or where a brick has no
+    device time."""
+    from dataclasses import replace
+
+    dec = dlbricks.decompose(_models.matmul_stack(shared=False, layers=6))
+    floor, n = 10e-6, len(dec.occurrences)
+    cpu = {sig: _measurement(sig, floor + 30e-6, floor=floor) for sig in dec.bricks}
+    device = {sig: (k + 1) * 1e-6 for k, sig in enumerate(dec.bricks)}
+    cuda = {sig: _on_cuda(m, device[sig]) for sig, m in cpu.items()}
+    est = estimate_decomposition(dec, cuda, config_id="c")
+    kernels = sum(device[o.signature] for o in dec.occurrences)
+    assert est.graph_s == pytest.approx(floor + kernels)
+    assert est.lower_bound_s <= est.graph_s < est.sequential_s  # no launch between kernels
+    assert est.sequential_s == pytest.approx(floor + n * 30e-6 - kernels + device[dec.occurrences[-1].signature])
+    assert estimate_decomposition(dec, cpu, config_id="c").graph_s is None
+    unprobed = next(iter(cuda))
+    assert estimate_decomposition(dec, {**cuda, unprobed: replace(cuda[unprobed], device_s=None, device_warm_s=None)},
+                                  config_id="c").graph_s is None
+    assert estimate_decomposition(dec, cuda, config_id="c", launch_queue=False).graph_s is None
+
+
+def test_onnxruntime_captures_a_cuda_graph_on_cuda_only() -> None:
+    from dataclasses import replace
+
+    from dlbricks.estimator.api import graph_config
+
+    with pytest.raises(dlbricks.InvalidArgumentError, match="--device cuda"):
+        graph_config(OrtConfig())
+    cuda = OrtConfig(device="cuda", provider_options={"use_tf32": "0"})
+    graphed = graph_config(cuda)
+    assert dict(graphed.provider_options) == {"use_tf32": "0", "enable_cuda_graph": "1"}
+    assert graphed.config_id != cuda.config_id  # stored apart from the eager runs
+    assert replace(graphed, provider_options=cuda.provider_options) == cuda
+
+
 @pytest.mark.parametrize(("repeat", "expected"), [
     (None, 20e-6),  # no copies timed: its latency less its kernels
     (25e-6, 25e-6),  # a further copy costs more than its kernels: the host is the limit, at that cost

@@ -269,6 +269,15 @@ def test_target_ci_nan_in_a_real_process_creates_no_database(work: Path) -> None
     assert not db.exists()
 
 
+@pytest.mark.parametrize("command", ["validate", "evaluate"])
+def test_cuda_graphs_on_a_cpu_are_refused_before_the_database_is_opened(work: Path, command: str) -> None:
+    db = work / "fresh.db"
+    model = [str(work / "good.onnx"), "--batch-size", "1"] if command == "validate" else ["--suite", "squeezenet1_1"]
+    line = _one_line_error(*invoke(command, *model, "--cuda-graph", "--db", str(db)))
+    assert "CUDA graph" in line and "--device cuda" in line, line
+    assert not db.exists()
+
+
 @pytest.mark.parametrize("command", ["estimate", "plan"])
 def test_a_negative_top_is_refused(work: Path, command: str) -> None:
     db = work / "good.db"

@@ -58,3 +58,16 @@ def test_bad_orders_and_times_are_refused() -> None:
         queue_critical_path(dag, times, order=[0])
     with pytest.raises(InvalidArgumentError, match=">= 0"):
         Q(-1e-6, 0.0)
+
+
+def test_a_cuda_graph_runs_the_kernels_back_to_back_and_no_host_between() -> None:
+    from dlbricks.estimator.queue import graph_latency
+
+    host_bound = [Q(10e-6, 2e-6)] * 5  # eager: the device waits for each launch; in a graph it does not
+    assert graph_latency(host_bound) == pytest.approx(5 * 2e-6)
+    assert graph_latency(host_bound) < queue_latency(host_bound)
+    device_bound = [Q(1e-6, 50e-6)] * 4
+    assert graph_latency(device_bound) == pytest.approx(4 * 50e-6) == pytest.approx(queue_latency(device_bound) - 1e-6)
+    assert graph_latency([Q(3e-6, 0.0)]) == 0.0  # a view: no kernel, and no host in the graph
+    assert graph_latency([Q(3e-6, 1e-6), Q(5e-6, 0.0, blocking=True)]) is None  # a host that waits is no graph
+    assert graph_latency([]) == 0.0
