@@ -3,7 +3,9 @@
 A database filled on another machine (a GPU run's, read on a laptop without one) carries its system,
 its configurations and its whole-model measurements: this script estimates each stored model in the
 configuration it was measured whole in, with that system's bricks, and prints the error against the
-stored whole-model median, the lower bound and the roofline. Nothing is measured. With
+stored whole-model median, the lower bound and the roofline, and on CUDA the estimate of the model
+captured in a CUDA graph (its kernels back to back, the floor once: ``Estimate.graph_s``) with its
+share of the eager estimate. Nothing is measured. With
 ``--no-launch-queue`` a CUDA database is composed as the sequential sum of its bricks instead of
 through the launch queue (``dlbricks.estimator.estimate(..., launch_queue=False)``); with
 ``--without-repeat`` the queue takes each brick's issue time from its run alone, as if the copies
@@ -72,7 +74,7 @@ def _report(store: Store, no_launch_queue: bool) -> None:
     names = {m.key: m.name for m in store.models.all()}
     errors, held = [], 0
     print(f"{'model':20s} {'measured ms':>11s} {'estimated ms':>12s} {'error %':>8s} {'lower bound ms':>14s} "
-          f"{'roofline ms':>11s}  bounds")
+          f"{'roofline ms':>11s}  bounds  {'CUDA graph ms':>13s}")
     for record in store.measurements.models():
         if not record.ok or record.config_id not in configs:
             continue
@@ -90,9 +92,11 @@ def _report(store: Store, no_launch_queue: bool) -> None:
         errors.append(abs(error))
         held += bounds
         predicted = f"  ({100 * est.predicted_share:.0f}% predicted)" if est.predicted else ""
+        graph = (f"{1e3 * est.graph_s:13.3f} ({est.graph_s / est.sequential_s:.2f}x)" if est.graph_s is not None
+                 else f"{'-':>13s}")
         print(f"{names.get(record.key, record.key):20s} {1e3 * measured:11.3f} {1e3 * est.sequential_s:12.3f} "
               f"{100 * error:+8.1f} {1e3 * est.lower_bound_s:14.3f} {1e3 * (est.roofline_s or 0.0):11.3f}  "
-              f"{'yes' if bounds else 'NO'}{predicted}")
+              f"{'yes' if bounds else 'NO ':3s}  {graph}{predicted}")
     if errors:
         print(f"mean |error| {100 * sum(errors) / len(errors):.2f}%, max {100 * max(errors):.2f}%, within +-5%: "
               f"{sum(e <= 0.05 for e in errors)}/{len(errors)}, bounds {held}/{len(errors)}")

@@ -532,7 +532,8 @@ def _print_evaluation(ev: Evaluation) -> None:
              else f"on {s.gpu_name} (driver {s.gpu_driver})")
     click.echo(f"machine: {s.cpu_model}, {s.physical_cores} cores, Python {platform.python_version()}; "
                f"{runtime}; {where}, {ev.granularity} granularity")
-    click.echo(f"suite: {len(ev.rows)} models, {ev.layers} layers, {ev.unique_bricks} unique bricks "
+    click.echo(f"suite: {len(ev.rows)} models{'' if ev.batch_size == 1 else f' at batch {ev.batch_size}'}, "
+               f"{ev.layers} layers, {ev.unique_bricks} unique bricks "
                f"({ev.layers / max(ev.unique_bricks, 1):.2f} layers per brick)")
     rule = (f" (each estimate to +-{100 * ev.target_ci:g}%, whole medians to the same)" if ev.target_ci
             else " (same stopping rule)")
@@ -643,10 +644,13 @@ def _name(row: Any) -> str:
                    "with TF32 off; the lower bound takes the fastest, and each model shows the gap.")
 @_rounds_option
 @_cuda_graph_option
+@click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Build every model of the suite at this batch size (a database per batch size keeps names apart).")
 @handle_errors
 def evaluate_cmd(suite: str, db: str, threads: int | None, opt_level: str | None, device: str | None,
                  plot_dir: Path | None, report_path: Path | None, quiet: bool, granularity: str, budget_name: str,
-                 target_ci: float | None, algorithm_sweep: bool, round_design: str | None, cuda_graph: bool) -> None:
+                 target_ci: float | None, algorithm_sweep: bool, round_design: str | None, cuda_graph: bool,
+                 batch_size: int) -> None:
     """The main job: benchmark the suite's unique bricks, estimate every model, validate.
 
     Prints, per model, layers, unique bricks, measured and estimated latency, error, parallel
@@ -670,7 +674,7 @@ def evaluate_cmd(suite: str, db: str, threads: int | None, opt_level: str | None
         ev = evaluate(models, store, config=config, budget=_BUDGETS[budget_name](),
                       granularity=granularity, say=say, target_ci=target_ci or None,
                       algorithm_sweep=algorithm_sweep, rounds=ROUND_DESIGNS.get(round_design),
-                      cuda_graph=cuda_graph)
+                      cuda_graph=cuda_graph, batch_size=batch_size)
         _print_evaluation(ev)
         if report_path is not None:
             reports = [model_report(r.model, store, config=config, system=ev.system,

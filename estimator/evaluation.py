@@ -162,6 +162,7 @@ class Evaluation:
     rounds_s: float = 0.0  # seconds of the rounds that set each model beside its bricks (validation)
     bricks_in_rounds: bool = False  # the rounds measured both sides (chained): each side's time is its own
     lock_waited_s: float = 0.0  # seconds waited for another dlbricks process's timing (in no time above)
+    batch_size: int = 1  # every model built at this batch
 
     @property
     def layer_rows(self) -> tuple[EvaluationRow, ...]:
@@ -219,7 +220,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
              budget: Budget | None = None, lower_bound_sweep: bool = True,
              granularity: str = "layer", say: Callable[[str], object] = lambda s: None,
              target_ci: float | None = None, algorithm_sweep: bool = False,
-             rounds: RoundsBudget | None = None, cuda_graph: bool = False) -> Evaluation:
+             rounds: RoundsBudget | None = None, cuda_graph: bool = False, batch_size: int = 1) -> Evaluation:
     """Run the main job over zoo models (names) and return the table.
 
     Bricks are measured once each in the estimate's configuration, and (``lower_bound_sweep``) once
@@ -251,6 +252,9 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     :func:`algorithm_configs` (pilot budget): the lower bound takes each at its fastest, and each row
     gets the gap between the estimate's kernels and the best ones found.
 
+    ``batch_size`` builds every model at that batch (on a GPU, where the device rather than the host
+    becomes the limit).
+
     With ``cuda_graph`` (CUDA only), each model is also measured captured in a CUDA graph
     (:func:`~dlbricks.estimator.api.graph_config`), after its rounds, and set beside its estimate's
     ``graph_s`` (its kernels back to back); a model the runtime cannot capture gets the reason.
@@ -272,7 +276,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     _check_granularity(granularity, config)
     sweep = algorithm_configs(config) if algorithm_sweep else []
     graphed = graph_config(config) if cuda_graph else None
-    graphs, brickset, layer_set = _decompose_suite(models, store, granularity, config)
+    graphs, brickset, layer_set = _decompose_suite(models, store, granularity, config, batch_size)
     summary = brickset.summary()
     say(f"{summary.models} models, {summary.layers} layers, {summary.unique_bricks} unique bricks")
     _calibrate_once(store, system, config, say)
@@ -307,7 +311,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
                       brick_setup_s=turns[0].setup_s, brick_timed_s=turns[0].timed_s, target_ci=target_ci,
                       worst_ci=max(turns[0].cis) if turns[0].cis else None, rounds_s=rounds_s,
                       lock_waited_s=lock_waited_s() - waited, bricks_in_rounds=bricks_in_rounds,
-                      whole_setup_s=whole_setup)
+                      whole_setup_s=whole_setup, batch_size=batch_size)
 
 
 #: Ops whose kernels a library chooses among algorithms (cuDNN's convolution search, cuBLAS with or
@@ -378,16 +382,16 @@ def _check_granularity(granularity: str, config: Any) -> None:
                                    "--opt-level basic, extended or all.")
 
 
-def _decompose_suite(models: Sequence[str], store: Store, granularity: str,
-                     config: Any) -> tuple[dict[str, ModelGraph], BrickSet, BrickSet]:
-    """Build and decompose each zoo model, storing it; each model's graph (built once: the rounds run
-    it whole), the bricks of ``granularity`` and, with "both", the layer bricks beside them (else an
-    empty set)."""
+def _decompose_suite(models: Sequence[str], store: Store, granularity: str, config: Any,
+                     batch_size: int = 1) -> tuple[dict[str, ModelGraph], BrickSet, BrickSet]:
+    """Build each zoo model at ``batch_size`` and decompose it, storing it; each model's graph (built
+    once: the rounds run it whole), the bricks of ``granularity`` and, with "both", the layer bricks
+    beside them (else an empty set)."""
     options = {} if granularity == "layer" else fusion_options(config)
     graphs: dict[str, ModelGraph] = {}
     brickset, layer_set = BrickSet(), BrickSet()
     for name in models:
-        graph = graphs[name] = load_model(build(name), name=name)
+        graph = graphs[name] = load_model(build(name, batch_size=batch_size), name=name)
         dec = decompose(graph, "layer" if granularity == "layer" else "fused", **options)
         store.models.add(dec, graph.source)
         brickset.add(dec)

@@ -234,9 +234,12 @@ def test_device_cuda_without_the_provider_is_one_clear_line(tmp_path: Path, comm
 def test_evaluate_main_job_on_a_tiny_suite(with_peaks: Callable[[str], Path]) -> None:
     db = with_peaks("e.db")
     result = CliRunner().invoke(main, ["evaluate", "--suite", "squeezenet1_1", "--db", str(db), "--budget",
-                                       "quick", "--quiet"])
+                                       "quick", "--quiet", "--batch-size", "2"])
     assert result.exit_code == 0, result.output
     assert "squeezenet1_1" in result.output and "speedup" in result.output and "mean |error|" in result.output
+    assert "suite: 1 models at batch 2," in result.output
+    with Store(db) as store:
+        assert [s.shape[0] for s in store.models.get("squeezenet1_1").inputs] == [2]
 
 
 def test_evaluate_shows_layer_bricks_beside_fused_ones_in_one_run(with_peaks: Callable[[str], Path]) -> None:
