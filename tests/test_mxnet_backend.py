@@ -477,14 +477,21 @@ def test_mxnet_calibration_keeps_the_roofline_below_mxnet_bricks() -> None:
     # makes the floor-corrected rate of a 50 us convolution uncertain by 20%
     heavy = [b for b in dec.bricks.values() if b.op_type == "Convolution" and b.flops >= 1e8]
     assert len(heavy) >= 3
-    measured = list(benchmark(heavy, backend="mxnet", config=config, budget=Budget.quick()))
     # A calibration is the best rate the machine reaches, and its speed swings by 10-20% within seconds
     # (README): calibrated once before the bricks and twice after, the best counts (one calibration
     # taken in a slow moment had a 3x3 convolution run 9% above its peak; with one calibration after,
-    # a convolution once ran 5.3% above the better of two).
-    again = [calibrate_peaks(config).peaks for _ in range(2)]
-    peaks = Peaks(max(flops, *(p.flops_per_s for p in again)), max(bandwidth, *(p.bytes_per_s for p in again)))
-    for brick, m in zip(heavy, measured, strict=True):
-        # the peaks and the brick are measured seconds apart, and this machine's speed drifts by 10-20%:
-        # in two CI runs a convolution's fastest run beat the best calibration by 5.3% and by 7.0%
-        assert peaks.roofline_s(brick) <= (m.min_s - m.floor_s) * 1.10, (brick.op_type, m.min_s)
+    # a convolution once ran 5.3% above the better of two). The peaks and the bricks are measured
+    # seconds apart: in CI runs a convolution's fastest run beat the best calibration by 5.3%, 7.0% and
+    # once 11.6%, so a roofline above a brick in one attempt is measured again (three attempts, as
+    # test_bounds_are_bounds does); above it in all three fails.
+    misses = []
+    for _attempt in range(3):
+        measured = list(benchmark(heavy, backend="mxnet", config=config, budget=Budget.quick()))
+        again = [calibrate_peaks(config).peaks for _ in range(2)]
+        peaks = Peaks(max(flops, *(p.flops_per_s for p in again)), max(bandwidth, *(p.bytes_per_s for p in again)))
+        above = [(brick.op_type, m.min_s, peaks.roofline_s(brick)) for brick, m in zip(heavy, measured, strict=True)
+                 if peaks.roofline_s(brick) > (m.min_s - m.floor_s) * 1.10]
+        if not above:
+            return
+        misses.append(above)
+    pytest.fail(f"the roofline stayed above an MXNet convolution in all three attempts: {misses}")
