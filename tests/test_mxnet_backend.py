@@ -482,7 +482,7 @@ def test_mxnet_calibration_keeps_the_roofline_below_mxnet_bricks() -> None:
     # taken in a slow moment had a 3x3 convolution run 9% above its peak; with one calibration after,
     # a convolution once ran 5.3% above the better of two). The peaks and the bricks are measured
     # seconds apart: in CI runs a convolution's fastest run beat the best calibration by 5.3%, 7.0% and
-    # once 11.6%, so a roofline above a brick in one attempt is measured again (three attempts, as
+    # once 12.4%, so a roofline above a brick in one attempt is measured again (three attempts, as
     # test_bounds_are_bounds does); above it in all three fails.
     misses = []
     for _attempt in range(3):
