@@ -33,6 +33,7 @@ from dlbricks.estimator.api import (
     ROUND_DESIGNS,
     TRUSTED_SWING,
     backend_name,
+    capture_failure,
     device_of,
     graph_config,
     open_store,
@@ -447,8 +448,7 @@ def validate_cmd(models: tuple[str, ...], db: str, threads: int | None, opt_leve
     _print_swing(validations)
     for v in validations:
         if v.graph is not None:
-            failure = None if v.graph.ok else (v.graph.error or "failed").strip().splitlines()[0]
-            click.echo(_graph_line(v.estimate.model, v.estimate.graph_s, v.graph.median_s, failure))
+            click.echo(_graph_line(v.estimate.model, v.estimate.graph_s, v.graph.median_s, capture_failure(v.graph)))
     alone = [v.estimate.model for v in validations if not v.estimate.references]
     if alone:
         click.echo(f"the interval of {', '.join(alone)} holds the bricks and the machine's swing only: no other model "

@@ -42,7 +42,8 @@ from .predict import LatencyPredictor, Predictor, brick_call_s
 __all__ = [
     "CHAINED_ROUNDS", "PAIRED_ROUNDS", "ROUND_DESIGNS", "TRUSTED_SWING", "chains_bricks", "default_rounds", "estimate",
     "composition_references", "validate", "plan", "Validation", "open_store", "last_level_cache",
-    "matvec_rates", "memory_rate", "backend_name", "device_of", "graph_config", "peaks_key", "threads_of", "cache_capacity"
+    "matvec_rates", "memory_rate", "backend_name", "capture_failure", "device_of", "graph_config", "peaks_key", "threads_of",
+    "cache_capacity"
 ]
 
 #: The rounds of a paired validation and of each model of ``evaluate``, in each of its
@@ -653,6 +654,14 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
         in_model = {o.index: sum(times.layers.get(n, 0.0) for n in o.nodes) for o in dec.occurrences}
         return Validation(est, whole, dec, in_model, times, result, captured)
     return Validation(est, whole, dec, in_model, rounds=result, graph=captured)
+
+
+def capture_failure(measured: Measurement) -> str | None:
+    """Why the runtime could not run a model in its CUDA graph: the first line of the failed
+    measurement's error (at most 200 characters); None where it ran."""
+    if measured.ok:
+        return None
+    return (measured.error or "failed").strip().splitlines()[0][:200]
 
 
 def measure_graphed(graph: ModelGraph, config: BackendConfig, budget: Budget) -> Measurement:

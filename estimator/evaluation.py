@@ -32,6 +32,7 @@ from .api import (
     PAIRED_ROUNDS,
     TRUSTED_SWING,
     backend_name,
+    capture_failure,
     chains_bricks,
     default_rounds,
     estimate,
@@ -550,7 +551,7 @@ def _with_graph(row: EvaluationRow, graph: ModelGraph, config: Any, store: Store
     say(f"{row.model}: whole model in a CUDA graph")
     m = measure_graphed(graph, config, budget)
     if not m.ok:
-        return replace(row, graph_failure=(m.error or "failed").strip().splitlines()[0][:200])
+        return replace(row, graph_failure=capture_failure(m))
     store.measurements.record_model(m, system, budget=budget)
     return replace(row, graph_measured_s=m.median_s)
 
