@@ -78,7 +78,9 @@ def test_an_integer_product_is_predicted_from_float_products_at_the_machines_rat
     849-1832 G/s and timed the brick at 68-238 us, the prediction landing 0.34-3.2x of it, so there
     only the direction is asserted. Without the integer peak
     it is predicted as a float product (8-bit GEMMs ran 3.8x the float rate on the reference
-    machine), above the measurement; the integer peak brings it down. (Closer than the float
+    machine), above the measurement; the integer peak brings it down where it exceeds the float
+    rate the products reached (in one CI run the float products reached more than the calibrated
+    integer peak, and the two predictions were the same, as they should be). (Closer than the float
     prediction is not asserted: on the reference machine the measurement, about 560 us, sits 8%
     below the two predictions' geometric mean, 430-500 and 840-880 us, within the machine's swing.)"""
     shapes = [(32, 256, 256), (64, 256, 512), (64, 512, 256), (128, 256, 256), (32, 512, 512),
@@ -94,13 +96,19 @@ def test_an_integer_product_is_predicted_from_float_products_at_the_machines_rat
     assert peaks.int_ops_per_s is not None
     known = {b.signature: measured[b.signature] for b in matmuls}
     truth = measured[integer.signature].median_s - (measured[integer.signature].floor_s or 0.0)
-    with_int = LatencyPredictor().fit_measurements(matmuls, known, peaks=peaks).prediction(integer)
+    fitted = LatencyPredictor().fit_measurements(matmuls, known, peaks=peaks)
+    with_int = fitted.prediction(integer)
     float_only = Peaks(peaks.flops_per_s, peaks.bytes_per_s)
     without = LatencyPredictor().fit_measurements(matmuls, known, peaks=float_only).prediction(integer)
     assert with_int is not None and without is not None and with_int.model in ("gemm", "*")
     if not _has_amx_int8():
         assert abs(math.log(with_int.seconds / truth)) < math.log(3.0)
-    assert with_int.seconds < without.seconds and truth < without.seconds
+    rates = fitted.rates_
+    assert rates.int_ops_per_s is not None
+    if rates.int_ops_per_s > rates.flops_per_s:
+        assert with_int.seconds < without.seconds and truth < without.seconds, rates
+    else:
+        assert with_int.seconds == pytest.approx(without.seconds), rates
     assert with_int.low_s <= with_int.seconds <= with_int.high_s
 
 
