@@ -323,7 +323,9 @@ def test_evaluate_times_a_brick_of_an_earlier_model_again_in_the_next_models_rou
     lines: list[str] = []
     models = ["dlrm_criteo_kaggle", "ncf_ml20m"]
     db = with_peaks("s.db")
-    ev = _evaluate.evaluate(models, db, budget=Budget.quick(), lower_bound_sweep=False, say=lines.append)
+    short = dataclasses.replace(_evaluate.default_rounds(OrtConfig()), max_time=0.5)  # its least rounds, not its seconds
+    ev = _evaluate.evaluate(models, db, budget=Budget.quick(), lower_bound_sweep=False, say=lines.append,
+                            rounds=short)
     from dlbricks.model_zoo import build
 
     decs = [dlbricks.decompose(dlbricks.load_model(build(m), name=m)) for m in models]
