@@ -49,8 +49,10 @@ COLD_SPANS = ("model", "cache")
 #: brick's timed call follows a small matrix product that wakes the vector units (``ready``:
 #: :func:`~dlbricks.generators.items.vector_warmup_model`); 14: a brick's figure from rounds is its mean
 #: over the rounds whose bricks' sum is central, the same rounds for every brick, so that the bricks add
-#: up to the model's ratio (:meth:`~dlbricks.generators.rounds.Rounds.central_weights`).
-MEASUREMENT_METHOD = 14
+#: up to the model's ratio (:meth:`~dlbricks.generators.rounds.Rounds.central_weights`); 15: at level
+#: "all" on a CPU a brick runs in the blocked layout its model's kernels pass to each other, without
+#: the layout reorders at its edges (:func:`~dlbricks.generators.ort.native_brick`).
+MEASUREMENT_METHOD = 15
 
 
 def _ort() -> ModuleType:

@@ -409,8 +409,9 @@ class OrtBackend:
         self.check(config)
         ort = _ort()
         model, before = split_previous(model)
+        model, session_config = native_brick(model, config)
         data = model.SerializeToString()  # once for every copy
-        session = _make_session(ort, model, config, data=data)
+        session = _make_session(ort, model, session_config, data=data)
         names = [i.name for i in session.get_inputs()]
         inputs = _seeded_inputs(model, names, zeros={names[k] for k in fed if 0 <= k < len(names)})
         try:
@@ -424,8 +425,9 @@ class OrtBackend:
         if copies > 1:
             shared = config.device == "cpu" and config.enable_cpu_mem_arena
             if shared:
-                sessions = [_make_session(ort, model, config, shared_arena=True, data=data)]
-            sessions += [_make_session(ort, model, config, shared_arena=shared, data=data) for _ in range(copies - 1)]
+                sessions = [_make_session(ort, model, session_config, shared_arena=True, data=data)]
+            sessions += [_make_session(ort, model, session_config, shared_arena=shared, data=data)
+                         for _ in range(copies - 1)]
         previous = None
         if config.cache in ("cold", "cold-weights") and config.previous_layer and _is_brick(model):
             previous = prepare_previous(functools.partial(self.prepare, timed=False), before, config)
@@ -473,6 +475,20 @@ ALIGN = 64
 #: Where one input of a chained brick is read from: (position of the brick that writes it, index of
 #: that brick's output), or None for a buffer of its own.
 Feed = tuple[int, int] | None
+
+
+def native_brick(model: onnx.ModelProto, config: OrtConfig) -> tuple[onnx.ModelProto, OrtConfig]:
+    """The model and configuration a brick's sessions run: at level "all" on the CPU, the brick in
+    the blocked layout its model's kernels pass to each other, without the layout reorders at its
+    edges, run at level "disable" (:func:`~dlbricks.generators.ort_kernels.native_layout`); else as
+    given. A brick measured so needs none of those reorders taken out of its time, and meets its
+    input where the brick before it in a chain left it, in the model's layout."""
+    if config.graph_optimization_level != "all" or config.device != "cpu" or not _is_brick(model):
+        return model, config
+    native = ort_kernels.native_layout(model, config.intra_op_num_threads or 1)
+    if native is None:
+        return model, config
+    return native, replace(config, graph_optimization_level="disable")
 
 
 def _previous_signature(model: onnx.ModelProto) -> str | None:

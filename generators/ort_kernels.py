@@ -50,8 +50,8 @@ from .budget import Budget
 from .items import floor_model
 from ._ort_config import OrtConfig
 
-__all__ = ["brick_session_kernels", "calibrate_reorder", "kernel_medians", "ReorderCost", "SessionKernels",
-           "REORDER_SHAPES"]
+__all__ = ["brick_session_kernels", "calibrate_reorder", "kernel_medians", "native_layout", "ReorderCost",
+           "SessionKernels", "REORDER_SHAPES"]
 
 _KERNEL_TIME = "_kernel_time"
 
@@ -68,6 +68,76 @@ def kernel_medians(events: list[dict], warmup: int) -> dict[str, tuple[str, floa
             durations[kernel].append(event["dur"] * 1e-6)
             ops[kernel] = event.get("args", {}).get("op_name", "")
     return {k: (ops[k], float(np.median(d[warmup:] or d))) for k, d in durations.items()}
+
+
+def native_layout(model: onnx.ModelProto, threads: int = 1) -> onnx.ModelProto | None:
+    """``model`` (a brick) as its model runs it at level "all" on the CPU: optimized at that level
+    (onnxruntime's own optimized graph), without the NCHWc layout reorders at its edges. An input
+    that a reorder took to the blocked layout is given in that layout (channels padded to the
+    block), and an output that a reorder took back is left in it, so that a chain's bricks pass
+    blocked tensors to each other as the model's kernels do; the reorders the model itself runs are
+    priced apart (:func:`calibrate_reorder`). Its graph is already optimized: run it at level
+    "disable". The brick's metadata (its signature) is kept. None where the optimized brick has no
+    such reorder, or where onnxruntime cannot optimize or run it."""
+    return _native(model.SerializeToString(), threads)
+
+
+@functools.lru_cache(maxsize=4096)
+def _native(data: bytes, threads: int) -> onnx.ModelProto | None:
+    import onnxruntime as ort
+
+    from .inputs import random_inputs as model_inputs
+
+    original = onnx.load_from_string(data)
+    try:
+        with tempfile.TemporaryDirectory(prefix="dlbricks-native-") as tmp:
+            path = str(Path(tmp) / "optimized.onnx")
+            options = session_options("all", threads, optimized_path=path)
+            ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+            optimized = onnx.load(path)
+    except Exception:  # noqa: BLE001 - onnxruntime raises untyped errors: the brick runs as it is
+        return None
+    graph = optimized.graph
+    inputs, outputs = [i.name for i in graph.input], [o.name for o in graph.output]
+    readers: dict[str, int] = defaultdict(int)
+    for node in graph.node:
+        for name in node.input:
+            readers[name] += 1
+    into = {n.input[0]: n for n in graph.node if n.op_type == "ReorderInput" and n.input[0] in inputs
+            and readers[n.input[0]] == 1 and not _channels_last(n)}
+    back = {n.output[0]: n for n in graph.node if n.op_type == "ReorderOutput" and n.output[0] in outputs
+            and not _channels_last(n)}
+    if not into and not back:
+        return None
+    blocked = [n.output[0] for n in into.values()] + [n.input[0] for n in back.values()]
+    probe = onnx.ModelProto()
+    probe.CopyFrom(optimized)
+    probe.graph.output.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in blocked)
+    try:
+        session = ort.InferenceSession(probe.SerializeToString(), session_options("disable", threads),
+                                       providers=["CPUExecutionProvider"])
+        values = session.run(blocked, model_inputs(original, inputs))
+    except Exception:  # noqa: BLE001 - as above
+        return None
+    shapes = {name: list(v.shape) for name, v in zip(blocked, values, strict=True)}
+    dropped = {id(n) for n in [*into.values(), *back.values()]}
+    kept = [n for n in graph.node if id(n) not in dropped]
+    new_inputs = [helper.make_tensor_value_info(into[i.name].output[0], TensorProto.FLOAT, shapes[into[i.name].output[0]])
+                  if i.name in into else i for i in graph.input]
+    new_outputs = [helper.make_tensor_value_info(back[o.name].input[0], TensorProto.FLOAT, shapes[back[o.name].input[0]])
+                   if o.name in back else o for o in graph.output]
+    native = onnx.ModelProto()
+    native.CopyFrom(optimized)
+    del native.graph.node[:], native.graph.input[:], native.graph.output[:], native.metadata_props[:]
+    native.graph.node.extend(kept)
+    native.graph.input.extend(new_inputs)
+    native.graph.output.extend(new_outputs)
+    native.metadata_props.extend(original.metadata_props)
+    return native
+
+
+def _channels_last(node: onnx.NodeProto) -> bool:
+    return any(a.name == "channels_last" and a.i for a in node.attribute)
 
 
 #: Most runs of a brick's own session, profiled and plain, that split its time into kernels; fewer for
@@ -133,17 +203,23 @@ def _cached_kernels(signature: str, data: bytes, opt_level: str, threads: int,
                     previous: bytes | None = None) -> SessionKernels:
     import onnxruntime as ort
 
+    from .inputs import random_inputs as model_inputs
+
     brick = Brick.from_bytes(data)
-    model = brick.to_onnx().SerializeToString()
-    feeds = random_inputs(brick.inputs)
+    proto, level = brick.to_onnx(), opt_level
+    native = native_layout(proto, threads) if opt_level == "all" else None
+    if native is not None:  # as the brick is timed: in its model's layout (OrtBackend.prepare)
+        proto, level = native, "disable"
+    model = proto.SerializeToString()
+    feeds = random_inputs(brick.inputs) if native is None else model_inputs(native)
     prime = _prime(previous, opt_level, threads)
-    plain = ort.InferenceSession(model, session_options(opt_level, threads), providers=["CPUExecutionProvider"])
+    plain = ort.InferenceSession(model, session_options(level, threads), providers=["CPUExecutionProvider"])
     plain.run(None, feeds)
     start = time.perf_counter()
     plain.run(None, feeds)
     runs = int(min(PROFILE_RUNS, max(3, PROFILE_TIME_S / max(time.perf_counter() - start, 1e-9))))
     with tempfile.TemporaryDirectory(prefix="dlbricks-kernels-") as tmp:
-        options = session_options(opt_level, threads, profile_prefix=str(Path(tmp) / "profile"))
+        options = session_options(level, threads, profile_prefix=str(Path(tmp) / "profile"))
         profiled = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         for _ in range(_WARMUP_RUNS + runs):
             prime()

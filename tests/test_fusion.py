@@ -203,7 +203,8 @@ def test_docstring_examples_run() -> None:
 
 
 def test_decompose_fused_granularity_and_reorder_accounting() -> None:
-    """decompose(granularity="fused") labels the level; at "all" a brick's own session reorders."""
+    """decompose(granularity="fused") labels the level; at "all" a brick runs in its model's blocked
+    layout, without the reorders its own session would add at its edges."""
     import dlbricks
     from dlbricks.fusion import REORDER_OPS
     from dlbricks.generators.ort_kernels import brick_session_kernels
@@ -217,8 +218,57 @@ def test_decompose_fused_granularity_and_reorder_accounting() -> None:
     assert not set(fused.bricks) & set(layer.bricks)  # the level is part of the signature
     assert fused.reorder_bytes and all(n > 0 for n in fused.reorder_bytes)
     conv = next(b for b in fused.bricks.values() if b.op_type.startswith("Conv+BatchNormalization"))
-    assert {op for op, _ in brick_session_kernels(conv, "all").kernels} & REORDER_OPS
+    assert not {op for op, _ in brick_session_kernels(conv, "all").kernels} & REORDER_OPS
     assert not {op for op, _ in brick_session_kernels(conv, "extended").kernels} & REORDER_OPS
+
+
+def _nchwc(op: str, x: np.ndarray, **attributes: int) -> np.ndarray:
+    """``x`` through one of onnxruntime's NCHWc reorders (ReorderInput, ReorderOutput) at level "disable"."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from dlbricks.fusion import NCHWC_DOMAIN
+    from dlbricks.ortutil import session_options
+
+    graph = helper.make_graph([helper.make_node(op, ["x"], ["y"], domain=NCHWC_DOMAIN, **attributes)], "reorder",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(NCHWC_DOMAIN, 1)])
+    session = ort.InferenceSession(model.SerializeToString(), session_options("disable"),
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0]
+
+
+def test_a_brick_in_its_models_layout_computes_what_the_brick_computes() -> None:
+    """At level "all", a convolution brick runs as onnxruntime's optimized graph less the reorders at
+    its edges (its input and output in the blocked NCHWc layout): its output, taken back to NCHW,
+    is the brick's own; the graph holds no reorder; onnxruntime's own session of the brick does."""
+    import onnxruntime as ort
+
+    import dlbricks
+    from dlbricks.fusion import NCHWC_DOMAIN, REORDER_OPS
+    from dlbricks.generators.ort_kernels import native_layout
+    from dlbricks.model_zoo import build
+    from dlbricks.ortutil import session_options
+
+    fused = dlbricks.decompose(dlbricks.load_model(build("mobilenet_v2_0.35")), "fused", opt_level="all")
+    convs = [b for b in fused.bricks.values() if b.op_type == "Conv+BatchNormalization+Clip"
+             and len(b.inputs) == 1 and b.inputs[0].shape[1] % 16 == 0][:3]
+    assert convs
+    for conv in convs:
+        model = conv.to_onnx()
+        native = native_layout(model)
+        assert native is not None and not {n.op_type for n in native.graph.node} & REORDER_OPS
+        assert {n.domain for n in native.graph.node} == {NCHWC_DOMAIN}
+        x = np.random.default_rng(0).standard_normal(conv.inputs[0].shape).astype(np.float32)
+        plain = ort.InferenceSession(model.SerializeToString(), session_options("disable"),
+                                     providers=["CPUExecutionProvider"])
+        expected = plain.run(None, {model.graph.input[0].name: x})[0]
+        blocked = ort.InferenceSession(native.SerializeToString(), session_options("disable"),
+                                       providers=["CPUExecutionProvider"])
+        out = blocked.run(None, {native.graph.input[0].name: _nchwc("ReorderInput", x)})[0]
+        got = _nchwc("ReorderOutput", out, channels=expected.shape[1])
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
 def test_a_stored_fused_model_keeps_its_layout_reorders(tmp_path) -> None:  # type: ignore[no-untyped-def]
