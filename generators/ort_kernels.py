@@ -3,19 +3,18 @@
 Layout reorders at onnxruntime's "all" level are counted once per model, not once per brick.
 
 At ``ORT_ENABLE_ALL`` the CPU provider runs convolutions in the blocked NCHWc layout and inserts
-ReorderInput/ReorderOutput where an NCHWc region begins and ends. A fused brick run alone is its own
-region, so its session converts its input and output itself, while inside the model the neighbouring
-kernels share the blocked tensor; and a group whose kernel the model fuses with a blocked operand (a
-convolution with its residual Add and Relu) runs in its own session as a convolution, a reorder, an
-Add and a Relu. The rule: each brick's session is profiled once (:func:`brick_session_kernels`) and
-every kernel but its main one (reorders, kernels the model fuses away) is subtracted from its time,
-as the share of the session's run that they take (:attr:`SessionKernels.leftover_share`) times the
-brick's timed median: the profile then only splits the run, and the timed measurement, taken at
-another moment, sets the level (on shufflenet_v2, the same bricks' overheads in seconds came out
-3.5-4 us higher in one run's profiles than in a calm one's, 4% of the model);
-the reorders of the model (the fusion plan's ``reorder_tensors``, found in the model's optimized graph)
-are added once per run, priced by size (:class:`ReorderCost`), measured on this machine with the same
-harness in the bricks' cache state.
+ReorderInput/ReorderOutput where an NCHWc region begins and ends. A fused brick run alone would be its
+own region, converting its input and output itself, while inside the model the neighbouring kernels
+share the blocked tensor. So a brick runs as :func:`native_layout` gives it: onnxruntime's optimized
+graph of the brick without the reorders at its edges, its input and output in the blocked layout.
+What it still runs that its model does not (a convolution whose residual Add the model fuses into it
+runs in its own session as a convolution, a reorder and an Add) is subtracted from its time: each
+brick's session is profiled once (:func:`brick_session_kernels`) and every kernel but its main one
+counts, as the share of the session's run that they take (:attr:`SessionKernels.leftover_share`)
+times the brick's timed median: the profile then only splits the run, and the timed measurement,
+taken at another moment, sets the level. The reorders of the model (the fusion plan's
+``reorder_tensors``, found in the model's optimized graph) are added once per run, priced by size
+(:class:`ReorderCost`), measured on this machine with the same harness in the bricks' cache state.
 
 Both are measured where the bricks are measured and stored with them (``OrtBackend.brick_overhead_s``,
 called by ``benchmarks_db.populate``; :func:`calibrate_reorder`, stored per configuration), so an
