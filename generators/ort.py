@@ -566,7 +566,7 @@ def prepare_chain(backend: OrtBackend, models: Sequence[onnx.ModelProto], config
     reads = [_checked_feeds(chain, j, row) for j, row in enumerate(rows)] + [[] for _ in range(len(chain) - len(rows))]
     owner = _in_place_owners(models, chain, reads)
     offsets, size = _chain_offsets(chain, reads, owner)
-    _draw_unread(models, chain, given, reads, set(offsets))
+    _draw_unread(models, chain, given, reads, set(offsets), warm)
     if not offsets:
         return chain
     block = _aligned(size)
@@ -591,18 +591,20 @@ def prepare_chain(backend: OrtBackend, models: Sequence[onnx.ModelProto], config
 
 def _draw_unread(models: Sequence[onnx.ModelProto], chain: Sequence[OrtPrepared | None],
                  given: Sequence[Sequence[Feed]], reads: Sequence[Sequence[Feed]],
-                 placed: Collection[tuple[int, int]]) -> None:
+                 placed: Collection[tuple[int, int]], config: OrtConfig) -> None:
     """Draw the values of each input that was prepared as zeros for a feed (``given``) that the
     chain does not read after all (not in ``reads``, or read from an output not ``placed`` in its
     memory: another shape or type, a brick left out): it keeps its own buffer, which then holds
-    what :func:`_seeded_inputs` draws, as any input of its own."""
+    what :func:`_seeded_inputs` draws, as any input of its own (of the model its session runs under
+    ``config``: :func:`native_brick`)."""
     for j, prepared in enumerate(chain):
         if prepared is None or j >= len(given):
             continue
         for k, meta in enumerate(prepared.session.get_inputs()):
             read = reads[j][k] if k < len(reads[j]) else None
             if k < len(given[j]) and given[j][k] is not None and (read is None or read not in placed):
-                prepared._inputs[meta.name][...] = _seeded_inputs(models[j], [meta.name])[meta.name]
+                run = native_brick(split_previous(models[j])[0], config)[0]
+                prepared._inputs[meta.name][...] = _seeded_inputs(run, [meta.name])[meta.name]
 
 
 def _bytes_of(shape: Sequence[int], dtype: Any) -> int:

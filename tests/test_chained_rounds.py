@@ -88,6 +88,30 @@ def test_a_chain_draws_only_the_inputs_it_does_not_feed() -> None:
         prepared.close()
 
 
+def test_a_chain_of_fused_bricks_at_all_runs_them_in_the_models_layout() -> None:
+    """At level "all" each convolution brick of a chain runs in its model's blocked layout, and a blocked input whose feed the chain cannot take is drawn in that layout: in
+    shufflenet_v2_x0_5 the branches' convolutions read the channel shuffle's output, which is not
+    blocked. Every brick is prepared and runs."""
+    from dlbricks.model_zoo import build
+
+    config = OrtConfig(graph_optimization_level="all")
+    dec = dlbricks.decompose(dlbricks.load_model(build("shufflenet_v2_x0_5")), "fused", opt_level="all")
+    keys = list(dict.fromkeys(o.signature for o in dec.occurrences))
+    feeds = dec.feeds(keys)
+    chain = OrtBackend().prepare_chain([dec.in_context(k).to_onnx() for k in keys], config, feeds)
+    assert all(p is not None for p in chain)
+    blocked = [p for k, p in zip(keys, chain, strict=True)
+               if {i.name for i in p.session.get_inputs()} - {x.name for x in dec.bricks[k].inputs}]
+    assert len(blocked) >= len(keys) // 3
+    drawn = [p for p in blocked if any(a.any() for a in p._inputs.values())]
+    assert drawn  # a blocked input no brick of the chain writes in that layout
+    for prepared in chain:
+        prepared.run()
+    assert all(np.isfinite(p.outputs()[0]).all() for p in chain)
+    for prepared in chain:
+        prepared.close()
+
+
 def test_a_chain_feeds_a_masked_softmax_the_values_of_the_models_run() -> None:
     """A Softmax behind an attention mask keeps the scores of the model's run, -10000 among them,
     in a chain too: the brick before it writes values drawn from seeds, which would take the kernel
