@@ -447,6 +447,10 @@ def validate_cmd(models: tuple[str, ...], db: str, threads: int | None, opt_leve
                              "lower bound ms", "roofline ms", "bounds hold"], rows, right={1, 2, 3, 4, 6, 7}))
     _print_swing(validations)
     for v in validations:
+        if v.rounds_error is not None:
+            click.echo(f"{v.estimate.model}: its rounds with its bricks failed ({v.rounds_error}); measured whole "
+                       "apart, its bricks as stored")
+    for v in validations:
         if v.graph is not None:
             click.echo(_graph_line(v.estimate.model, v.estimate.graph_s, v.graph.median_s, capture_failure(v.graph)))
     alone = [v.estimate.model for v in validations if not v.estimate.references]

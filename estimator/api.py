@@ -537,7 +537,8 @@ class Validation:
     ``in_model`` (with ``per_brick=True``): per occurrence index, the in-model time of its layers
     from onnxruntime's profiler, to set beside each brick's own time; ``profile`` the whole profile
     (the model's layout reorders, its kernels and their sum). ``rounds`` (paired, the default): the
-    rounds in which the whole model and its bricks were timed together. ``graph`` (with
+    rounds in which the whole model and its bricks were timed together; ``rounds_error`` why they
+    failed where they did (the model then measured whole apart, its bricks as stored). ``graph`` (with
     ``cuda_graph=True``): the whole model measured captured in a CUDA graph, to set beside the
     estimate's ``graph_s``; a failed measurement where the runtime could not capture it.
     """
@@ -549,6 +550,7 @@ class Validation:
     profile: InModelTimes | None = None
     rounds: PairedRounds | None = None
     graph: Measurement | None = None
+    rounds_error: str | None = None
 
     @property
     def error(self) -> float:
@@ -623,11 +625,11 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
     dec = _decompose(graph, granularity, cfg)
     store.models.add(dec, graph.source)
     budget = budget or EVALUATE_BUDGET
-    result = None
+    result = failure = None
     if paired:
         estimate(dec, store, system=system, config=config, on_missing=on_missing, budget=budget)  # bricks first
-        whole, result = _paired_rounds(graph, dec, store, system, cfg, budget,
-                                       rounds or default_rounds(cfg, granularity))
+        whole, result, failure = _paired_rounds(graph, dec, store, system, cfg, budget,
+                                                rounds or default_rounds(cfg, granularity))
     else:
         whole = measure_whole(graph, cfg, budget, backend=backend_name(cfg))
     # paired: the whole run of these rounds replaces the one stored, as the bricks' runs in them do
@@ -652,8 +654,8 @@ def validate(model: Any, db: Store | str | os.PathLike[str], *, system: Any = No
         else:
             times = in_model_times(graph, config)
         in_model = {o.index: sum(times.layers.get(n, 0.0) for n in o.nodes) for o in dec.occurrences}
-        return Validation(est, whole, dec, in_model, times, result, captured)
-    return Validation(est, whole, dec, in_model, rounds=result, graph=captured)
+        return Validation(est, whole, dec, in_model, times, result, captured, failure)
+    return Validation(est, whole, dec, in_model, rounds=result, graph=captured, rounds_error=failure)
 
 
 def capture_failure(measured: Measurement) -> str | None:
@@ -681,19 +683,20 @@ def ratio_half_width(paired: PairedRounds) -> float:
 
 
 def _paired_rounds(graph: ModelGraph, dec: Decomposition, store: Store, system: Any, config: Any,
-                   budget: Budget, rounds: RoundsBudget) -> tuple[Measurement, PairedRounds | None]:
+                   budget: Budget, rounds: RoundsBudget) -> tuple[Measurement, PairedRounds | None, str | None]:
     """The model measured whole and held in a worker, then timed with its bricks in rounds
     (:func:`~dlbricks.benchmarks_db.rounds.measure_in_rounds`, which stores each brick's runs in the
     model's context): the whole model's measurement over the rounds (its first measurement's wall
-    time), and the rounds. Where the rounds fail, the first measurement and None."""
+    time), the rounds, and None. Where the rounds fail, the first measurement, None and why."""
     with Runner(backend_name(config), config, budget) as runner:
         first = runner.measure(graph)
         if not first.ok:
-            return first, None
+            return first, None, None
         result = measure_in_rounds(store, dec, runner, graph, system, budget=budget, rounds=rounds)
+        failure = runner.rounds_error or "no process finished its rounds"
     if result is None:
-        return first, None
-    return replace(result.whole, key=first.key, wall_time_s=first.wall_time_s), result
+        return first, None, failure
+    return replace(result.whole, key=first.key, wall_time_s=first.wall_time_s), result, None
 
 
 def _stored_graph(store: Store, name: str) -> ModelGraph | None:

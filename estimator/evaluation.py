@@ -498,7 +498,8 @@ def _in_rounds(store: Store, dec: Decomposition, runner: Runner, graph: ModelGra
     result = measure_in_rounds(store, dec, runner, graph, system, budget=budget, rounds=rounds, seed=seed,
                                all_bricks=_bricks_in_rounds(rounds, runner.config))
     if result is None:
-        say(f"{dec.model}: its rounds failed; its bricks measured apart, its whole model apart")
+        reason = getattr(runner, "rounds_error", None) or "no process finished its rounds"
+        say(f"{dec.model}: its rounds failed ({reason}); its bricks measured apart, its whole model apart")
         return None
     ratio, low, high = result.ratio()
     say(f"{dec.model}: {result.rounds.count} rounds of the whole model and {len(result.bricks)} {dec.granularity} "

@@ -418,6 +418,8 @@ class Runner:
         self.backend.check(self.config)
         self.budget = Budget() if budget is None else budget
         self.keep_samples = keep_samples
+        #: Why the last :meth:`rounds` returned None (one line); None after rounds that ran.
+        self.rounds_error: str | None = None
         if isinstance(keep_bytes, bool) or not isinstance(keep_bytes, int) or keep_bytes < 0:
             raise InvalidArgumentError(f"'keep_bytes' must be an int >= 0. Got {keep_bytes!r} instead.")
         self._calibrate = floor
@@ -605,10 +607,12 @@ class Runner:
         Returns None where the rounds failed (the worker died or timed out, or no whole model is
         held): the caller keeps what it had."""
         budget = budget or RoundsBudget()
+        self.rounds_error = None
         resolved = [item if isinstance(item, Item) else resolve_item(item) for item in items]
         try:
             models = [r.load() for r in resolved]
-        except Exception:  # a brick that cannot materialize: no rounds, the stored figures stand
+        except Exception as e:  # a brick that cannot materialize: no rounds, the stored figures stand
+            self.rounds_error = f"a brick cannot be loaded: {one_line(e)}"
             return None
         floor_s = self._floor_s()
         node_s = None if self._floor is None else self._floor.node_s
@@ -623,11 +627,13 @@ class Runner:
         timeout = self.budget.timeout + 2 * budget.max_time + sum(1 for _ in models)
         try:
             status, reply = worker.request(("rounds", payload), timeout)
-        except (WorkerTimeoutError, WorkerDiedError):
+        except (WorkerTimeoutError, WorkerDiedError) as e:
             self._replace_worker()
+            self.rounds_error = f"the worker {'timed out' if isinstance(e, WorkerTimeoutError) else 'died'}"
             return None
         _LAST_REPLY.replied(id(self), self._idle_spin_s)
         if status != "ok":
+            self.rounds_error = str(reply)
             return None
         timed, included, prepare_s = reply
         timed = dataclasses.replace(timed, prepare_s=prepare_s)
@@ -811,14 +817,16 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
     ``processes`` takes holds ``whole`` and prepares its bricks while the current one does the same
     (:meth:`Runner.prestart_rounds`, :meth:`Runner.prepare_rounds`), and the current one's rounds
     wait for both (:meth:`Runner.settle_spare`): setting up beside a worker's timing moved the
-    estimates of the largest models by 1-3 points. Returns None where no process finished its rounds."""
+    estimates of the largest models by 1-3 points. Returns None where no process finished its rounds (why: ``runner.rounds_error``)."""
     for name, value in (("processes", processes), ("max_processes", max_processes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidArgumentError(f"'{name}' must be an int >= 1. Got {value!r} instead.")
     resolved = [item if isinstance(item, Item) else resolve_item(item, i) for i, item in enumerate([whole, *items])]
+    runner.rounds_error = None
     try:  # serialized once for every process
         whole_item, *brick_items = [_loaded(item) for item in resolved]
-    except Exception:  # a model that cannot materialize: no rounds, the stored figures stand
+    except Exception as e:  # a model that cannot materialize: no rounds, the stored figures stand
+        runner.rounds_error = f"a model cannot be loaded: {one_line(e)}"
         return None
     parts: list[PairedRounds] = []
     budget = rounds or RoundsBudget()
@@ -832,6 +840,7 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
             runner.prestart_rounds(whole_item, brick_items, counts, budget, feeds=feeds)
         held = runner.measure_detailed(whole_item, hold=True, budget=_HOLD_BUDGET)[0]
         if not held.ok:
+            runner.rounds_error = f"the whole model failed: {held.error}"
             continue
         runner.prepare_rounds(whole_item, brick_items, counts, budget, feeds=feeds)
         runner.settle_spare()  # nothing sets up while this one times

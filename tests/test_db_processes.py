@@ -130,7 +130,9 @@ def test_a_model_and_its_bricks_run_in_rounds_in_two_workers(tmp_path: Path) -> 
         assert {r.key for r in own} == set(dec.bricks) and all(r.n == 5 * workers for r in own)
         ratio, low, high = result.ratio()
         assert 0 < low <= ratio <= high
+        assert runner.rounds_error is None
         assert measure_in_rounds(store, dec, runner, b"not an onnx model", system, rounds=rounds) is None
+        assert runner.rounds_error and "\n" not in runner.rounds_error  # why, in one line
 
 
 def test_chained_rounds_of_a_model_that_shares_weights_call_each_use(tmp_path: Path) -> None:
