@@ -81,7 +81,7 @@ def native_layout(model: onnx.ModelProto, threads: int = 1) -> onnx.ModelProto |
     return _native(model.SerializeToString(), threads)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=64)  # a chain asks again for the few inputs it draws; weights stay few
 def _native(data: bytes, threads: int) -> onnx.ModelProto | None:
     import onnxruntime as ort
 
