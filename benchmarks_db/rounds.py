@@ -11,11 +11,12 @@ a moment that its own whole runs did not meet.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dlbricks import Decomposition
-from dlbricks.generators.rounds import RoundsBudget
+from dlbricks import Decomposition, InvalidArgumentError
+from dlbricks.generators.rounds import Anchored, RoundsBudget, with_anchored
 from dlbricks.generators.runner import ROUND_PROCESSES, rounds_in_processes
 from dlbricks.generators.system import last_level_cache_bytes
 
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
     from dlbricks.generators import Measurement
     from dlbricks.generators.rounds import PairedRounds
 
-__all__ = ["QUEUE_TIMES", "measure_in_rounds", "model_measurements", "round_order", "whole_warmed"]
+__all__ = ["QUEUE_TIMES", "Reuse", "anchored_groups", "chain_warmed", "measure_in_rounds", "model_measurements",
+           "round_order", "whole_warmed"]
 
 #: Fields of a brick's stored measurement that its rounds do not take (the launch queue's times on an
 #: accelerator, from requests of their own): kept from the stored measurement.
@@ -38,6 +40,72 @@ QUEUE_TIMES = ("host_s", "device_s", "device_warm_s", "repeat_s")
 #: after a run of its own as after the bricks' turn (methodology, "No warm run for a model larger
 #: than the cache").
 WARM_WHOLE_MAX_LLC = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Reuse:
+    """Which bricks a model's chained rounds take from earlier rounds instead of timing them again.
+
+    A brick that another model's rounds measured (stored in that model's context) is taken from
+    there, with the other bricks of that earlier moment that this model uses, where that moment
+    holds at least ``min_bricks`` of them; ``share`` of them, by rank of weight in this model
+    (occurrences times stored median: the heaviest, then every ``round(1 / share)``-th), are timed
+    again in the rounds as its anchors (:class:`~dlbricks.generators.rounds.Anchored`)."""
+
+    share: float = 0.25
+    min_bricks: int = 4
+
+    def __post_init__(self) -> None:
+        if isinstance(self.share, bool) or not isinstance(self.share, (int, float)) or not 0 < self.share <= 1:
+            raise InvalidArgumentError(f"Reuse.share must be a number in (0, 1]. Got {self.share!r} instead.")
+        if isinstance(self.min_bricks, bool) or not isinstance(self.min_bricks, int) or self.min_bricks < 2:
+            raise InvalidArgumentError(f"Reuse.min_bricks must be an int >= 2. Got {self.min_bricks!r} instead.")
+
+
+def anchored_groups(store: Store, dec: Decomposition, system: Any, config_id: str,
+                    reuse: Reuse | None = None, *, again: bool = False,
+                    among: Collection[str] | None = None) -> list[Anchored]:
+    """The bricks of ``dec`` that its rounds may take from other models' rounds, grouped by the model
+    whose rounds timed them (not those they took through anchors in turn; each brick from the model
+    holding most of ``dec``'s bricks, the
+    latest first among equals), with each group's anchors (:class:`Reuse`); groups too small to
+    anchor are left out (their bricks are timed). Nothing where ``dec``'s own context holds a
+    measurement of a brick already (its rounds ran before: they run again in full), unless ``again``
+    (what the plan would be, the model's own rounds aside). ``among``: the model keys whose rounds
+    may be taken from (default every other model in ``store``)."""
+    reuse = reuse or Reuse()
+    if not store.models.has(dec.model_key):
+        return []
+    if not again and store.measurements.in_context(dec.model_key, system=system, config_id=config_id, status="ok"):
+        return []
+    mine, counts = set(dec.bricks), dec.counts()
+    sources = []
+    for model in store.models.all():
+        if model.key == dec.model_key or (among is not None and model.key not in among):
+            continue
+        rows = [r for r in store.measurements.in_context(model.key, system=system, config_id=config_id, status="ok")
+                if r.key in mine and r.median_s and r.median_s > 0 and r.wall_time_s > 0]
+        if rows:
+            sources.append((len(rows), max(r.created_at for r in rows), rows))
+    taken: set[str] = set()
+    groups = []
+    for _, _, rows in sorted(sources, key=lambda s: (s[0], s[1]), reverse=True):
+        rows = [r for r in rows if r.key not in taken]
+        if len(rows) < reuse.min_bricks:
+            continue
+        taken |= {r.key for r in rows}
+        ranked = sorted(rows, key=lambda r: (-counts[r.key] * r.median_s, r.key))
+        step = max(1, round(1 / reuse.share))
+        anchors = ranked[::step]
+        rest = [r for r in ranked if r not in anchors]
+        if not rest:
+            continue
+        groups.append(Anchored(
+            keys=tuple(r.key for r in rest), counts=tuple(counts[r.key] for r in rest),
+            medians_s=tuple(r.median_s for r in rest), mins_s=tuple(r.min_s or r.median_s for r in rest),
+            empties_s=tuple(r.empty_s for r in rest), anchors=tuple(r.key for r in anchors),
+            anchor_medians_s=tuple(r.median_s for r in anchors)))
+    return groups
 
 
 def round_order(dec: Decomposition) -> list[str]:
@@ -53,6 +121,21 @@ def whole_warmed(rounds: RoundsBudget, dec: Decomposition, device: str = "cpu",
     cache = last_level_cache_bytes() if cache_bytes is None else cache_bytes
     if rounds.warm_whole and device.lower() == "cpu" and dec.footprint_bytes() > WARM_WHOLE_MAX_LLC * cache:
         return dataclasses.replace(rounds, warm_whole=False)
+    return rounds
+
+
+def chain_warmed(rounds: RoundsBudget, dec: Decomposition, keys: Collection[str], device: str = "cpu",
+                 cache_bytes: int | None = None) -> RoundsBudget:
+    """``rounds`` without the untimed pass of the chain before its timed one (nor the sweep that
+    follows it) where both ``dec``'s model and the chain of ``keys`` read more than
+    :data:`WARM_WHOLE_MAX_LLC` last-level caches of weights in one run on a CPU: the chain's own
+    reads then leave none of what its next pass reads first, with that pass or without, as inside
+    the model; else ``rounds`` as given."""
+    cache = last_level_cache_bytes() if cache_bytes is None else cache_bytes
+    limit = WARM_WHOLE_MAX_LLC * cache
+    if (rounds.warm_chain and device.lower() == "cpu" and dec.footprint_bytes() > limit
+            and sum(dec.bricks[k].constant_bytes for k in keys) > limit):
+        return dataclasses.replace(rounds, warm_chain=False)
     return rounds
 
 
@@ -84,7 +167,8 @@ def _with_queue_times(measured: Measurement, stored: Measurement | None) -> Meas
 
 def measure_in_rounds(store: Store, dec: Decomposition, runner: Any, whole: Any, system: Any, *,
                       budget: Any = None, rounds: RoundsBudget | None = None, processes: int = ROUND_PROCESSES,
-                      seed: int | None = None, all_bricks: bool = False) -> PairedRounds | None:
+                      seed: int | None = None, all_bricks: bool = False,
+                      reuse: Reuse | None = None) -> PairedRounds | None:
     """Time ``whole`` (``dec``'s model) with each of its bricks that has an ok stored measurement in
     interleaved rounds, in ``processes`` worker processes of ``runner`` one after another (its
     current one, then fresh ones: :func:`~dlbricks.generators.runner.rounds_in_processes`; ``rounds`` the
@@ -106,16 +190,23 @@ def measure_in_rounds(store: Store, dec: Decomposition, runner: Any, whole: Any,
                                      version=runner.backend.describe(runner.config).get("version"))
         _price_reorders(store, [dec], [runner.config], runner.backend, system)
     stored = {k: m for k, m in model_measurements(store, dec, system, runner.config.config_id).items() if m.ok}
-    keys = [sig for sig in round_order(dec) if all_bricks or sig in stored]
+    groups = (anchored_groups(store, dec, system, runner.config.config_id, reuse)
+              if all_bricks and reuse is not None else [])
+    left_out = {k for g in groups for k in g.keys}
+    keys = [sig for sig in round_order(dec) if (all_bricks or sig in stored) and sig not in left_out]
     if not keys:
         return None
     counts = dec.counts()
-    rounds = whole_warmed(rounds or RoundsBudget(), dec, str(getattr(runner.config, "device", "cpu")))
+    device = str(getattr(runner.config, "device", "cpu"))
+    rounds = chain_warmed(whole_warmed(rounds or RoundsBudget(), dec, device), dec, keys, device)
+    sweep = dec.deduplicated_weight_bytes() + sum(dec.bricks[k].constant_bytes for k in left_out)
     paired = rounds_in_processes(runner, whole, [dec.in_context(sig) for sig in keys], [counts[sig] for sig in keys],
                                  rounds, processes=processes, seed=seed, feeds=dec.feeds(keys),
-                                 schedule=dec.schedule(keys), sweep_bytes=dec.deduplicated_weight_bytes())
+                                 schedule=dec.schedule(keys), sweep_bytes=sweep)
     if paired is None:
         return None
+    if groups:
+        paired = with_anchored(paired, groups)
     bricks: Mapping[str, Measurement] = {sig: _with_queue_times(m, stored.get(sig)) for sig, m in paired.bricks.items()}
     for sig, m in bricks.items():
         store.measurements.record(m, system, budget=budget, rule="replace", context=dec.in_context(sig).context,

@@ -17,6 +17,7 @@ import click
 
 from dlbricks import InvalidArgumentError, MissingBricksError
 from dlbricks.benchmarks_db import Store
+from dlbricks.benchmarks_db.rounds import Reuse
 from dlbricks.estimator import (
     Estimate,
     Evaluation,
@@ -598,7 +599,9 @@ def _time_line(ev: Evaluation, rule: str) -> str:
         return (bricks + f"{ev.whole_time_s:.1f} s (setup {ev.whole_setup_s:.1f} s, timed runs "
                 f"{ev.whole_time_s - ev.whole_setup_s:.1f} s): wall speedup {ev.speedup:.2f}x, each side in the same "
                 f"{ev.rounds_s:.1f} s of chained rounds, each model with its bricks (the whole model's untimed runs "
-                "between them, which restore its caches, in neither)")
+                "between them, which restore its caches, in neither)"
+                + (f"; {ev.taken_bricks} bricks of later models taken from earlier models' rounds through anchors "
+                   "timed again" if ev.taken_bricks else ""))
     return (bricks + f"{ev.whole_time_s:.1f} s: wall speedup {ev.speedup:.2f}x{rule}"
             + (f"; then {ev.rounds_s:.1f} s of rounds, each model with its bricks (what the table reads; in "
                "neither figure)" if ev.rounds_s else ""))
@@ -650,11 +653,14 @@ def _name(row: Any) -> str:
 @_cuda_graph_option
 @click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True,
               help="Build every model of the suite at this batch size (a database per batch size keeps names apart).")
+@click.option("--no-reuse", "no_reuse", is_flag=True,
+              help="Chained rounds: time every brick of every model in its own rounds, instead of taking the bricks "
+                   "an earlier model's rounds timed from there through anchors timed again.")
 @handle_errors
 def evaluate_cmd(suite: str, db: str, threads: int | None, opt_level: str | None, device: str | None,
                  plot_dir: Path | None, report_path: Path | None, quiet: bool, granularity: str, budget_name: str,
                  target_ci: float | None, algorithm_sweep: bool, round_design: str | None, cuda_graph: bool,
-                 batch_size: int) -> None:
+                 batch_size: int, no_reuse: bool) -> None:
     """The main job: benchmark the suite's unique bricks, estimate every model, validate.
 
     Prints, per model, layers, unique bricks, measured and estimated latency, error, parallel
@@ -678,7 +684,7 @@ def evaluate_cmd(suite: str, db: str, threads: int | None, opt_level: str | None
         ev = evaluate(models, store, config=config, budget=_BUDGETS[budget_name](),
                       granularity=granularity, say=say, target_ci=target_ci or None,
                       algorithm_sweep=algorithm_sweep, rounds=ROUND_DESIGNS.get(round_design),
-                      cuda_graph=cuda_graph, batch_size=batch_size)
+                      cuda_graph=cuda_graph, batch_size=batch_size, reuse=None if no_reuse else Reuse())
         _print_evaluation(ev)
         if report_path is not None:
             reports = [model_report(r.model, store, config=config, system=ev.system,

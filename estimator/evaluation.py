@@ -19,7 +19,7 @@ import numpy as np
 
 from dlbricks import BrickSet, Decomposition, InvalidArgumentError, ModelGraph, decompose, load_model
 from dlbricks.benchmarks_db import BenchOptions, Store, populate
-from dlbricks.benchmarks_db.rounds import measure_in_rounds
+from dlbricks.benchmarks_db.rounds import Reuse, measure_in_rounds
 from dlbricks.generators import Budget, Measurement, OrtConfig, benchmark, collect_system_info, get_backend
 from dlbricks.generators.budget import PILOT_BUDGET
 from dlbricks.generators.measurement import pool
@@ -164,6 +164,7 @@ class Evaluation:
     bricks_in_rounds: bool = False  # the rounds measured both sides (chained): each side's time is its own
     lock_waited_s: float = 0.0  # seconds waited for another dlbricks process's timing (in no time above)
     batch_size: int = 1  # every model built at this batch
+    taken_bricks: int = 0  # chained rounds: bricks of a model taken from an earlier model's rounds through anchors
 
     @property
     def layer_rows(self) -> tuple[EvaluationRow, ...]:
@@ -221,7 +222,8 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
              budget: Budget | None = None, lower_bound_sweep: bool = True,
              granularity: str = "layer", say: Callable[[str], object] = lambda s: None,
              target_ci: float | None = None, algorithm_sweep: bool = False,
-             rounds: RoundsBudget | None = None, cuda_graph: bool = False, batch_size: int = 1) -> Evaluation:
+             rounds: RoundsBudget | None = None, cuda_graph: bool = False, batch_size: int = 1,
+             reuse: Reuse | None = Reuse()) -> Evaluation:
     """Run the main job over zoo models (names) and return the table.
 
     Bricks are measured once each in the estimate's configuration, and (``lower_bound_sweep``) once
@@ -260,6 +262,12 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     (:func:`~dlbricks.estimator.api.graph_config`), after its rounds, and set beside its estimate's
     ``graph_s`` (its kernels back to back); a model the runtime cannot capture gets the reason.
 
+    ``reuse`` (chained rounds): the bricks that an earlier model's rounds timed are taken from there
+    where enough of them come from one such model, and only a share of them, its anchors, is timed
+    again in the later model's rounds, which bring the rest to their moment
+    (:func:`~dlbricks.benchmarks_db.rounds.measure_in_rounds`); None to time every brick of every
+    model in its own rounds.
+
     ``rounds`` is the rounds' budget (default :func:`~dlbricks.estimator.api.default_rounds`:
     :data:`~dlbricks.estimator.api.CHAINED_ROUNDS`, rounds of single calls on bricks prepared as a
     chain, for layer and fused bricks where the backend chains bricks on a CPU, else :data:`PAIRED_ROUNDS`,
@@ -288,7 +296,8 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     rounds = rounds or default_rounds(config, granularity)
     bricks_in_rounds = _bricks_in_rounds(rounds, config)
     whole_time, whole_setup, rounds_s, paired = _measure_suite(graphs, brickset, turns, store, system, config,
-                                                                 budget, say, rounds)
+                                                                 budget, say, rounds, reuse)
+    taken = sum(p.rounds.derived for p in paired.values())
     if sweep:
         _sweep_algorithms(brickset, sweep, store, system, backend_name(config), say)
     brick_records = store.measurements.bricks(system=system, config_id=config.config_id,
@@ -312,7 +321,7 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
                       brick_setup_s=turns[0].setup_s, brick_timed_s=turns[0].timed_s, target_ci=target_ci,
                       worst_ci=max(turns[0].cis) if turns[0].cis else None, rounds_s=rounds_s,
                       lock_waited_s=lock_waited_s() - waited, bricks_in_rounds=bricks_in_rounds,
-                      whole_setup_s=whole_setup, batch_size=batch_size)
+                      whole_setup_s=whole_setup, batch_size=batch_size, taken_bricks=taken)
 
 
 #: Ops whose kernels a library chooses among algorithms (cuDNN's convolution search, cuBLAS with or
@@ -424,7 +433,8 @@ def _calibrate_once(store: Store, system: SystemInfo, config: Any, say: Callable
 
 def _measure_suite(graphs: Mapping[str, ModelGraph], brickset: BrickSet, turns: Sequence[_Turns], store: Store,
                    system: SystemInfo, config: Any, budget: Budget, say: Callable[[str], object],
-                   rounds: RoundsBudget = PAIRED_ROUNDS) -> tuple[float, float, float, dict[str, PairedRounds]]:
+                   rounds: RoundsBudget = PAIRED_ROUNDS,
+                   reuse: Reuse | None = None) -> tuple[float, float, float, dict[str, PairedRounds]]:
     """Measure the suite model by model; returns the whole models' benchmarking time, its setup
     in chained rounds, the rounds' time and each model's rounds.
 
@@ -461,7 +471,7 @@ def _measure_suite(graphs: Mapping[str, ModelGraph], brickset: BrickSet, turns: 
             if first is None or first.ok:
                 for k, turn in enumerate(turns):
                     result = _in_rounds(store, turn.brickset.models[name], runner, graph, system, budget, seed, say,
-                                        rounds)
+                                        rounds, reuse)
                     if result is None:
                         if chained:  # nothing else measures its bricks: measure them apart
                             turn.measure(name, store, workers, backend, budget, system, say)
@@ -491,19 +501,22 @@ def _measure_suite(graphs: Mapping[str, ModelGraph], brickset: BrickSet, turns: 
 
 def _in_rounds(store: Store, dec: Decomposition, runner: Runner, graph: ModelGraph, system: SystemInfo,
                budget: Budget, seed: int, say: Callable[[str], object],
-               rounds: RoundsBudget = PAIRED_ROUNDS) -> PairedRounds | None:
+               rounds: RoundsBudget = PAIRED_ROUNDS, reuse: Reuse | None = None) -> PairedRounds | None:
     """``dec``'s model and its bricks in rounds (:data:`PAIRED_ROUNDS` in each of
     :data:`~dlbricks.generators.runner.ROUND_PROCESSES` workers of ``runner``: the one that measured the
     model's new bricks, then fresh ones); None where they failed."""
     result = measure_in_rounds(store, dec, runner, graph, system, budget=budget, rounds=rounds, seed=seed,
-                               all_bricks=_bricks_in_rounds(rounds, runner.config))
+                               all_bricks=_bricks_in_rounds(rounds, runner.config), reuse=reuse)
     if result is None:
         reason = getattr(runner, "rounds_error", None) or "no process finished its rounds"
         say(f"{dec.model}: its rounds failed ({reason}); its bricks measured apart, its whole model apart")
         return None
     ratio, low, high = result.ratio()
+    taken = result.rounds.derived
+    anchored = (f" ({taken} of them taken from earlier models' rounds through anchors among the rest, "
+                f"+-{100 * result.transfer_half_width:.1f}%)" if taken else "")
     say(f"{dec.model}: {result.rounds.count} rounds of the whole model and {len(result.bricks)} {dec.granularity} "
-        f"bricks in {len(result.rounds.groups())} processes, {result.rounds.elapsed_s:.1f} s; whole {1e3 * result.whole.median_s:.2f} ms, swing "
+        f"bricks{anchored} in {len(result.rounds.groups())} processes, {result.rounds.elapsed_s:.1f} s; whole {1e3 * result.whole.median_s:.2f} ms, swing "
         f"{result.rounds.swing():.2f}x (p90/p10); bricks' sum over whole {ratio:.3f} [{low:.3f}, {high:.3f}]")
     return result
 

@@ -32,7 +32,13 @@ from .harness import Clock, Timing, time_calls, timing_to_measurement
 from .measurement import Measurement
 from .stats import relative_ci_width
 
-__all__ = ["PairedRounds", "Rounds", "RoundsBudget", "merge_paired", "paired_ratio", "sweeper", "time_rounds"]
+__all__ = ["Anchored", "PairedRounds", "Rounds", "RoundsBudget", "merge_paired", "paired_ratio", "sweeper",
+           "time_rounds", "with_anchored"]
+
+#: The spread of single bricks' ratios (now over then) assumed where a model's rounds have fewer than
+#: three anchors to measure it from (:func:`with_anchored`): the order of what one minute of this
+#: kind of machine differs from the next.
+DEFAULT_TRANSFER_SPREAD = 0.10
 
 #: The share of a worker process's rounds cut from each end before the bricks' and the ratio's
 #: means over the rest (:meth:`Rounds.central_weights`): 0.4 keeps the middle fifth.
@@ -47,7 +53,9 @@ class RoundsBudget:
     95% confidence interval of the median per-round ratio (the bricks' sum over the whole model)
     is narrower than ``rel_ci`` of it, or until ``max_rounds`` rounds or ``max_time`` seconds (the
     rounds are then flagged as not converged), whichever comes first; ``max_time`` gives way to
-    ``min_rounds`` (a model of seconds gets its least rounds all the same).
+    ``min_rounds`` (a model of seconds gets its least rounds all the same), down to ``least_rounds``
+    once ``long_time`` seconds are spent (a model of several seconds a run, whose every round averages
+    its phases already).
 
     ``warm_whole``: an untimed run of the whole model before its timed one in each round, so that
     the timed run finds the caches as a model run in a loop leaves them, not as the bricks did.
@@ -84,6 +92,8 @@ class RoundsBudget:
     brick_time: float = 0.002
     chained: bool = False
     warm_chain: bool = False
+    least_rounds: int | None = None
+    long_time: float = math.inf
 
     def __post_init__(self) -> None:
         for name in ("min_rounds", "max_rounds"):
@@ -93,7 +103,12 @@ class RoundsBudget:
         if self.max_rounds < self.min_rounds:
             raise InvalidArgumentError(f"RoundsBudget.max_rounds ({self.max_rounds}) must be at least "
                                        f"min_rounds ({self.min_rounds}).")
-        for name in ("min_time", "max_time", "rel_ci", "brick_warmup", "brick_time"):
+        least = self.least_rounds
+        if least is not None and (isinstance(least, bool) or not isinstance(least, int)
+                                  or not 1 <= least <= self.min_rounds):
+            raise InvalidArgumentError(f"RoundsBudget.least_rounds must be an int in [1, min_rounds "
+                                       f"({self.min_rounds})] or None. Got {least!r} instead.")
+        for name in ("min_time", "max_time", "rel_ci", "brick_warmup", "brick_time", "long_time"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise InvalidArgumentError(f"RoundsBudget.{name} must be a number >= 0. Got {value!r} instead.")
@@ -127,6 +142,10 @@ class Rounds:
     calls : tuple of int
         Per brick, its calls a round where a chained round's schedule runs it more than once (its
         ``bricks_s`` then the mean of them); empty where each brick is called once a round.
+    derived : int
+        How many of the last bricks were not timed in these rounds: their per-round times are their
+        measurements from earlier rounds brought to each round's moment by anchors that were
+        (:func:`with_anchored`); they cost nothing here.
     converged : bool
         Whether the ratio's CI met the budget's ``rel_ci`` before ``max_rounds`` or ``max_time``.
     elapsed_s : float
@@ -144,6 +163,7 @@ class Rounds:
     prepare_s: float = 0.0
     hold_s: float = 0.0
     calls: tuple[int, ...] = ()
+    derived: int = 0
 
     @property
     def count(self) -> int:
@@ -152,10 +172,12 @@ class Rounds:
 
     def bricks_timed_s(self) -> float:
         """Seconds of the bricks' calls and their floor models' calls over every round: what timing
-        the bricks cost, beside :attr:`prepare_s`."""
-        each = self.calls or (1,) * len(self.bricks_s)
-        calls = sum(n * sum(row) for n, row in zip(each, self.bricks_s, strict=True))
-        floors = sum(n * sum(row) for n, row in zip(each, self.empties_s, strict=True) if row is not None)
+        the bricks cost, beside :attr:`prepare_s` (the :attr:`derived` bricks' rows were not timed
+        and count nothing)."""
+        timed = len(self.bricks_s) - self.derived
+        each = (self.calls or (1,) * len(self.bricks_s))[:timed]
+        calls = sum(n * sum(row) for n, row in zip(each, self.bricks_s[:timed], strict=True))
+        floors = sum(n * sum(row) for n, row in zip(each, self.empties_s[:timed], strict=True) if row is not None)
         return float(calls + floors)
 
     def whole_timed_s(self) -> float:
@@ -326,6 +348,8 @@ def time_rounds(whole: Any, bricks: Sequence[Any], counts: Sequence[int], budget
     order: list[bool] = []
     start = clock()
     min_ns, max_ns = int(budget.min_time * 1e9), int(budget.max_time * 1e9)
+    long_ns = budget.long_time * 1e9
+    least = budget.least_rounds or budget.min_rounds
     next_check = budget.min_rounds
     converged = False
 
@@ -385,7 +409,8 @@ def time_rounds(whole: Any, bricks: Sequence[Any], counts: Sequence[int], budget
         empties_s.append(e)
         order.append(first)
         done, spent = len(whole_ns), clock() - start
-        if done >= budget.max_rounds or (spent >= max_ns and done >= budget.min_rounds):
+        if (done >= budget.max_rounds or (spent >= max_ns and done >= budget.min_rounds)
+                or (spent >= long_ns and done >= least)):
             break
         if done >= next_check and spent >= min_ns:
             ratios = (np.asarray(bricks_s) @ weights) / (np.asarray(whole_ns, dtype=np.float64) / 1e9)
@@ -435,17 +460,25 @@ def _checked_schedule(schedule: Sequence[int] | None, bricks: int, budget: Round
 @dataclass(frozen=True, slots=True)
 class PairedRounds:
     """A model's rounds as measurements: the whole model's and each brick's (by key), every one a
-    summary of its runs over the same rounds, and the rounds themselves."""
+    summary of its runs over the same rounds, and the rounds themselves. ``transfer_half_width``:
+    the relative 95% half-width that bricks taken from earlier rounds through anchors add to the
+    ratio (:func:`with_anchored`; 0 where none were)."""
 
     whole: Measurement
     bricks: Mapping[str, Measurement]
     rounds: Rounds
     keys: tuple[str, ...]
     counts: tuple[int, ...]
+    transfer_half_width: float = 0.0
 
     def ratio(self) -> tuple[float, float, float]:
-        """:func:`paired_ratio` of these rounds."""
-        return paired_ratio(self.rounds, self.counts)
+        """:func:`paired_ratio` of these rounds, its interval widened in quadrature by
+        :attr:`transfer_half_width`."""
+        ratio, low, high = paired_ratio(self.rounds, self.counts)
+        if self.transfer_half_width <= 0 or not math.isfinite(ratio):
+            return ratio, low, high
+        extra = self.transfer_half_width * ratio
+        return ratio, ratio - math.hypot(ratio - low, extra), ratio + math.hypot(high - ratio, extra)
 
 
 def rounds_measurements(rounds: Rounds, whole_key: str, keys: Sequence[str], counts: Sequence[int],
@@ -468,12 +501,13 @@ def rounds_measurements(rounds: Rounds, whole_key: str, keys: Sequence[str], cou
     speed = rounds.speed_factors()
     central = rounds.central_weights(rounds.sums(counts) * speed)
 
-    prepare_each = rounds.prepare_s / len(keys) if keys else 0.0
+    timed = len(keys) - rounds.derived
+    prepare_each = rounds.prepare_s / timed if timed > 0 else 0.0
 
     def summary(key: str, samples: Sequence[float], empties: Sequence[float] | None,
-                fastest: float | None = None, scaled: bool = True, calls: int = 1) -> Measurement:
+                fastest: float | None = None, scaled: bool = True, calls: int = 1, derived: bool = False) -> Measurement:
         spent, raw_min = float(sum(samples)), float(min(samples)) if len(samples) else math.nan
-        wall = (rounds.elapsed_s if not scaled else
+        wall = (rounds.elapsed_s if not scaled else 0.0 if derived else
                 prepare_each + calls * (spent + (float(sum(empties)) if empties is not None else 0.0)))
         if scaled:
             samples = np.asarray(samples, dtype=np.float64) * speed
@@ -494,9 +528,9 @@ def rounds_measurements(rounds: Rounds, whole_key: str, keys: Sequence[str], cou
 
     fastest = rounds.bricks_min_s or (None,) * len(keys)
     calls = rounds.calls or (1,) * len(keys)
-    bricks = {key: summary(key, samples, empties, low, calls=n)
-              for key, samples, empties, low, n in zip(keys, rounds.bricks_s, rounds.empties_s, fastest, calls,
-                                                       strict=True)}
+    bricks = {key: summary(key, samples, empties, low, calls=n, derived=i >= timed)
+              for i, (key, samples, empties, low, n) in enumerate(zip(keys, rounds.bricks_s, rounds.empties_s,
+                                                                      fastest, calls, strict=True))}
     whole = summary(whole_key, rounds.whole_s, None, scaled=False)
     return PairedRounds(whole, bricks, rounds, tuple(keys), tuple(int(c) for c in counts))
 
@@ -545,3 +579,99 @@ def merge_paired(parts: Sequence[PairedRounds]) -> PairedRounds:
     return rounds_measurements(merged, whole.key, keys, counts, whole.backend, whole.config,
                                floor_s=float(np.median(floors)) if floors else None, node_s=whole.node_s,
                                keep_samples=whole.samples_s is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class Anchored:
+    """Bricks of a model that its rounds do not time, all measured at one earlier moment (another
+    model's rounds), and the anchors that bring them to this moment: bricks of the same earlier
+    moment timed again in these rounds.
+
+    ``keys``, ``counts`` (occurrences in this model), ``medians_s``, ``mins_s`` and ``empties_s``
+    (None where no floor model ran beside it) describe the bricks not timed, from their stored
+    measurements; ``anchors`` are keys of the rounds and ``anchor_medians_s`` their stored medians from
+    the same earlier moment."""
+
+    keys: tuple[str, ...]
+    counts: tuple[int, ...]
+    medians_s: tuple[float, ...]
+    mins_s: tuple[float, ...]
+    empties_s: tuple[float | None, ...]
+    anchors: tuple[str, ...]
+    anchor_medians_s: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        lengths = {len(self.keys), len(self.counts), len(self.medians_s), len(self.mins_s), len(self.empties_s)}
+        if len(lengths) != 1 or len(self.anchors) != len(self.anchor_medians_s) or not self.anchors:
+            raise InvalidArgumentError("Anchored needs one count, median, min and empty per key, and at least one "
+                                       "anchor with one stored median each.")
+        if any(not t > 0 for t in (*self.medians_s, *self.anchor_medians_s)):
+            raise InvalidArgumentError("Anchored needs stored medians above 0.")
+
+
+def _kish(weights: np.ndarray) -> float:
+    """The effective number of samples of ``weights`` (Kish): (sum w)^2 / sum w^2."""
+    total = float(np.sum(weights))
+    return total * total / float(np.sum(weights * weights)) if total > 0 else 0.0
+
+
+def with_anchored(paired: PairedRounds, groups: Sequence[Anchored], *, confidence: float = 0.95) -> PairedRounds:
+    """``paired`` with the bricks of ``groups`` joined as if timed in its rounds, each round's time
+    of such a brick its stored median times the round's factor of its group: its anchors' weighted
+    sum in that round over their stored sum (their times, times their counts). So a slow phase that
+    met the round moves it as it moves the anchors, and the model's per-round ratio, its bricks' and
+    its interval are those of rounds that timed every brick, less what the factor leaves out.
+
+    A group whose anchors did not all finish their rounds is left out. What the factor leaves out is
+    how far a brick's own ratio (now over then) strays from its anchors': the weighted spread ``s``
+    of the anchors' ratios (for a group of fewer than three anchors, the spread pooled over every
+    group's anchors about their group's, or :data:`DEFAULT_TRANSFER_SPREAD` where that has fewer
+    than two degrees of freedom) makes each group's
+    stored sum ``W`` uncertain by ``z * s * sqrt(1/n_a + 1/n_b) * W``, with ``n_a`` and ``n_b`` the
+    effective numbers (Kish) of anchors and bricks by weight, as two samples of one population of
+    ratios; in quadrature over groups, over the estimate, that is the result's
+    ``transfer_half_width``."""
+    from scipy import stats
+
+    at = {k: i for i, k in enumerate(paired.keys)}
+    usable = [g for g in groups if all(a in at for a in g.anchors) and not set(g.keys) & set(at)]
+    if not usable:
+        return paired
+    r = paired.rounds
+    times = np.asarray(r.bricks_s, dtype=np.float64)
+    counts = dict(zip(paired.keys, paired.counts, strict=True))
+    rows: list[tuple[float, ...]] = []
+    empties: list[tuple[float, ...] | None] = []
+    for g in usable:
+        weights = np.array([counts[a] for a in g.anchors], dtype=np.float64)
+        factor = (weights @ times[[at[a] for a in g.anchors]]) / float(weights @ np.asarray(g.anchor_medians_s))
+        rows += [tuple((factor * t).tolist()) for t in g.medians_s]
+        empties += [None if e is None else tuple((factor * e).tolist()) for e in g.empties_s]
+    keys = [*paired.keys, *(k for g in usable for k in g.keys)]
+    all_counts = [*paired.counts, *(c for g in usable for c in g.counts)]
+    rounds = replace(r, bricks_s=r.bricks_s + tuple(rows), empties_s=r.empties_s + tuple(empties),
+                     bricks_min_s=(r.bricks_min_s + tuple(m for g in usable for m in g.mins_s)) if r.bricks_min_s else (),
+                     calls=(r.calls + (1,) * len(rows)) if r.calls else (), derived=r.derived + len(rows))
+    whole = paired.whole
+    joined = rounds_measurements(rounds, whole.key, keys, all_counts, whole.backend, whole.config,
+                                 floor_s=whole.floor_s, node_s=whole.node_s, keep_samples=whole.samples_s is not None)
+    deviations: list[float] = []  # each anchor's ratio less its group's, over all groups
+    groups_seen = []
+    for g in usable:
+        weight = np.array([counts[a] for a in g.anchors]) * np.asarray(g.anchor_medians_s)
+        ratios = np.array([joined.bricks[a].median_s or math.nan for a in g.anchors]) / np.asarray(g.anchor_medians_s)
+        centre = float(weight @ ratios / weight.sum())
+        n = len(g.anchors)
+        spread = float(np.sqrt(weight @ (ratios - centre) ** 2 / weight.sum() * n / (n - 1))) if n >= 3 else math.nan
+        deviations += (ratios - centre).tolist()
+        groups_seen.append((n, spread, centre, _kish(weight)))
+    dof = len(deviations) - len(groups_seen)
+    pooled = (math.sqrt(sum(d * d for d in deviations) / dof) if dof >= 2 else DEFAULT_TRANSFER_SPREAD)
+    z = float(stats.norm.ppf(0.5 + confidence / 2))
+    variance = 0.0
+    for g, (n, spread, centre, n_a) in zip(usable, groups_seen, strict=True):
+        stored = np.asarray(g.counts, dtype=np.float64) * np.asarray(g.medians_s)
+        s_g = spread if n >= 3 else pooled
+        variance += (z * s_g * math.sqrt(1 / n_a + 1 / _kish(stored)) * centre * float(stored.sum())) ** 2
+    estimate = sum(c * (joined.bricks[k].median_s or 0.0) for k, c in zip(keys, all_counts, strict=True))
+    return replace(joined, transfer_half_width=math.sqrt(variance) / estimate if estimate > 0 else 0.0)

@@ -271,6 +271,27 @@ def test_a_model_far_larger_than_the_cache_runs_whole_without_an_untimed_run_bef
     assert whole_warmed(CHAINED_ROUNDS, dec, "cpu", cache_bytes=big).warm_chain  # the bricks' side stands
 
 
+def test_a_chain_whose_weights_far_exceed_the_cache_runs_without_an_untimed_pass_before_each_timed_one() -> None:
+    """Where the model and the chain itself each read more than twice the last-level cache of
+    weights, the chain's untimed pass leaves none of what its timed pass reads first: it is left
+    out; a chain within the cache (all of it, or the few bricks of a chain of anchors), or on a GPU,
+    keeps it."""
+    from dlbricks.benchmarks_db.rounds import WARM_WHOLE_MAX_LLC, chain_warmed
+    from dlbricks.estimator.api import CHAINED_ROUNDS
+
+    dec = dlbricks.decompose(dlbricks.load_model(resnet_like(), name="resnet_like", batch_size=1))
+    keys = list(dec.bricks)
+    weights = sum(dec.bricks[k].constant_bytes for k in keys)
+    big = int(min(weights, dec.footprint_bytes()) / WARM_WHOLE_MAX_LLC) - 1
+    assert chain_warmed(CHAINED_ROUNDS, dec, keys, "cpu", cache_bytes=big).warm_chain is False
+    assert chain_warmed(CHAINED_ROUNDS, dec, keys, "cpu", cache_bytes=big).warm_whole  # the whole side stands
+    assert chain_warmed(CHAINED_ROUNDS, dec, keys, "cpu", cache_bytes=int(weights / WARM_WHOLE_MAX_LLC) + 1) \
+        is CHAINED_ROUNDS
+    lightest = min(keys, key=lambda k: dec.bricks[k].constant_bytes)
+    assert chain_warmed(CHAINED_ROUNDS, dec, [lightest], "cpu", cache_bytes=big) is CHAINED_ROUNDS
+    assert chain_warmed(CHAINED_ROUNDS, dec, keys, "cuda", cache_bytes=big) is CHAINED_ROUNDS
+
+
 def test_a_chain_is_for_the_cpu() -> None:
     with pytest.raises(dlbricks.InvalidArgumentError, match="CPU only"):
         OrtBackend().prepare_chain([], OrtConfig(device="cuda"))

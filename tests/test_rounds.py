@@ -104,6 +104,18 @@ def test_rounds_give_up_at_their_time_limit_but_not_before_their_least_rounds() 
     assert rounds.count == 3 and not rounds.converged
 
 
+def test_rounds_of_seconds_stop_at_their_least_rounds_once_their_long_time_is_spent() -> None:
+    """A model whose round takes seconds: past ``long_time`` its rounds stop at ``least_rounds``, not
+    ``min_rounds``; a model of short rounds is not affected."""
+    clock = PhasedClock()
+    budget = RoundsBudget(min_rounds=10, max_time=3.0, rel_ci=0.0, least_rounds=4, long_time=15.0)
+    slow = [FakeRun(clock, 1e6 * us / WHOLE_US) for us in BRICKS_US]  # a second a round of bricks, about
+    rounds = time_rounds(FakeRun(clock, 2e6), slow, COUNTS, budget, clock=clock)  # and 2 s of whole model
+    assert rounds.count == 4 and not rounds.converged
+    quick = time_rounds(FakeRun(clock, WHOLE_US), _bricks(clock), COUNTS, budget, clock=clock)
+    assert quick.count >= 10
+
+
 def _process(seed: int, brick_bias: float, whole_bias: float) -> object:
     """One worker process's rounds, on a phased machine where that process runs the heaviest brick
     ``brick_bias`` and the whole model ``whole_bias`` times as slow as its layout-free speed."""
@@ -158,7 +170,8 @@ def test_further_processes_only_while_the_processes_disagree() -> None:
     assert _processes_agree([_process(1, 1.15, 1.0)], 0.02)  # one process: nothing to compare
 
 
-@pytest.mark.parametrize("bad", [{"min_rounds": 0}, {"max_rounds": 2, "min_rounds": 3}, {"max_time": -1.0},
+@pytest.mark.parametrize("bad", [{"least_rounds": 0}, {"min_rounds": 4, "least_rounds": 5}, {"long_time": -1},
+                                 {"min_rounds": 0}, {"max_rounds": 2, "min_rounds": 3}, {"max_time": -1.0},
                                  {"brick_time": "1"}, {"min_rounds": True}])
 def test_a_rounds_budget_refuses_what_cannot_run(bad: dict) -> None:
     with pytest.raises(InvalidArgumentError, match="RoundsBudget"):
