@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -392,16 +392,37 @@ def _check_granularity(granularity: str, config: Any) -> None:
                                    "--opt-level basic, extended or all.")
 
 
+class _Built(Mapping[str, ModelGraph]):
+    """The suite's zoo models by name, each built at ``batch_size`` when asked and not kept: the full
+    zoo's weights (some 10 GB) do not fit beside the rest of a job in the memory of a small machine,
+    and building a model again takes a fraction of a second (the zoo builds in about 10 s)."""
+
+    def __init__(self, models: Sequence[str], batch_size: int) -> None:
+        self._models = list(dict.fromkeys(models))
+        self._batch_size = batch_size
+
+    def __getitem__(self, name: str) -> ModelGraph:
+        if name not in self._models:
+            raise KeyError(name)
+        return load_model(build(name, batch_size=self._batch_size), name=name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._models)
+
+    def __len__(self) -> int:
+        return len(self._models)
+
+
 def _decompose_suite(models: Sequence[str], store: Store, granularity: str, config: Any,
-                     batch_size: int = 1) -> tuple[dict[str, ModelGraph], BrickSet, BrickSet]:
-    """Build each zoo model at ``batch_size`` and decompose it, storing it; each model's graph (built
-    once: the rounds run it whole), the bricks of ``granularity`` and, with "both", the layer bricks
-    beside them (else an empty set)."""
+                     batch_size: int = 1) -> tuple[Mapping[str, ModelGraph], BrickSet, BrickSet]:
+    """Build each zoo model at ``batch_size`` and decompose it, storing it; the models' graphs (built
+    again when asked: :class:`_Built`), the bricks of ``granularity`` and, with "both", the layer
+    bricks beside them (else an empty set)."""
     options = {} if granularity == "layer" else fusion_options(config)
-    graphs: dict[str, ModelGraph] = {}
+    graphs = _Built(models, batch_size)
     brickset, layer_set = BrickSet(), BrickSet()
     for name in models:
-        graph = graphs[name] = load_model(build(name, batch_size=batch_size), name=name)
+        graph = load_model(build(name, batch_size=batch_size), name=name)
         dec = decompose(graph, "layer" if granularity == "layer" else "fused", **options)
         store.models.add(dec, graph.source)
         brickset.add(dec)
