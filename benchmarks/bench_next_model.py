@@ -86,7 +86,8 @@ def main() -> int:
 def _timed_again(store: Store, dec, system: str, config: OrtConfig) -> set[str]:
     """The bricks of ``dec`` that its chained rounds would time with the others' bricks stored: all
     but those taken through anchors from the rounds of the other models in the database."""
-    taken = {k for g in anchored_groups(store, dec, system, config.config_id, Reuse(), again=True) for k in g.keys}
+    taken = {k for g in anchored_groups(store, dec, system, config.config_id, Reuse(), again=True)
+             for k in set(g.keys) - set(g.feeders)}
     return set(dec.bricks) - taken
 
 

@@ -50,10 +50,11 @@ class Reuse:
     there, with the other bricks of that earlier moment that this model uses, where that moment
     holds at least ``min_bricks`` of them; ``share`` of them, by rank of weight in this model
     (occurrences times stored median: the heaviest, then every ``round(1 / share)``-th), are timed
-    again in the rounds as its anchors (:class:`~dlbricks.generators.rounds.Anchored`), each with the
-    brick that writes its first input in the model, so that it reads that input as the model's
-    layer does, just written (a Relu whose input the chain did not write ran 1.2-2.8x its time in
-    the model's own rounds)."""
+    again in the rounds as its anchors (:class:`~dlbricks.generators.rounds.Anchored`). An anchor
+    reads its first input as the model's layer does, just written: the brick that writes it runs
+    before it in the chain (its feeder, whose figure is taken all the same: what it reads, nothing
+    in the chain wrote), and only bricks whose writer costs no more than themselves are sampled. A
+    Relu whose input the chain did not write ran 1.2-2.8x its time in the model's own rounds."""
 
     share: float = 0.25
     min_bricks: int = 4
@@ -97,26 +98,34 @@ def anchored_groups(store: Store, dec: Decomposition, system: Any, config_id: st
         if len(rows) < reuse.min_bricks:
             continue
         taken |= {r.key for r in rows}
-        ranked = sorted(rows, key=lambda r: (-counts[r.key] * r.median_s, r.key))
-        chosen.append((ranked, {r.key for r in ranked[::max(1, round(1 / reuse.share))]}))
-    producers = set()  # an anchor reads what the brick before it wrote: that brick is timed too
-    for _, anchors in chosen:
-        for key in anchors:
-            before = dec.previous(key)
-            if before is not None:
-                producers.add(before.signature)
+        chosen.append(sorted(rows, key=lambda r: (-counts[r.key] * r.median_s, r.key)))
+    stored = {r.key: r.median_s for rows in chosen for r in rows}
+
+    def writer(key: str) -> str | None:
+        """The taken brick that writes ``key``'s first input in the model, if any."""
+        before = dec.previous(key)
+        return before.signature if before is not None and before.signature in taken else None
+
+    def fit(key: str) -> bool:  # an anchor whose writer, run before it, costs no more than itself
+        w = writer(key)
+        return w is None or stored[w] <= stored[key]
+
+    step = max(1, round(1 / reuse.share))
+    sampled = [{r.key for r in [r for r in ranked if fit(r.key)][::step]} for ranked in chosen]
+    anchors = set().union(*sampled)
+    feeders = {w for key in anchors if (w := writer(key)) is not None and w not in anchors}
     groups = []
-    for ranked, anchors in chosen:
-        anchors |= {r.key for r in ranked if r.key in producers}
-        rest = [r for r in ranked if r.key not in anchors]
-        if not rest:
+    for ranked, mine_anchors in zip(chosen, sampled, strict=True):
+        rest = [r for r in ranked if r.key not in mine_anchors]
+        kept = [r for r in ranked if r.key in mine_anchors]
+        if not rest or not kept:
             continue
-        kept = [r for r in ranked if r.key in anchors]
         groups.append(Anchored(
             keys=tuple(r.key for r in rest), counts=tuple(counts[r.key] for r in rest),
             medians_s=tuple(r.median_s for r in rest), mins_s=tuple(r.min_s or r.median_s for r in rest),
             empties_s=tuple(r.empty_s for r in rest), anchors=tuple(r.key for r in kept),
-            anchor_medians_s=tuple(r.median_s for r in kept)))
+            anchor_medians_s=tuple(r.median_s for r in kept),
+            feeders=tuple(r.key for r in rest if r.key in feeders)))
     return groups
 
 
@@ -204,7 +213,7 @@ def measure_in_rounds(store: Store, dec: Decomposition, runner: Any, whole: Any,
     stored = {k: m for k, m in model_measurements(store, dec, system, runner.config.config_id).items() if m.ok}
     groups = (anchored_groups(store, dec, system, runner.config.config_id, reuse)
               if all_bricks and reuse is not None else [])
-    left_out = {k for g in groups for k in g.keys}
+    left_out = {k for g in groups for k in g.keys} - {k for g in groups for k in g.feeders}
     keys = [sig for sig in round_order(dec) if (all_bricks or sig in stored) and sig not in left_out]
     if not keys:
         return None

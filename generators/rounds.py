@@ -588,9 +588,11 @@ class Anchored:
     moment timed again in these rounds.
 
     ``keys``, ``counts`` (occurrences in this model), ``medians_s``, ``mins_s`` and ``empties_s``
-    (None where no floor model ran beside it) describe the bricks not timed, from their stored
-    measurements; ``anchors`` are keys of the rounds and ``anchor_medians_s`` their stored medians from
-    the same earlier moment."""
+    (None where no floor model ran beside it) describe the bricks whose figures are taken, from their
+    stored measurements; ``anchors`` are keys of the rounds and ``anchor_medians_s`` their stored
+    medians from the same earlier moment. ``feeders``: those of ``keys`` that the rounds run all the
+    same, to write an anchor's input just before it as the model does; their calls cost what they
+    cost, but their figures are taken too (what they read, no brick of the chain wrote)."""
 
     keys: tuple[str, ...]
     counts: tuple[int, ...]
@@ -599,12 +601,15 @@ class Anchored:
     empties_s: tuple[float | None, ...]
     anchors: tuple[str, ...]
     anchor_medians_s: tuple[float, ...]
+    feeders: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         lengths = {len(self.keys), len(self.counts), len(self.medians_s), len(self.mins_s), len(self.empties_s)}
         if len(lengths) != 1 or len(self.anchors) != len(self.anchor_medians_s) or not self.anchors:
             raise InvalidArgumentError("Anchored needs one count, median, min and empty per key, and at least one "
                                        "anchor with one stored median each.")
+        if not set(self.feeders) <= set(self.keys) or set(self.anchors) & set(self.keys):
+            raise InvalidArgumentError("Anchored's feeders must be among its keys, and its anchors not.")
         if any(not t > 0 for t in (*self.medians_s, *self.anchor_medians_s)):
             raise InvalidArgumentError("Anchored needs stored medians above 0.")
 
@@ -622,7 +627,9 @@ def with_anchored(paired: PairedRounds, groups: Sequence[Anchored], *, confidenc
     met the round moves it as it moves the anchors, and the model's per-round ratio, its bricks' and
     its interval are those of rounds that timed every brick, less what the factor leaves out.
 
-    A group whose anchors did not all finish their rounds is left out. What the factor leaves out is
+    A feeder's row in the rounds stays as what its calls cost, with no weight in the sums; its figure
+    is taken as the others'. A group whose anchors did not all finish their rounds is left out. What
+    the factor leaves out is
     how far a brick's own ratio (now over then) strays from its anchors': the weighted spread ``s``
     of the anchors' ratios (for a group of fewer than three anchors, the spread pooled over every
     group's anchors about their group's, or :data:`DEFAULT_TRANSFER_SPREAD` where that has fewer
@@ -634,9 +641,10 @@ def with_anchored(paired: PairedRounds, groups: Sequence[Anchored], *, confidenc
     from scipy import stats
 
     at = {k: i for i, k in enumerate(paired.keys)}
-    usable = [g for g in groups if all(a in at for a in g.anchors) and not set(g.keys) & set(at)]
+    usable = [g for g in groups if all(a in at for a in g.anchors) and not (set(g.keys) - set(g.feeders)) & set(at)]
     if not usable:
         return paired
+    fed = {k for g in usable for k in g.feeders if k in at}
     r = paired.rounds
     times = np.asarray(r.bricks_s, dtype=np.float64)
     counts = dict(zip(paired.keys, paired.counts, strict=True))
@@ -648,13 +656,17 @@ def with_anchored(paired: PairedRounds, groups: Sequence[Anchored], *, confidenc
         rows += [tuple((factor * t).tolist()) for t in g.medians_s]
         empties += [None if e is None else tuple((factor * e).tolist()) for e in g.empties_s]
     keys = [*paired.keys, *(k for g in usable for k in g.keys)]
-    all_counts = [*paired.counts, *(c for g in usable for c in g.counts)]
+    all_counts = [*(0 if k in fed else c for k, c in zip(paired.keys, paired.counts, strict=True)),
+                  *(c for g in usable for c in g.counts)]
     rounds = replace(r, bricks_s=r.bricks_s + tuple(rows), empties_s=r.empties_s + tuple(empties),
                      bricks_min_s=(r.bricks_min_s + tuple(m for g in usable for m in g.mins_s)) if r.bricks_min_s else (),
                      calls=(r.calls + (1,) * len(rows)) if r.calls else (), derived=r.derived + len(rows))
     whole = paired.whole
     joined = rounds_measurements(rounds, whole.key, keys, all_counts, whole.backend, whole.config,
                                  floor_s=whole.floor_s, node_s=whole.node_s, keep_samples=whole.samples_s is not None)
+    if fed:  # a feeder's figure is its taken one (the later key), its cost its calls'
+        joined = replace(joined, bricks={k: replace(m, wall_time_s=paired.bricks[k].wall_time_s) if k in fed else m
+                                         for k, m in joined.bricks.items()})
     deviations: list[float] = []  # each anchor's ratio less its group's, over all groups
     groups_seen = []
     for g in usable:
@@ -673,5 +685,5 @@ def with_anchored(paired: PairedRounds, groups: Sequence[Anchored], *, confidenc
         stored = np.asarray(g.counts, dtype=np.float64) * np.asarray(g.medians_s)
         s_g = spread if n >= 3 else pooled
         variance += (z * s_g * math.sqrt(1 / n_a + 1 / _kish(stored)) * centre * float(stored.sum())) ** 2
-    estimate = sum(c * (joined.bricks[k].median_s or 0.0) for k, c in zip(keys, all_counts, strict=True))
+    estimate = sum(c * (joined.bricks[k].median_s or 0.0) for k, c in zip(keys, all_counts, strict=True) if c)
     return replace(joined, transfer_half_width=math.sqrt(variance) / estimate if estimate > 0 else 0.0)

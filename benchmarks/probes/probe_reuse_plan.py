@@ -44,7 +44,7 @@ def main() -> int:
         whole = store.measurements.models(model=dec.model_key, system=system, config_id=config.config_id,
                                           status="ok")
         taken = {k for g in anchored_groups(store, dec, system, config.config_id, reuse, again=True, among=earlier)
-                 for k in g.keys}
+                 for k in set(g.keys) - set(g.feeders)}
         bricks_s = sum(own.values())
         kept_s = sum(t for k, t in own.items() if k not in taken)
         whole_s = whole[0].wall_time_s if whole else 0.0
