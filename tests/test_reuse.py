@@ -177,6 +177,6 @@ def test_evaluate_takes_the_bricks_an_earlier_models_rounds_timed_through_anchor
     taken_keys = {k for g in groups for k in g.keys}
     fed = {k for g in groups for k in g.feeders}
     assert len(taken_keys) == count and taken == count - len(fed)
-    for anchor in {a for g in groups for a in g.anchors}:  # its input is written by a brick the rounds run
-        before = dec.previous(anchor)
+    for key in set(dec.bricks) - taken_keys:  # each brick the rounds time reads what a brick they run wrote
+        before = dec.previous(key)
         assert before is None or before.signature not in taken_keys or before.signature in fed
