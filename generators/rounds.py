@@ -54,7 +54,7 @@ class RoundsBudget:
     is narrower than ``rel_ci`` of it, or until ``max_rounds`` rounds or ``max_time`` seconds (the
     rounds are then flagged as not converged), whichever comes first; ``max_time`` gives way to
     ``min_rounds`` (a model of seconds gets its least rounds all the same), down to ``least_rounds``
-    once ``long_time`` seconds are spent (a model of several seconds a run, whose every round averages
+    (where fewer than ``min_rounds``) once ``long_time`` seconds are spent (a model of several seconds a run, whose every round averages
     its phases already).
 
     ``warm_whole``: an untimed run of the whole model before its timed one in each round, so that
@@ -104,10 +104,8 @@ class RoundsBudget:
             raise InvalidArgumentError(f"RoundsBudget.max_rounds ({self.max_rounds}) must be at least "
                                        f"min_rounds ({self.min_rounds}).")
         least = self.least_rounds
-        if least is not None and (isinstance(least, bool) or not isinstance(least, int)
-                                  or not 1 <= least <= self.min_rounds):
-            raise InvalidArgumentError(f"RoundsBudget.least_rounds must be an int in [1, min_rounds "
-                                       f"({self.min_rounds})] or None. Got {least!r} instead.")
+        if least is not None and (isinstance(least, bool) or not isinstance(least, int) or least < 1):
+            raise InvalidArgumentError(f"RoundsBudget.least_rounds must be an int >= 1 or None. Got {least!r} instead.")
         for name in ("min_time", "max_time", "rel_ci", "brick_warmup", "brick_time", "long_time"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
@@ -349,7 +347,7 @@ def time_rounds(whole: Any, bricks: Sequence[Any], counts: Sequence[int], budget
     start = clock()
     min_ns, max_ns = int(budget.min_time * 1e9), int(budget.max_time * 1e9)
     long_ns = budget.long_time * 1e9
-    least = budget.least_rounds or budget.min_rounds
+    least = min(budget.least_rounds or budget.min_rounds, budget.min_rounds)
     next_check = budget.min_rounds
     converged = False
 
