@@ -114,16 +114,16 @@ def anchored_groups(store: Store, dec: Decomposition, system: Any, config_id: st
         return w is None or stored[w] <= stored[key]
 
     step = max(1, round(1 / reuse.share))
-    sampled = [{r.key for r in [r for r in ranked if fit(r.key)][::step]} for ranked in chosen]
-    anchors = set().union(*sampled)
+    plans = [(ranked, sampled) for ranked in chosen
+             if 0 < len(sampled := {r.key for r in [r for r in ranked if fit(r.key)][::step]}) < len(ranked)]
+    taken = {r.key for ranked, _ in plans for r in ranked}  # a group with no anchor, or nothing else, is timed
+    anchors = set().union(*(sampled for _, sampled in plans))
     chained = (set(dec.bricks) - taken) | anchors  # what the rounds time
     feeders = {w for key in chained if (w := writer(key)) is not None and w not in anchors}
     groups = []
-    for ranked, mine_anchors in zip(chosen, sampled, strict=True):
+    for ranked, mine_anchors in plans:
         rest = [r for r in ranked if r.key not in mine_anchors]
         kept = [r for r in ranked if r.key in mine_anchors]
-        if not rest or not kept:
-            continue
         groups.append(Anchored(
             keys=tuple(r.key for r in rest), counts=tuple(counts[r.key] for r in rest),
             medians_s=tuple(r.median_s for r in rest), mins_s=tuple(r.min_s or r.median_s for r in rest),
