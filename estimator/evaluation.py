@@ -8,14 +8,18 @@ warm-up and timed runs) against the same sum over the whole models.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
 from dlbricks import BrickSet, Decomposition, InvalidArgumentError, ModelGraph, decompose, load_model
 from dlbricks.benchmarks_db import BenchOptions, Store, populate
@@ -285,43 +289,44 @@ def evaluate(models: Sequence[str], db: Store | str | os.PathLike[str], *, confi
     _check_granularity(granularity, config)
     sweep = algorithm_configs(config) if algorithm_sweep else []
     graphed = graph_config(config) if cuda_graph else None
-    graphs, brickset, layer_set = _decompose_suite(models, store, granularity, config, batch_size)
-    summary = brickset.summary()
-    say(f"{summary.models} models, {summary.layers} layers, {summary.unique_bricks} unique bricks")
-    _calibrate_once(store, system, config, say)
-    queued = getattr(get_backend(backend_name(config)), "takes_queue_times", lambda config: False)(config)
-    configs = [config] + ([replace(config, cache="warm")] if lower_bound_sweep and not queued else [])
-    turns = [_Turns(brickset, configs, target_ci)] + (
-        [_Turns(layer_set, [config], target_ci)] if granularity == "both" else [])
-    rounds = rounds or default_rounds(config, granularity)
-    bricks_in_rounds = _bricks_in_rounds(rounds, config)
-    whole_time, whole_setup, rounds_s, paired = _measure_suite(graphs, brickset, turns, store, system, config,
-                                                                 budget, say, rounds, reuse)
-    taken = sum(p.rounds.derived for p in paired.values())
-    if sweep:
-        _sweep_algorithms(brickset, sweep, store, system, backend_name(config), say)
-    brick_records = store.measurements.bricks(system=system, config_id=config.config_id,
-                                              signatures=list(brickset.bricks))
-    rows, op_times = _rows(models, brickset, layer_set if granularity == "both" else None, store, system, config,
-                           paired, say)
-    if graphed is not None:
-        rows = [_with_graph(r, graphs[r.model], graphed, store, system, budget, say) for r in rows]
-    if sweep:
-        rows = [replace(r, algorithm_gap_s=algorithm_gap_s(brickset.models[r.model], store, system, config, sweep))
-                for r in rows]
-    return Evaluation(rows=tuple(rows), op_times=tuple(sorted(op_times.items(), key=lambda kv: -kv[1])),
-                      layers=summary.layers, unique_bricks=summary.unique_bricks,
-                      brick_time_s=(sum(t.setup_s + t.timed_s for t in turns) if bricks_in_rounds
-                                    else sum(r.wall_time_s or 0.0 for r in brick_records)), whole_time_s=whole_time,
-                      model_latency_s=sum(r.measured_s for r in rows),
-                      unique_brick_latency_s=sum(r.median_s or 0.0 for r in brick_records if r.ok),
-                      system=system, config=config, elapsed_s=time.perf_counter() - start,
-                      granularity=next(iter(brickset.models.values())).granularity if brickset.models else "layer",
-                      layer_unique_bricks=layer_set.summary().unique_bricks if granularity == "both" else None,
-                      brick_setup_s=turns[0].setup_s, brick_timed_s=turns[0].timed_s, target_ci=target_ci,
-                      worst_ci=max(turns[0].cis) if turns[0].cis else None, rounds_s=rounds_s,
-                      lock_waited_s=lock_waited_s() - waited, bricks_in_rounds=bricks_in_rounds,
-                      whole_setup_s=whole_setup, batch_size=batch_size, taken_bricks=taken)
+    with _model_folder() as folder:  # each model's whole ONNX, kept for its turn
+        graphs, brickset, layer_set = _decompose_suite(models, store, granularity, config, batch_size, folder)
+        summary = brickset.summary()
+        say(f"{summary.models} models, {summary.layers} layers, {summary.unique_bricks} unique bricks")
+        _calibrate_once(store, system, config, say)
+        queued = getattr(get_backend(backend_name(config)), "takes_queue_times", lambda config: False)(config)
+        configs = [config] + ([replace(config, cache="warm")] if lower_bound_sweep and not queued else [])
+        turns = [_Turns(brickset, configs, target_ci)] + (
+            [_Turns(layer_set, [config], target_ci)] if granularity == "both" else [])
+        rounds = rounds or default_rounds(config, granularity)
+        bricks_in_rounds = _bricks_in_rounds(rounds, config)
+        whole_time, whole_setup, rounds_s, paired = _measure_suite(graphs, brickset, turns, store, system, config,
+                                                                     budget, say, rounds, reuse)
+        taken = sum(p.rounds.derived for p in paired.values())
+        if sweep:
+            _sweep_algorithms(brickset, sweep, store, system, backend_name(config), say)
+        brick_records = store.measurements.bricks(system=system, config_id=config.config_id,
+                                                  signatures=list(brickset.bricks))
+        rows, op_times = _rows(models, brickset, layer_set if granularity == "both" else None, store, system, config,
+                               paired, say)
+        if graphed is not None:
+            rows = [_with_graph(r, graphs[r.model], graphed, store, system, budget, say) for r in rows]
+        if sweep:
+            rows = [replace(r, algorithm_gap_s=algorithm_gap_s(brickset.models[r.model], store, system, config, sweep))
+                    for r in rows]
+        return Evaluation(rows=tuple(rows), op_times=tuple(sorted(op_times.items(), key=lambda kv: -kv[1])),
+                          layers=summary.layers, unique_bricks=summary.unique_bricks,
+                          brick_time_s=(sum(t.setup_s + t.timed_s for t in turns) if bricks_in_rounds
+                                        else sum(r.wall_time_s or 0.0 for r in brick_records)), whole_time_s=whole_time,
+                          model_latency_s=sum(r.measured_s for r in rows),
+                          unique_brick_latency_s=sum(r.median_s or 0.0 for r in brick_records if r.ok),
+                          system=system, config=config, elapsed_s=time.perf_counter() - start,
+                          granularity=next(iter(brickset.models.values())).granularity if brickset.models else "layer",
+                          layer_unique_bricks=layer_set.summary().unique_bricks if granularity == "both" else None,
+                          brick_setup_s=turns[0].setup_s, brick_timed_s=turns[0].timed_s, target_ci=target_ci,
+                          worst_ci=max(turns[0].cis) if turns[0].cis else None, rounds_s=rounds_s,
+                          lock_waited_s=lock_waited_s() - waited, bricks_in_rounds=bricks_in_rounds,
+                          whole_setup_s=whole_setup, batch_size=batch_size, taken_bricks=taken)
 
 
 #: Ops whose kernels a library chooses among algorithms (cuDNN's convolution search, cuBLAS with or
@@ -392,18 +397,61 @@ def _check_granularity(granularity: str, config: Any) -> None:
                                    "--opt-level basic, extended or all.")
 
 
-class _Built(Mapping[str, ModelGraph]):
-    """The suite's zoo models by name, each built at ``batch_size`` when asked and not kept: the full
-    zoo's weights (some 10 GB) do not fit beside the rest of a job in the memory of a small machine,
-    and building a model again takes a fraction of a second (the zoo builds in about 10 s)."""
+@contextlib.contextmanager
+def _model_folder() -> Iterator[Path | None]:
+    """A temporary folder for the suite's models (removed afterwards), or None where the temporary
+    folder cannot be written: the models are then built again at their turn."""
+    try:
+        holder = tempfile.TemporaryDirectory(prefix="dlbricks-models-", ignore_cleanup_errors=True)
+    except OSError:
+        yield None
+        return
+    with holder as name:
+        yield Path(name)
 
-    def __init__(self, models: Sequence[str], batch_size: int) -> None:
+
+@dataclass(frozen=True, slots=True)
+class _SavedModel:
+    """A zoo model as the whole-model measurements take it (``key``, ``to_onnx()``), read back from
+    the bytes saved when the suite was decomposed instead of built and loaded again."""
+
+    name: str
+    key: str
+    path: Path
+
+    def to_onnx(self) -> onnx.ModelProto:
+        return onnx.load_model_from_string(self.path.read_bytes())
+
+
+class _Built(Mapping[str, "ModelGraph | _SavedModel"]):
+    """The suite's zoo models by name, each at ``batch_size``, none kept in memory: the full zoo's
+    weights (some 10 GB) do not fit beside the rest of a job in the memory of a small machine. A
+    model saved in ``folder`` when the suite was decomposed is read back from there (a fraction of
+    building, checking and loading it again); one that could not be saved is built again."""
+
+    def __init__(self, models: Sequence[str], batch_size: int, folder: Path | None = None) -> None:
         self._models = list(dict.fromkeys(models))
         self._batch_size = batch_size
+        self._folder = folder
+        self._saved: dict[str, _SavedModel] = {}
 
-    def __getitem__(self, name: str) -> ModelGraph:
+    def save(self, graph: ModelGraph) -> None:
+        """Keep ``graph``'s whole model on disk for its turn, if there is room (else it is built again)."""
+        if self._folder is None:
+            return
+        path = self._folder / f"{len(self._saved)}.onnx"
+        try:
+            path.write_bytes(graph.to_onnx().SerializeToString())
+        except (OSError, ValueError):  # no room, or over protobuf's 2 GB: built again at its turn
+            path.unlink(missing_ok=True)
+            return
+        self._saved[graph.name] = _SavedModel(graph.name, graph.key, path)
+
+    def __getitem__(self, name: str) -> ModelGraph | _SavedModel:
         if name not in self._models:
             raise KeyError(name)
+        if name in self._saved:
+            return self._saved[name]
         return load_model(build(name, batch_size=self._batch_size), name=name)
 
     def __iter__(self) -> Iterator[str]:
@@ -414,12 +462,12 @@ class _Built(Mapping[str, ModelGraph]):
 
 
 def _decompose_suite(models: Sequence[str], store: Store, granularity: str, config: Any,
-                     batch_size: int = 1) -> tuple[Mapping[str, ModelGraph], BrickSet, BrickSet]:
-    """Build each zoo model at ``batch_size`` and decompose it, storing it; the models' graphs (built
-    again when asked: :class:`_Built`), the bricks of ``granularity`` and, with "both", the layer
-    bricks beside them (else an empty set)."""
+                     batch_size: int = 1, folder: Path | None = None) -> tuple[_Built, BrickSet, BrickSet]:
+    """Build each zoo model at ``batch_size`` and decompose it, storing it; the models' whole ONNX
+    (saved in ``folder`` where given: :class:`_Built`), the bricks of ``granularity`` and, with
+    "both", the layer bricks beside them (else an empty set)."""
     options = {} if granularity == "layer" else fusion_options(config)
-    graphs = _Built(models, batch_size)
+    graphs = _Built(models, batch_size, folder)
     brickset, layer_set = BrickSet(), BrickSet()
     for name in models:
         graph = load_model(build(name, batch_size=batch_size), name=name)
@@ -430,6 +478,7 @@ def _decompose_suite(models: Sequence[str], store: Store, granularity: str, conf
             layer_dec = decompose(graph, "layer")
             store.models.add(layer_dec, graph.source)
             layer_set.add(layer_dec)
+        graphs.save(graph)
     return graphs, brickset, layer_set
 
 

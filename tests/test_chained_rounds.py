@@ -369,3 +369,27 @@ def test_bench_then_validate_with_chained_rounds(with_peaks, tmp_path) -> None:
     assert result.exit_code == 0, result.output
     row = next(line for line in result.output.splitlines() if line.startswith("r1 "))
     assert "-" in row.split()[4]  # the interval
+
+
+@pytest.mark.untimed
+def test_the_suite_reads_each_model_back_from_where_it_saved_it_for_its_turn(tmp_path) -> None:
+    """``evaluate`` saves each zoo model's whole ONNX when it decomposes the suite and reads it back
+    at the model's turn instead of building, checking and loading it again: the same key and the
+    same bytes; where the folder cannot be written the model is built again."""
+    from dlbricks.estimator import evaluation
+    from dlbricks.generators import OrtConfig as Config
+    from dlbricks.benchmarks_db import Store
+
+    store = Store(tmp_path / "s.db")
+    graphs, brickset, _ = evaluation._decompose_suite(["squeezenet1_1"], store, "layer", Config(), 1, tmp_path)
+    saved = graphs["squeezenet1_1"]
+    built = dlbricks.load_model(dlbricks.model_zoo.build("squeezenet1_1"), name="squeezenet1_1")
+    assert isinstance(saved, evaluation._SavedModel)
+    assert saved.key == built.key == brickset.models["squeezenet1_1"].model_key
+    assert saved.to_onnx().SerializeToString() == built.to_onnx().SerializeToString()
+    unwritable = evaluation._Built(["squeezenet1_1"], 1, tmp_path / "missing")
+    unwritable.save(built)
+    again = unwritable["squeezenet1_1"]
+    assert isinstance(again, dlbricks.ModelGraph) and again.key == built.key
+    with pytest.raises(KeyError):
+        graphs["resnet18_v1"]
