@@ -56,11 +56,11 @@ PAIRED_ROUNDS = RoundsBudget(min_rounds=6, min_time=0.5, max_time=4.0, rel_ci=0.
 #: about two runs of the model's unique bricks (an untimed pass, ``warm_chain``, then the timed one),
 #: so more rounds fit in the same time; 10 a process at least, which a model of a quarter second or
 #: more takes beyond the 3 s (its whole run twice a round, and its bricks twice). Most models stop on the 3 s, not on their CI: the processes, two to
-#: four, are what spreads a model's rounds over the machine's phases. A model whose round takes
-#: seconds (a run of over a second) stops at 5 rounds a process once 15 s are spent: each of its
-#: rounds spans several of the machine's phases already.
+#: four, are what spreads a model's rounds over the machine's phases. A model whose rounds are long
+#: (ten of them over 8 s a process: a run of about half a second or more) stops at 3 rounds a process
+#: once 8 s are spent: each of its rounds spans several of the machine's phases already.
 CHAINED_ROUNDS = RoundsBudget(min_rounds=10, min_time=0.2, max_time=3.0, rel_ci=0.02, chained=True, warm_chain=True,
-                              least_rounds=5, long_time=15.0)
+                              least_rounds=3, long_time=8.0)
 #: The rounds ``evaluate --rounds`` chooses among.
 ROUND_DESIGNS = {"bursts": PAIRED_ROUNDS, "chained": CHAINED_ROUNDS}
 

@@ -420,7 +420,10 @@ class _SavedModel:
     path: Path
 
     def to_onnx(self) -> onnx.ModelProto:
-        return onnx.load_model_from_string(self.path.read_bytes())
+        return onnx.load_model_from_string(self.onnx_bytes())
+
+    def onnx_bytes(self) -> bytes:
+        return self.path.read_bytes()
 
 
 class _Built(Mapping[str, "ModelGraph | _SavedModel"]):

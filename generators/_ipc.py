@@ -25,7 +25,8 @@ class WorkerDiedError(Exception):
 def write_message(stream: BinaryIO, message: Any) -> None:
     """Write one pickled message with its 8-byte length prefix, and flush."""
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(data)) + data)
+    stream.write(_HEADER.pack(len(data)))
+    stream.write(data)  # apart: a model's bytes are not copied once more to join them
     stream.flush()
 
 

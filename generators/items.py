@@ -30,7 +30,9 @@ def resolve_item(item: Any, position: int = 0) -> Item:
     """The key of ``item`` and how to get its model bytes.
 
     A raw ``onnx.ModelProto`` or ``bytes`` is keyed by the SHA-256 of its serialized bytes; a
-    :class:`~dlbricks.generators.protocols.Benchmarkable` by its ``key``, its model built only when loaded.
+    :class:`~dlbricks.generators.protocols.Benchmarkable` by its ``key``, its model built only when loaded
+    (read from its ``onnx_bytes()`` where it has one: a model kept serialized is not parsed to be
+    serialized again).
 
     Raises
     ------
@@ -46,7 +48,8 @@ def resolve_item(item: Any, position: int = 0) -> Item:
     key = getattr(item, "key", None)
     to_onnx = getattr(item, "to_onnx", None)
     if isinstance(key, str) and key and callable(to_onnx):
-        return Item(key, lambda: _serialize(to_onnx(), key))
+        onnx_bytes = getattr(item, "onnx_bytes", None)  # its serialized model, where it has it at hand
+        return Item(key, onnx_bytes if callable(onnx_bytes) else lambda: _serialize(to_onnx(), key))
     raise InvalidArgumentError(
         f"Item {position} to benchmark must be an onnx.ModelProto, its serialized bytes, or an "
         f"object with a 'key' str and a 'to_onnx()' method. Got {type(item).__name__} instead."

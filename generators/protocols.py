@@ -141,7 +141,8 @@ class Benchmarkable(Protocol):
 
     ``dlbricks.Brick`` and ``dlbricks.ModelGraph`` satisfy it: ``key`` is the brick signature (or
     the model key) and ``to_onnx()`` returns a model whose ``metadata_props`` may carry
-    ``dlbricks.value_ranges``.
+    ``dlbricks.value_ranges``. One that holds its model serialized may also have ``onnx_bytes()``,
+    which the workers are sent instead.
     """
 
     @property
