@@ -20,7 +20,7 @@ from ._cache import PreparedCache, digest
 from ._ipc import read_message_blocking, write_message
 from ._registry import get_backend, register_backend
 from .floor import measure_floor
-from .harness import measure_prepared
+from .harness import measure_prepared, proof_measurement
 from .rounds import sweeper, time_rounds
 from .util import one_line, pin_to_core
 
@@ -131,6 +131,8 @@ def _measure(state: _State, payload: dict[str, Any]) -> Any:
     if hold:
         _release(state, payload)
         state.held[payload["key"]] = (prepared, backend, config)
+        if payload.get("proof"):  # preparing it ran it once: it runs; its rounds time it
+            return proof_measurement(payload["key"], backend.name, config, prepare_s, floor_s=payload.get("floor_s"))
     try:
         measurement, timing = measure_prepared(prepared, payload["key"], backend.name, config, payload["budget"],
                                                floor_s=payload.get("floor_s"),

@@ -312,6 +312,20 @@ def measure_prepared(
     ), timing
 
 
+def proof_measurement(key: str, backend_name: str, config: BackendConfig, prepare_s: float, *,
+                      floor_s: float | None = None) -> tuple[Measurement, Timing]:
+    """The record of a model prepared and held but not timed: the backend's ``prepare`` ran it once,
+    which proves that it runs (a held whole model whose rounds then time it); no statistics, and
+    ``prepare_s`` its preparation's seconds."""
+    measurement = Measurement(key=key, status="ok", error=None, n=0, min_s=None, median_s=None, mean_s=None,
+                              p90_s=None, p99_s=None, std_s=None, iqr_s=None, ci_low_s=None, ci_high_s=None,
+                              wall_time_s=prepare_s, converged=False, backend=backend_name, config=config,
+                              floor_s=floor_s)
+    timing = Timing(samples_s=(), inner=1, converged=False, warmup_calls=0, warmup_s=0.0, timed_s=0.0,
+                    sampling_s=0.0, prepare_s=prepare_s, copies=1)
+    return measurement, timing
+
+
 def measure_model(
     model: onnx.ModelProto,
     key: str,

@@ -49,8 +49,8 @@ MAX_ROUND_PROCESSES = 4
 #: Relative 95% half-width of the mean of the processes' ratios (twice its standard error) at which
 #: :func:`rounds_in_processes` starts no further process.
 PROCESS_REL_CI = 0.02
-#: Budget of holding a whole model in a fresh worker for its rounds: one run that proves it runs
-#: (no sampling time: the sample after its warm-up is the last; one placement); the rounds time it.
+#: Budget of holding a whole model in a fresh worker for its rounds (one placement). The hold times
+#: nothing (``proof``): preparing the model runs it once, which proves it runs, and the rounds time it.
 _HOLD_BUDGET = Budget(warmup_time=0.0, min_time=0.0, min_runs=1, max_time=1e-9, rel_ci=1.0, placements=1)
 
 
@@ -516,7 +516,8 @@ class Runner:
                         feeds: Sequence[Sequence[tuple[int, int] | None]] | None) -> list[tuple[str, str, Any]]:
         """The requests that set a worker up for ``whole``'s rounds: hold it, prepare its bricks."""
         hold = {"key": whole.key, "model": whole.load(), "backend": self.backend_name, "config": self.config,
-                "budget": _HOLD_BUDGET, "keep_samples": self.keep_samples, "floor_s": self._floor_s(), "hold": True}
+                "budget": _HOLD_BUDGET, "keep_samples": self.keep_samples, "floor_s": self._floor_s(), "hold": True,
+                "proof": True}
         bricks = {"whole": whole.key, "bricks": [item.load() for item in items], "counts": list(counts),
                   "backend": self.backend_name, "config": self.config, "budget": budget, "feeds": feeds}
         return [("measure", whole.key, ("measure", hold)), ("prepare", whole.key, ("prepare", bricks))]
@@ -657,11 +658,13 @@ class Runner:
         except (WorkerTimeoutError, WorkerDiedError):
             self._replace_worker()
 
-    def measure_detailed(self, item: Any, *, hold: bool = False,
-                         budget: Budget | None = None) -> tuple[Measurement, Timing | None]:
+    def measure_detailed(self, item: Any, *, hold: bool = False, budget: Budget | None = None,
+                         proof: bool = False) -> tuple[Measurement, Timing | None]:
         """Measure one item under ``budget`` (default the runner's); also return the harness
         :class:`Timing` (None if it failed), whose ``prepare_s``, ``warmup_s`` and ``sampling_s``
-        against the measurement's ``wall_time_s`` tell setup from timed runs."""
+        against the measurement's ``wall_time_s`` tell setup from timed runs. With ``hold`` and
+        ``proof``, the item is prepared (which runs it once) and held, and nothing is timed: its
+        measurement says only that it runs (:func:`~dlbricks.generators.harness.proof_measurement`)."""
         resolved = item if isinstance(item, Item) else resolve_item(item)
         floor_s = self._floor_s()
         self._ensure_worker()
@@ -685,6 +688,7 @@ class Runner:
             "keep_samples": self.keep_samples,
             "floor_s": floor_s,
             "hold": hold or queue,
+            "proof": hold and proof,
         }
         measurement, timing = self._request(resolved.key, "measure", payload, start=start, floor_s=floor_s)
         measurement = self._with_node_cost(measurement)
@@ -838,7 +842,7 @@ def rounds_in_processes(runner: Runner, whole: Any, items: Sequence[Any], counts
         runner.start()
         if p + 1 < processes:  # the next process sets up while this one does
             runner.prestart_rounds(whole_item, brick_items, counts, budget, feeds=feeds)
-        held = runner.measure_detailed(whole_item, hold=True, budget=_HOLD_BUDGET)[0]
+        held = runner.measure_detailed(whole_item, hold=True, budget=_HOLD_BUDGET, proof=True)[0]
         if not held.ok:
             runner.rounds_error = f"the whole model failed: {held.error}"
             continue

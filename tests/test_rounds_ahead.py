@@ -116,3 +116,18 @@ def test_nothing_is_set_up_ahead_for_runs_of_several_threads() -> None:
         assert runner.measure(whole).ok
         runner.prestart_rounds(whole, bricks, counts, ROUNDS, feeds=feeds)
         assert runner._spare is not None and not runner._spare.has_ahead
+
+
+def test_a_model_held_for_its_rounds_is_run_once_by_its_preparation_and_timed_by_its_rounds_only() -> None:
+    """The hold before a model's rounds times nothing (``proof``): preparing the whole model runs it
+    once, which proves it runs; the rounds that follow time it. A held model that cannot run fails
+    there, as before."""
+    whole, bricks, counts, feeds = _suite()
+    with Runner(budget=Budget.quick()) as runner:
+        held, timing = runner.measure_detailed(whole, hold=True, proof=True)
+        assert held.ok and held.n == 0 and held.median_s is None
+        assert timing is not None and timing.warmup_calls == 0 and timing.sampling_s == 0.0 and timing.prepare_s > 0
+        part = runner.rounds(whole.key, bricks, counts, ROUNDS, seed=3, feeds=feeds)
+        assert part is not None and part.rounds.count >= ROUNDS.min_rounds
+        timed = runner.measure_detailed(whole, hold=True)[0]  # without proof, the hold is a measurement
+        assert timed.ok and timed.n >= 1 and timed.median_s > 0
